@@ -1,0 +1,59 @@
+# Planloop developer commands. `make demo` runs the demo; `make test` runs every check and test.
+# Works on a fresh clone with only python3 (3.11+), make and pip: every target that needs the
+# virtualenv bootstraps it first (a no-op when .venv is up to date).
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTHON := $(BIN)/python
+RUFF   := $(BIN)/ruff
+MYPY   := $(BIN)/mypy
+PYTEST := $(BIN)/pytest
+
+.PHONY: help venv services demo lint check test bench fmt clean distclean
+
+help: ## List the targets.
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+
+venv: ## Create .venv and install planloop[dev] (only when pyproject.toml changed).
+	@bash scripts/bootstrap.sh
+
+services: ## Make sure Redis and PostgreSQL answer on 127.0.0.1 (starts them if needed).
+	@bash scripts/ensure-services.sh
+
+demo: venv ## Run the end-to-end demo.
+	$(BIN)/planloop up --demo
+
+lint: venv ## Format check, lint and type check.
+	$(RUFF) format --check .
+	$(RUFF) check .
+	$(MYPY)
+
+check: lint ## Fast gate: lint, types and unit tests (no services needed).
+	$(PYTEST) tests/unit -q
+
+test: venv ## Everything: services, lint, types, then the whole test suite.
+	@bash scripts/ensure-services.sh
+	$(RUFF) format --check .
+	$(RUFF) check .
+	$(MYPY)
+	$(PYTEST) -q
+
+bench: venv ## Benchmarks (makespan vs critical path, throughput); needs Redis.
+	@bash scripts/ensure-services.sh
+	$(PYTHON) bench/makespan.py
+	$(PYTHON) bench/throughput.py
+
+fmt: venv ## Format the code and apply safe lint fixes.
+	$(RUFF) format .
+	$(RUFF) check --fix .
+
+clean: ## Remove caches and build output (keeps .venv and .planloop data).
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
+
+distclean: clean ## Also remove .venv.
+	rm -rf $(VENV)

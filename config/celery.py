@@ -1,0 +1,37 @@
+"""Celery configuration derived from :class:`Settings`: JSON only, late acks, prefetch 1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.settings import Settings
+
+STEP_TASK = "planloop.step"
+COMPENSATE_TASK = "planloop.compensate"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings every Planloop worker and dispatcher uses."""
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_concurrency": settings.worker_concurrency,
+        "worker_pool": settings.worker_pool,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "task_default_queue": settings.queue,
+        "task_routes": {
+            STEP_TASK: {"queue": settings.queue},
+            COMPENSATE_TASK: {"queue": settings.queue},
+        },
+    }

@@ -1,0 +1,125 @@
+"""The only module that reads the environment: every ``PLANLOOP_*`` variable lands here."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Typed settings for every Planloop process, read from ``PLANLOOP_*`` env vars.
+
+    Build it once in an entry point and pass it down; nothing else reads the environment.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PLANLOOP_", env_file=None, extra="ignore")
+
+    # --- Redis and SQL -------------------------------------------------------------------
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis for hot state, event streams, leases and the Celery broker.",
+    )
+    key_prefix: str = Field(
+        "pl", description="Prefix of every Redis key Planloop writes (tests use their own)."
+    )
+    database_url: str = Field(
+        "sqlite:///.planloop/planloop.db",
+        description="SQLAlchemy URL of the durable record; SQLite file by default.",
+    )
+
+    # --- Workers -------------------------------------------------------------------------
+    queue: str = Field("planloop", description="Celery queue the step tasks go to.")
+    worker_concurrency: int = Field(8, ge=1, description="Threads (or processes) per worker.")
+    worker_pool: Literal["threads", "prefork", "solo"] = Field(
+        "threads", description="Celery pool; threads suit I/O-bound tools."
+    )
+    tool_modules: list[str] = Field(
+        default_factory=list,
+        description="Extra modules to import for @tool registrations (besides entry points).",
+    )
+
+    # --- Steps ---------------------------------------------------------------------------
+    default_step_timeout_s: float = Field(60.0, gt=0, description="Step timeout, seconds.")
+    default_max_retries: int = Field(2, ge=0, description="Retries after the first attempt.")
+    max_step_timeout_s: float = Field(
+        3600.0, gt=0, description="Longest timeout a step may declare, seconds."
+    )
+    retry_backoff_s: float = Field(0.2, ge=0, description="First retry delay, seconds.")
+    retry_backoff_max_s: float = Field(10.0, ge=0, description="Retry delay cap, seconds.")
+    watchdog_grace_s: float = Field(
+        2.0,
+        ge=0,
+        description="Seconds past a started step's timeout before the supervisor declares "
+        "the attempt lost and schedules the next one.",
+    )
+
+    # --- Sessions and the supervisor -----------------------------------------------------
+    session_concurrency: int = Field(8, ge=1, description="Steps of one session running at once.")
+    max_replans: int = Field(3, ge=0, description="Re-plans per session before a forced ABORT.")
+    batch_react_size: int = Field(3, ge=1, description="WARNING events that trigger a decision.")
+    react_severity: Literal["INFO", "WARNING", "CRITICAL"] = Field(
+        "WARNING", description="Lowest event severity the trigger policy reacts to."
+    )
+    lease_ttl_s: float = Field(1.5, gt=0, description="Session lease time-to-live, seconds.")
+    reclaim_interval_s: float = Field(
+        0.25, gt=0, description="How often a supervisor looks for sessions without an owner."
+    )
+    event_batch: int = Field(256, ge=1, description="Events read and checkpointed per batch.")
+    max_deliveries: int = Field(
+        5, ge=1, description="Deliveries of one event before it goes to the dead-letter stream."
+    )
+
+    # --- LLM -----------------------------------------------------------------------------
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint base URL.")
+    llm_api_key: SecretStr = Field(SecretStr(""), description="API key for the endpoint.")
+    llm_model: str = Field("gpt-4o-mini", description="Default model for every role.")
+    llm_planner_model: str | None = Field(
+        None, description="Model for the planner and re-planner; llm_model when unset."
+    )
+    llm_decider_model: str | None = Field(
+        None, description="Model for the decision agent; llm_model when unset."
+    )
+    llm_critic_model: str | None = Field(
+        None, description="Model for the critic; llm_model when unset."
+    )
+    llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM request, seconds.")
+    llm_max_retries: int = Field(
+        3, ge=0, description="Retries of one LLM request on 429, 5xx or a lost connection."
+    )
+    llm_structured_output: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        "auto",
+        description="How to ask for JSON: 'auto' tries json_schema, then llama.cpp's "
+        "json_object with a schema, then plain prompting; the others force one form.",
+    )
+    plan_max_repairs: int = Field(
+        2, ge=0, description="Times an unusable model answer goes back with the error."
+    )
+
+    # --- Flower --------------------------------------------------------------------------
+    flower_port: int = Field(5555, description="Port Flower listens on.")
+    flower_basic_auth: SecretStr = Field(
+        SecretStr("admin:planloop"), description="user:password Flower asks for."
+    )
+
+    @model_validator(mode="after")
+    def _timeouts_fit(self) -> Settings:
+        if self.default_step_timeout_s > self.max_step_timeout_s:
+            raise ValueError(
+                "default_step_timeout_s must not exceed max_step_timeout_s "
+                f"({self.default_step_timeout_s} > {self.max_step_timeout_s})"
+            )
+        return self
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Broker visibility timeout: above the longest step timeout, so no early redelivery."""
+        return int(self.max_step_timeout_s + self.watchdog_grace_s + 60)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process, read from the environment once."""
+    return Settings()

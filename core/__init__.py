@@ -1,0 +1,1 @@
+"""Contracts every Planloop process shares: models, Redis keys, the state store, errors."""

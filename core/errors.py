@@ -1,0 +1,146 @@
+"""Planloop's exceptions. Every one a user can meet derives from :class:`PlanloopError`.
+
+::
+
+    PlanloopError
+    ├── ConfigError                 settings that cannot work (no LLM endpoint for --goal, ...)
+    ├── PlanError                   a plan that cannot run; names the culprit
+    │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
+    │   ├── PlanValidationError     duplicate id, unknown dependency, cycle, unknown tool,
+    │   │                           params that do not fit, reference to a non-ancestor
+    │   └── PlanReferenceError      a {{step.output.path}} that cannot be resolved at dispatch
+    ├── ToolError                   raised by or about a tool
+    │   ├── UnknownToolError        no tool registered under that name
+    │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
+    │   ├── PermanentToolError      retrying cannot help (bad input, not found)
+    │   └── ToolTimeoutError        the tool ran past its timeout
+    ├── SessionError                about one session
+    │   ├── SessionNotFoundError
+    │   └── FencedOutError          a write carried a stale epoch: another supervisor owns it
+    └── LLMError                    the model endpoint failed or answered garbage
+        ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
+        └── LLMResponseError        an answer that is not usable JSON; carries the raw text
+"""
+
+from __future__ import annotations
+
+
+class PlanloopError(Exception):
+    """Root of every Planloop error."""
+
+
+class ConfigError(PlanloopError):
+    """Settings that cannot work together."""
+
+
+class PlanError(PlanloopError):
+    """A plan that cannot run."""
+
+
+class PlanLoadError(PlanError):
+    """A plan file or document that cannot be read into a plan."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        self.source = source
+        super().__init__(f"{source}: {message}" if source else message)
+
+
+class PlanValidationError(PlanError):
+    """A plan that breaks a rule; ``step_id`` names the culprit when there is one."""
+
+    def __init__(self, message: str, *, step_id: str | None = None) -> None:
+        self.step_id = step_id
+        super().__init__(message)
+
+
+class PlanReferenceError(PlanError):
+    """Step ``step_id``'s params hold ``reference``, which points at no recorded output."""
+
+    def __init__(self, message: str, *, step_id: str, reference: str) -> None:
+        self.step_id = step_id
+        self.reference = reference
+        super().__init__(f"step {step_id!r}: cannot resolve {reference}: {message}")
+
+
+class ToolError(PlanloopError):
+    """Raised by or about a tool."""
+
+
+class UnknownToolError(ToolError):
+    """No tool is registered under ``tool_name``."""
+
+    def __init__(self, tool_name: str, known: list[str] | None = None) -> None:
+        self.tool_name = tool_name
+        hint = f"; known tools: {', '.join(sorted(known))}" if known else ""
+        super().__init__(f"unknown tool {tool_name!r}{hint}")
+
+
+class TransientToolError(ToolError):
+    """A failure worth retrying."""
+
+
+class PermanentToolError(ToolError):
+    """A failure that retrying cannot fix."""
+
+
+class ToolTimeoutError(ToolError):
+    """The tool ran past ``timeout_s``."""
+
+    def __init__(self, tool_name: str, timeout_s: float) -> None:
+        self.tool_name = tool_name
+        self.timeout_s = timeout_s
+        super().__init__(f"tool {tool_name!r} ran past its timeout of {timeout_s:g}s")
+
+
+class SessionError(PlanloopError):
+    """About one session."""
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(message)
+
+
+class SessionNotFoundError(SessionError):
+    """No session with that id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}", session_id=session_id)
+
+
+class FencedOutError(SessionError):
+    """A write carried epoch ``epoch``; the session has moved on to a newer owner."""
+
+    def __init__(self, session_id: str, epoch: int) -> None:
+        self.epoch = epoch
+        super().__init__(
+            f"session {session_id}: epoch {epoch} is stale, another supervisor owns it",
+            session_id=session_id,
+        )
+
+
+class LLMError(PlanloopError):
+    """The model endpoint failed, or answered something we could not use."""
+
+
+class LLMUnavailableError(LLMError):
+    """The endpoint at ``base_url`` could not be reached, refused us, or kept failing.
+
+    ``status`` is the last HTTP status, or ``None`` when no answer came back at all.
+    """
+
+    def __init__(self, message: str, *, base_url: str, status: int | None = None) -> None:
+        self.base_url = base_url
+        self.status = status
+        super().__init__(message)
+
+
+class LLMResponseError(LLMError):
+    """The model answered for ``role`` with text that is not the JSON we asked for.
+
+    ``raw`` holds the model's last answer verbatim, for the session record and debugging.
+    """
+
+    def __init__(self, message: str, *, raw: str, role: str | None = None) -> None:
+        self.raw = raw
+        self.role = role
+        super().__init__(message)

@@ -1,0 +1,196 @@
+"""Synchronous access to a session's hot state in Redis, for producers, workers and tests.
+
+The supervisor has its own asyncio twin (``supervisor/state.py``); both use the key names in
+:mod:`core.keys` and the scripts in :mod:`core.lua`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import redis
+
+from core.errors import SessionNotFoundError
+from core.keys import EVENTS_GROUP, Keys
+from core.lua import RECORD_OUTCOME, START_ATTEMPT
+from core.models import Event, SessionOptions, SessionRecord, StepState
+
+
+def connect(url: str) -> redis.Redis:
+    """A Redis client that answers ``str``."""
+    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+
+
+def blob_digest(data: str) -> str:
+    """The content address of a stored output."""
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def dumps(value: Any) -> str:
+    """Compact, stable JSON (the only wire format)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+class HotState:
+    """Reads and writes of session state that do not need the session's lease."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.r = client
+        self.keys = keys
+        self._start = client.register_script(START_ATTEMPT)
+        self._record = client.register_script(RECORD_OUTCOME)
+
+    # --- sessions -------------------------------------------------------------------------
+    def create_session(
+        self,
+        sid: str,
+        *,
+        plan_json: str,
+        step_ids: Iterable[str],
+        goal: str,
+        options: SessionOptions,
+    ) -> None:
+        """Store a new session with plan version 1 and hand it to the supervisors."""
+        k, now = self.keys, time.time()
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(
+            k.session(sid),
+            mapping={
+                "status": "pending",
+                "goal": goal,
+                "plan_version": 1,
+                "epoch": 0,
+                "created_at": repr(now),
+                "replans": 0,
+                "options": options.model_dump_json(exclude_defaults=True),
+            },
+        )
+        pipe.set(k.plan(sid, 1), plan_json)
+        for step_id in step_ids:
+            pipe.hset(k.step(sid, step_id), mapping=dict(StepState().to_fields()))  # type: ignore[arg-type]
+        pipe.xgroup_create(k.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+        pipe.zadd(k.sessions, {sid: now})
+        pipe.sadd(k.active, sid)
+        pipe.xadd(k.inbox, {"sid": sid})
+        pipe.execute()
+
+    def session(self, sid: str) -> SessionRecord:
+        fields = cast(dict[str, str], self.r.hgetall(self.keys.session(sid)))
+        if not fields:
+            raise SessionNotFoundError(sid)
+        return SessionRecord.from_fields(sid, fields)
+
+    def session_ids(self, limit: int = 20) -> list[str]:
+        """The newest sessions first."""
+        return cast(list[str], self.r.zrevrange(self.keys.sessions, 0, limit - 1))
+
+    def plan_json(self, sid: str, version: int) -> str | None:
+        return cast(str | None, self.r.get(self.keys.plan(sid, version)))
+
+    def steps(self, sid: str, step_ids: Iterable[str]) -> dict[str, StepState]:
+        ids = list(step_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for step_id in ids:
+            pipe.hgetall(self.keys.step(sid, step_id))
+        return {
+            step_id: StepState.from_fields(fields)
+            for step_id, fields in zip(ids, pipe.execute(), strict=True)
+            if fields
+        }
+
+    def output(self, ref: str) -> Any:
+        """A stored step output by its content address (``None`` when gone)."""
+        raw = cast(str | None, self.r.get(self.keys.blob(ref))) if ref else None
+        return json.loads(raw) if raw is not None else None
+
+    # --- events ---------------------------------------------------------------------------
+    def append_event(self, sid: str, event: Event) -> str:
+        return cast(str, self.r.xadd(self.keys.events(sid), event.to_fields()))  # type: ignore[arg-type]
+
+    def events(self, sid: str, after: str = "-", count: int = 1000) -> list[tuple[str, Event]]:
+        start = after if after == "-" else f"({after}"
+        rows = cast(
+            list[tuple[str, dict[str, str]]],
+            self.r.xrange(self.keys.events(sid), min=start, count=count),
+        )
+        return [(entry_id, Event.from_fields(fields)) for entry_id, fields in rows]
+
+    def progress(
+        self, sid: str, after: str = "-", count: int = 1000
+    ) -> list[tuple[str, dict[str, str]]]:
+        start = after if after == "-" else f"({after}"
+        return cast(
+            list[tuple[str, dict[str, str]]],
+            self.r.xrange(self.keys.progress(sid), min=start, count=count),
+        )
+
+    # --- attempts (workers) ---------------------------------------------------------------
+    def start_attempt(
+        self, sid: str, step_id: str, *, attempt: int, epoch: int, worker: str
+    ) -> int:
+        """Claim a dispatched attempt: 1 claimed, 0 stale, -1 already started elsewhere."""
+        return int(
+            self._start(
+                keys=[self.keys.step(sid, step_id)],
+                args=[attempt, epoch, worker, repr(time.time())],
+            )
+        )
+
+    def record_outcome(
+        self,
+        sid: str,
+        step_id: str,
+        *,
+        attempt: int,
+        epoch: int,
+        status: str,
+        event: Event,
+        output: Any = None,
+        error: str = "",
+        error_kind: str = "",
+    ) -> str | None:
+        """Record an attempt's outcome and append its event atomically; None when stale."""
+        blob = dumps(output) if output is not None else ""
+        ref = blob_digest(blob) if blob else ""
+        event = event.model_copy(update={"payload": {**event.payload, "output_ref": ref}})
+        flat: list[str] = []
+        for name, value in event.to_fields().items():
+            flat += [name, value]
+        result = self._record(
+            keys=[self.keys.step(sid, step_id), self.keys.events(sid), self.keys.blob(ref)],
+            args=[attempt, epoch, status, repr(time.time()), error, error_kind, ref, blob, *flat],
+        )
+        return cast(str | None, result or None)
+
+
+class RedisEffectLedger:
+    """The :class:`core.tools.EffectLedger` of the bundled write tools, shared through Redis.
+
+    ``HSETNX`` decides which attempt's receipt wins; a counter per key lets tests prove an
+    effect happened exactly once.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.r = client
+        self.keys = keys
+
+    def apply_once(
+        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        existing = cast(str | None, self.r.hget(self.keys.effects, idempotency_key))
+        if existing is not None:
+            return cast(dict[str, Any], json.loads(existing))
+        receipt = make_receipt()
+        if self.r.hsetnx(self.keys.effects, idempotency_key, dumps(receipt)):
+            self.r.hincrby(self.keys.effect_counts, idempotency_key, 1)
+            return receipt
+        return cast(
+            dict[str, Any], json.loads(cast(str, self.r.hget(self.keys.effects, idempotency_key)))
+        )
+
+    def count(self, idempotency_key: str) -> int:
+        return int(cast(str | None, self.r.hget(self.keys.effect_counts, idempotency_key)) or 0)

@@ -1,0 +1,85 @@
+"""Every Redis key Planloop reads or writes, in one place.
+
+Per session ``{sid}`` (with the default prefix ``pl``):
+
+=====================================  ======================================================
+``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...
+``pl:s:{sid}:step:{step_id}``          hash: status, attempt, epoch, worker, timings, ...
+``pl:s:{sid}:plan:{version}``          string: plan version JSON (immutable once written)
+``pl:s:{sid}:events``                  stream: context-change events (consumer group ``sup``)
+``pl:s:{sid}:lease``                   string: the owning supervisor's lease token
+``pl:s:{sid}:progress``                stream: progress notes for ``watch`` (replans, ends)
+``pl:blob:{sha256}``                   string: a step output, stored once by content
+``pl:inbox``                           stream: new session ids for supervisors
+``pl:sessions``                        zset: every session id, scored by creation time
+``pl:active``                          set: sessions not yet ended (reclaim looks here)
+``pl:effects``                         hash: idempotency key -> receipt (bundled write tools)
+``pl:effects:count``                   hash: idempotency key -> times the effect happened
+``pl:deadletter``                      stream: events delivered too often
+=====================================  ======================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EVENTS_GROUP = "sup"
+INBOX_GROUP = "sup"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Redis key names under one prefix."""
+
+    prefix: str = "pl"
+
+    def session(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}"
+
+    def step(self, sid: str, step_id: str) -> str:
+        return f"{self.prefix}:s:{sid}:step:{step_id}"
+
+    def plan(self, sid: str, version: int) -> str:
+        return f"{self.prefix}:s:{sid}:plan:{version}"
+
+    def events(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}:events"
+
+    def lease(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}:lease"
+
+    def progress(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}:progress"
+
+    def session_pattern(self, sid: str) -> str:
+        return f"{self.prefix}:s:{sid}*"
+
+    def blob(self, digest: str) -> str:
+        return f"{self.prefix}:blob:{digest}"
+
+    @property
+    def inbox(self) -> str:
+        return f"{self.prefix}:inbox"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.prefix}:sessions"
+
+    @property
+    def active(self) -> str:
+        return f"{self.prefix}:active"
+
+    @property
+    def effects(self) -> str:
+        return f"{self.prefix}:effects"
+
+    @property
+    def effect_counts(self) -> str:
+        return f"{self.prefix}:effects:count"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}:deadletter"
+
+    def breaker(self, tool: str) -> str:
+        return f"{self.prefix}:breaker:{tool}"

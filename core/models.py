@@ -1,0 +1,210 @@
+"""Statuses, event types and the payloads that cross process boundaries."""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StepStatus(StrEnum):
+    """Where one step of a plan stands."""
+
+    PENDING = "pending"  # waiting for its dependencies
+    READY = "ready"  # dependencies done; waiting for a slot or a retry back-off
+    RUNNING = "running"  # an attempt was dispatched to the worker pool
+    COMPLETED = "completed"  # the latest attempt succeeded; never executed again
+    FAILED = "failed"  # failed for good (retry budget spent or permanent error)
+    INTERRUPTED = "interrupted"  # timed out, lost with its worker, or cut short
+    SKIPPED = "skipped"  # not run because a dependency failed or was skipped
+    CANCELLED = "cancelled"  # cancelled by a user, an abort or a re-plan
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_STEP
+
+
+_TERMINAL_STEP = frozenset(
+    {StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
+)
+
+
+class SessionStatus(StrEnum):
+    """Where a session stands."""
+
+    PENDING = "pending"  # submitted, no supervisor has taken it yet
+    RUNNING = "running"  # a supervisor owns it and drives its steps
+    COMPLETED = "completed"  # every step completed (or was skipped without harm)
+    FAILED = "failed"  # a critical step failed for good
+    ABORTED = "aborted"  # the decision policy gave up; compensations ran
+    CANCELLED = "cancelled"  # a user cancelled it; compensations ran
+
+    @property
+    def ended(self) -> bool:
+        return self not in (SessionStatus.PENDING, SessionStatus.RUNNING)
+
+
+class EventType(StrEnum):
+    """Context-change events on a session's stream (seed 000)."""
+
+    TASK_COMPLETED = "TASK_COMPLETED"  # an attempt finished with an output
+    TASK_FAILED = "TASK_FAILED"  # an attempt raised
+    TASK_INTERRUPTED = "TASK_INTERRUPTED"  # timeout, worker lost, cancelled, tool unavailable
+    TASK_UNEXPECTED_RESULT = "TASK_UNEXPECTED_RESULT"  # output missed the step's `expect`
+    NEW_CONSTRAINT = "NEW_CONSTRAINT"  # the user added a constraint mid-run
+    DEPENDENCY_BROKEN = "DEPENDENCY_BROKEN"  # a dependency was skipped or cancelled
+    EXTERNAL_SIGNAL = "EXTERNAL_SIGNAL"  # a user signal or command (cancel, approve)
+    MILESTONE_REACHED = "MILESTONE_REACHED"  # a declared phase finished
+
+
+class Severity(StrEnum):
+    """How urgently an event asks for a decision."""
+
+    INFO = "INFO"  # record only
+    WARNING = "WARNING"  # react in batches
+    CRITICAL = "CRITICAL"  # react at once
+
+    @property
+    def rank(self) -> int:
+        return {"INFO": 0, "WARNING": 1, "CRITICAL": 2}[self.value]
+
+
+class ErrorKind(StrEnum):
+    """How a failed attempt failed; decides whether a retry can help."""
+
+    TRANSIENT = "transient"  # retry
+    PERMANENT = "permanent"  # retrying cannot help
+    TIMEOUT = "timeout"  # ran past its timeout; retry
+    LOST = "lost"  # worker vanished; retry
+    UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
+
+
+class Event(BaseModel):
+    """A context-change event, as stored in ``pl:s:{sid}:events``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: EventType
+    severity: Severity = Severity.INFO
+    step_id: str = ""
+    attempt: int = 0
+    description: str = ""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    occurred_at: float = Field(default_factory=time.time)
+
+    def to_fields(self) -> dict[str, str]:
+        """Flat string fields for XADD."""
+        return {
+            "type": self.type.value,
+            "severity": self.severity.value,
+            "step_id": self.step_id,
+            "attempt": str(self.attempt),
+            "description": self.description,
+            "payload": json.dumps(self.payload, separators=(",", ":"), default=str),
+            "occurred_at": repr(self.occurred_at),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> Event:
+        """Parse the flat fields XREAD returns."""
+        return cls(
+            type=EventType(fields["type"]),
+            severity=Severity(fields.get("severity", "INFO")),
+            step_id=fields.get("step_id", ""),
+            attempt=int(fields.get("attempt") or 0),
+            description=fields.get("description", ""),
+            payload=json.loads(fields.get("payload") or "{}"),
+            occurred_at=float(fields.get("occurred_at") or 0.0),
+        )
+
+
+class StepState(BaseModel):
+    """The hot state of one step, as stored in ``pl:s:{sid}:step:{id}``."""
+
+    status: StepStatus = StepStatus.PENDING
+    attempt: int = 0
+    epoch: int = 0
+    task_id: str = ""
+    worker: str = ""
+    dispatched_at: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    not_before: float = 0.0
+    error: str = ""
+    error_kind: str = ""
+    output_ref: str = ""
+    note: str = ""
+
+    def to_fields(self) -> dict[str, str]:
+        return {k: str(v.value if isinstance(v, StrEnum) else v) for k, v in self}
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> StepState:
+        return cls.model_validate({k: v for k, v in fields.items() if k in cls.model_fields})
+
+
+class StepTaskArgs(BaseModel):
+    """The JSON arguments of one ``planloop.step`` Celery task: one attempt of one step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    step_id: str
+    attempt: int
+    epoch: int
+    tool: str
+    params: dict[str, Any]
+    timeout_s: float
+    idempotency_key: str
+    critical: bool = False
+    expect: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def task_id(self) -> str:
+        return task_id(self.session_id, self.step_id, self.attempt)
+
+
+def task_id(session_id: str, step_id: str, attempt: int) -> str:
+    """The deterministic Celery task id of one attempt."""
+    return f"{session_id}:{step_id}:{attempt}"
+
+
+class SessionOptions(BaseModel):
+    """Per-session knobs a submitter may set; unset ones fall back to the settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: int | None = Field(None, ge=1, description="Steps running at once.")
+    max_replans: int | None = Field(None, ge=0, description="Re-plan budget.")
+    batch_react_size: int | None = Field(None, ge=1, description="WARNING batch size.")
+    deadline_s: float | None = Field(None, gt=0, description="Session deadline, seconds.")
+    tools: list[str] = Field(default_factory=list, description="Toolset prefixes for planning.")
+
+
+class SessionRecord(BaseModel):
+    """The hot state of one session, as stored in ``pl:s:{sid}``."""
+
+    id: str
+    status: SessionStatus = SessionStatus.PENDING
+    goal: str = ""
+    plan_version: int = 1
+    epoch: int = 0
+    owner: str = ""
+    created_at: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    replans: int = 0
+    error: str = ""
+    options: SessionOptions = Field(default_factory=SessionOptions)
+    report: dict[str, Any] | None = None
+
+    @classmethod
+    def from_fields(cls, sid: str, fields: dict[str, str]) -> SessionRecord:
+        data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
+        data["id"] = sid
+        data["options"] = json.loads(fields.get("options") or "{}")
+        data["report"] = json.loads(fields["report"]) if fields.get("report") else None
+        return cls.model_validate(data)

@@ -1,0 +1,243 @@
+"""The durable record in SQL (SQLite by default, PostgreSQL in production), fenced by epoch.
+
+Every write of an owned session runs in one transaction that first bumps the session row
+``WHERE epoch = :epoch``; a stale owner's transaction touches nothing and raises
+:class:`FencedOutError`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from core.errors import FencedOutError
+from core.models import Event
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the record's tables."""
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    goal: Mapped[str] = mapped_column(Text, default="")
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    owner: Mapped[str] = mapped_column(String(128), default="")
+    plan_version: Mapped[int] = mapped_column(Integer, default=1)
+    replans: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+    finished_at: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    options: Mapped[str] = mapped_column(Text, default="{}")
+    report: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class PlanVersionRow(Base):
+    __tablename__ = "plan_versions"
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class StepAttemptRow(Base):
+    __tablename__ = "step_attempts"
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str] = mapped_column(String(255), default="")
+    dispatched_at: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[float] = mapped_column(Float, default=0.0)
+    finished_at: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+    error_kind: Mapped[str] = mapped_column(String(16), default="")
+    output_ref: Mapped[str] = mapped_column(String(64), default="")
+    output: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    severity: Mapped[str] = mapped_column(String(16))
+    step_id: Mapped[str] = mapped_column(String(64), default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    description: Mapped[str] = mapped_column(Text, default="")
+    payload: Mapped[str] = mapped_column(Text, default="{}")
+    occurred_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(64), index=True)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    action: Mapped[str] = mapped_column(String(32))
+    source: Mapped[str] = mapped_column(String(16), default="rule")
+    reasoning: Mapped[str] = mapped_column(Text, default="")
+    payload: Mapped[str] = mapped_column(Text, default="{}")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+
+
+@dataclass
+class Checkpoint:
+    """What one batch of applied events changed, written in one fenced transaction."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, Event]] = field(default_factory=list)
+    plan_versions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.session or self.attempts or self.events or self.plan_versions or self.decisions
+        )
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so processes can share it."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    is_sqlite = url.startswith("sqlite")
+    engine = create_engine(
+        url,
+        future=True,
+        pool_pre_ping=not is_sqlite,
+        connect_args={"timeout": 30} if is_sqlite else {},
+    )
+    if is_sqlite:
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(conn: Any, _record: Any) -> None:
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+    return engine
+
+
+class SqlRecord:
+    """Reads and fenced writes of the durable record."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def from_url(cls, url: str) -> SqlRecord:
+        record = cls(make_engine(url))
+        record.ensure_schema()
+        return record
+
+    def ensure_schema(self) -> None:
+        Base.metadata.create_all(self.engine)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Session]:
+        with self._sessions.begin() as db:
+            yield db
+
+    # --- ownership ------------------------------------------------------------------------
+    def claim(self, sid: str, epoch: int, *, owner: str, fields: dict[str, Any]) -> None:
+        """Record that ``owner`` took the session at ``epoch`` (creating the row if new)."""
+        with self._tx() as db:
+            row = db.get(SessionRow, sid, with_for_update=True)
+            if row is None:
+                db.add(
+                    SessionRow(id=sid, epoch=epoch, owner=owner, updated_at=time.time(), **fields)
+                )
+                return
+            if row.epoch >= epoch:
+                raise FencedOutError(sid, epoch)
+            row.epoch, row.owner, row.updated_at = epoch, owner, time.time()
+
+    # --- fenced writes --------------------------------------------------------------------
+    def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
+        """Write ``batch`` in one transaction, only while ``epoch`` is the session's epoch."""
+        if not batch:
+            return
+        with self._tx() as db:
+            values = {"updated_at": time.time(), **batch.session}
+            fenced = db.execute(
+                update(SessionRow)
+                .where(SessionRow.id == sid, SessionRow.epoch == epoch)
+                .values(**values)
+            )
+            if fenced.rowcount != 1:  # type: ignore[attr-defined]
+                raise FencedOutError(sid, epoch)
+            for version in batch.plan_versions:
+                db.merge(PlanVersionRow(session_id=sid, **version))
+            for attempt in batch.attempts:
+                db.merge(StepAttemptRow(session_id=sid, **attempt))
+            for event_id, ev in batch.events:
+                db.merge(_event_row(sid, event_id, ev))
+            for decision in batch.decisions:
+                db.add(DecisionRow(session_id=sid, epoch=epoch, **decision))
+
+    # --- reads ----------------------------------------------------------------------------
+    def session(self, sid: str) -> SessionRow | None:
+        with self._sessions() as db:
+            return db.get(SessionRow, sid)
+
+    def plan_versions(self, sid: str) -> Sequence[PlanVersionRow]:
+        with self._sessions() as db:
+            query = select(PlanVersionRow).where(PlanVersionRow.session_id == sid)
+            return db.scalars(query.order_by(PlanVersionRow.version)).all()
+
+    def attempts(self, sid: str) -> Sequence[StepAttemptRow]:
+        with self._sessions() as db:
+            query = select(StepAttemptRow).where(StepAttemptRow.session_id == sid)
+            return db.scalars(query.order_by(StepAttemptRow.step_id, StepAttemptRow.attempt)).all()
+
+    def events(self, sid: str) -> Sequence[EventRow]:
+        with self._sessions() as db:
+            query = select(EventRow).where(EventRow.session_id == sid)
+            return db.scalars(query.order_by(EventRow.occurred_at, EventRow.event_id)).all()
+
+    def decisions(self, sid: str) -> Sequence[DecisionRow]:
+        with self._sessions() as db:
+            query = select(DecisionRow).where(DecisionRow.session_id == sid)
+            return db.scalars(query.order_by(DecisionRow.id)).all()
+
+
+def _event_row(sid: str, event_id: str, ev: Event) -> EventRow:
+    return EventRow(
+        session_id=sid,
+        event_id=event_id,
+        type=ev.type.value,
+        severity=ev.severity.value,
+        step_id=ev.step_id,
+        attempt=ev.attempt,
+        description=ev.description,
+        payload=json.dumps(ev.payload, default=str),
+        occurred_at=ev.occurred_at,
+    )

@@ -1,0 +1,228 @@
+"""The ``@tool`` decorator, tool specs and the registry that workers, planner and CLI share.
+
+A tool is a plain function ``(params, ctx) -> output`` with pydantic models for its params
+and output. Registration happens at import; :func:`load_tools` imports every module named by
+the ``planloop.tools`` entry-point group and by ``Settings.tool_modules``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from core.errors import PermanentToolError, TransientToolError, UnknownToolError
+
+ENTRY_POINT_GROUP = "planloop.tools"
+MASK = "***"
+
+SideEffect = Literal["read", "write"]
+
+
+class EffectLedger(Protocol):
+    """Where write tools record effects, keyed by idempotency key, so each happens once."""
+
+    def apply_once(
+        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run ``make_receipt`` once per key and return the first receipt ever recorded."""
+        ...
+
+
+class MemoryEffectLedger:
+    """In-memory :class:`EffectLedger` for unit tests and single-process runs."""
+
+    def __init__(self) -> None:
+        self.receipts: dict[str, dict[str, Any]] = {}
+        self.counts: dict[str, int] = {}
+
+    def apply_once(
+        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        if idempotency_key not in self.receipts:
+            self.receipts[idempotency_key] = make_receipt()
+            self.counts[idempotency_key] = self.counts.get(idempotency_key, 0) + 1
+        return self.receipts[idempotency_key]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the attempt it runs in."""
+
+    session_id: str
+    step_id: str
+    attempt: int
+    idempotency_key: str
+    effects: EffectLedger = field(default_factory=MemoryEffectLedger)
+
+
+class Simulation(BaseModel):
+    """Latency and failure injection the bundled tools honour (tests, demos, benchmarks)."""
+
+    latency_s: float = Field(0.0, ge=0, description="Seconds to sleep before answering.")
+    fail_attempts: list[int] = Field(
+        default_factory=list, description="Attempt numbers (1-based) that fail."
+    )
+    fail_probability: float = Field(0.0, ge=0, le=1, description="Chance an attempt fails.")
+    seed: int = Field(0, description="Seed for fail_probability, mixed with the attempt.")
+    permanent: bool = Field(False, description="Injected failures are permanent, not transient.")
+    hang: bool = Field(False, description="Never answer (until the step timeout cuts it).")
+
+
+def simulate(sim: Simulation | None, ctx: ToolContext) -> None:
+    """Apply ``sim`` to this attempt: sleep, hang, or raise an injected failure."""
+    if sim is None:
+        return
+    if sim.hang:
+        time.sleep(10**6)
+    if sim.latency_s:
+        time.sleep(sim.latency_s)
+    unlucky = random.Random(f"{sim.seed}:{ctx.step_id}:{ctx.attempt}").random()
+    if ctx.attempt in sim.fail_attempts or unlucky < sim.fail_probability:
+        error = PermanentToolError if sim.permanent else TransientToolError
+        raise error(f"injected failure on attempt {ctx.attempt}")
+
+
+ToolFunc = Callable[[Any, ToolContext], Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool: its contract and the function that runs it."""
+
+    name: str
+    description: str
+    params_model: type[BaseModel]
+    output_model: type[BaseModel] | None
+    func: ToolFunc
+    side_effect: SideEffect = "read"
+    timeout_s: float | None = None
+    idempotent: bool = True
+    compensate: str | None = None
+
+    def params_schema(self) -> dict[str, Any]:
+        """JSON schema of the params, as shown to planners."""
+        return self.params_model.model_json_schema()
+
+    def sensitive_fields(self) -> frozenset[str]:
+        """Params never shown in prompts, logs or Flower."""
+        return frozenset(
+            name
+            for name, info in self.params_model.model_fields.items()
+            if (
+                isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
+            )
+            or "Secret" in str(info.annotation)
+        )
+
+    def run(self, params: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Validate ``params``, run the tool and return its output as JSON-ready data."""
+        try:
+            parsed = self.params_model.model_validate(dict(params))
+        except ValueError as exc:
+            raise PermanentToolError(f"tool {self.name!r}: params do not fit: {exc}") from exc
+        result = self.func(parsed, ctx)
+        if isinstance(result, BaseModel):
+            dumped: dict[str, Any] = result.model_dump(mode="json")
+            return dumped
+        if self.output_model is not None:
+            return self.output_model.model_validate(result).model_dump(mode="json")
+        return dict(json.loads(json.dumps(result, default=str)))
+
+
+class ToolRegistry:
+    """Tools by name."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {spec.name: spec for spec in specs}
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> ToolSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownToolError(name, list(self._specs)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self) -> list[ToolSpec]:
+        return [self._specs[name] for name in self.names()]
+
+    def subset(self, prefixes: Iterable[str]) -> ToolRegistry:
+        """Only the tools whose names start with one of ``prefixes`` (``ecommerce``, ...)."""
+        wanted = tuple(f"{p.rstrip('.')}." for p in prefixes)
+        return ToolRegistry(s for s in self.specs() if s.name.startswith(wanted))
+
+
+REGISTRY = ToolRegistry()
+
+
+def tool(
+    name: str,
+    *,
+    description: str,
+    params: type[BaseModel],
+    output: type[BaseModel] | None = None,
+    side_effect: SideEffect = "read",
+    timeout_s: float | None = None,
+    idempotent: bool = True,
+    compensate: str | None = None,
+    registry: ToolRegistry | None = None,
+) -> Callable[[ToolFunc], ToolFunc]:
+    """Register the decorated function as tool ``name``."""
+
+    def register(func: ToolFunc) -> ToolFunc:
+        (registry or REGISTRY).register(
+            ToolSpec(
+                name=name,
+                description=description,
+                params_model=params,
+                output_model=output,
+                func=func,
+                side_effect=side_effect,
+                timeout_s=timeout_s,
+                idempotent=idempotent,
+                compensate=compensate,
+            )
+        )
+        return func
+
+    return register
+
+
+def load_tools(modules: Iterable[str] = ()) -> ToolRegistry:
+    """Import every entry-point toolset and ``modules``; return the filled registry."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        importlib.import_module(ep.value)
+    for module in modules:
+        importlib.import_module(module)
+    return REGISTRY
+
+
+def mask(data: Mapping[str, Any], sensitive: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``data`` with sensitive fields (and anything that looks secret) masked."""
+    hidden = set(sensitive)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        lowered = key.lower()
+        if key in hidden or any(s in lowered for s in ("password", "secret", "token", "api_key")):
+            out[key] = MASK
+        elif isinstance(value, Mapping):
+            out[key] = mask(value, hidden)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,247 @@
+"""Plan validation: every rule a plan must keep before it runs, each error naming its culprit.
+
+Checks run in a fixed order, each over all steps in plan order, so the same plan always
+reports the same first error: duplicate ids, unknown dependencies, self-dependencies, cycles,
+unknown tools, params that do not fit, references to non-ancestors; then each step's fallback
+sub-graph the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from core.errors import PlanValidationError
+from core.tools import ToolRegistry, ToolSpec
+from planner.dag import find_cycle
+from planner.plan import Plan, Step
+from planner.references import find_references, has_reference
+
+Deps = Mapping[str, Sequence[str]]
+
+
+def validate_plan(plan: Plan, tools: ToolRegistry, *, completed: Collection[str] = ()) -> None:
+    """Raise on the first rule ``plan`` breaks.
+
+    Args:
+        plan: The plan (or re-planned sub-graph) to check.
+        tools: The tools steps may call.
+        completed: Ids of steps completed in an earlier plan version; steps may depend on them.
+
+    Raises:
+        PlanValidationError: naming the rule and the step that breaks it.
+    """
+    first = next(_plan_errors(plan, tools, completed), None)
+    if first is not None:
+        raise first
+
+
+def all_errors(
+    plan: Plan, tools: ToolRegistry, *, completed: Collection[str] = ()
+) -> list[PlanValidationError]:
+    """Every rule ``plan`` breaks, in the order :func:`validate_plan` checks them."""
+    return list(_plan_errors(plan, tools, completed))
+
+
+def validate_merge(old: Plan, new: Plan, completed: Collection[str]) -> None:
+    """Refuse a re-plan that redefines a completed step (same id, other tool/params/deps).
+
+    Raises:
+        PlanValidationError: naming the completed step and what changed.
+    """
+    before = old.by_id
+    for step in new.steps:
+        if step.id not in completed or step.id not in before:
+            continue
+        was = before[step.id]
+        changed = [
+            name
+            for name, same in (
+                ("tool", was.tool == step.tool),
+                ("params", was.params == step.params),
+                ("dependencies", set(was.dependencies) == set(step.dependencies)),
+            )
+            if not same
+        ]
+        if changed:
+            raise PlanValidationError(
+                f"a re-plan may not redefine completed step {step.id!r} "
+                f"(changed: {', '.join(changed)})",
+                step_id=step.id,
+            )
+
+
+def _plan_errors(
+    plan: Plan, tools: ToolRegistry, completed: Collection[str]
+) -> Iterator[PlanValidationError]:
+    outside: dict[str, Sequence[str]] = {c: () for c in completed if c not in plan.by_id}
+    taken = set(plan.step_ids) | set(completed)
+    yield from _graph_errors(plan.steps, tools, outside, taken)
+
+
+def _graph_errors(
+    steps: Sequence[Step], tools: ToolRegistry, outside: Deps, taken: set[str]
+) -> Iterator[PlanValidationError]:
+    """Errors of one graph (the plan, or a fallback sub-graph) that may depend on ``outside``."""
+    yield from _duplicate_ids(steps)
+    yield from _unknown_dependencies(steps, set(outside))
+    yield from _self_dependencies(steps)
+    yield from _cycles(steps)
+    yield from _unknown_tools(steps, tools)
+    yield from _unfit_params(steps, tools)
+    deps: dict[str, Sequence[str]] = {**outside, **{s.id: s.dependencies for s in steps}}
+    yield from _bad_references(steps, deps)
+    for step in steps:
+        for extra in step.fallback:
+            if extra.id in taken:
+                yield PlanValidationError(
+                    f"fallback step {extra.id!r} of step {step.id!r} clashes with "
+                    f"step id {extra.id!r} already in the plan",
+                    step_id=extra.id,
+                )
+            taken.add(extra.id)
+        # a fallback may depend on any main-plan step and on its own steps
+        yield from _graph_errors(step.fallback, tools, deps, taken)
+
+
+def _duplicate_ids(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
+    seen: set[str] = set()
+    for step in steps:
+        if step.id in seen:
+            yield PlanValidationError(f"duplicate step id {step.id!r}", step_id=step.id)
+        seen.add(step.id)
+
+
+def _unknown_dependencies(
+    steps: Sequence[Step], outside: set[str]
+) -> Iterator[PlanValidationError]:
+    known = {s.id for s in steps} | outside
+    for step in steps:
+        for dep in step.dependencies:
+            if dep not in known:
+                yield PlanValidationError(
+                    f"step {step.id!r} depends on unknown step {dep!r}{_suggest(dep, known)}",
+                    step_id=step.id,
+                )
+
+
+def _self_dependencies(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
+    for step in steps:
+        if step.id in step.dependencies:
+            yield PlanValidationError(f"step {step.id!r} depends on itself", step_id=step.id)
+
+
+def _cycles(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
+    local = [s.id for s in steps]
+    graph = {
+        s.id: [d for d in s.dependencies if d in local and d != s.id]  # self-loops reported above
+        for s in steps
+    }
+    cycle = find_cycle(graph, local)
+    if cycle:
+        yield PlanValidationError(f"cycle: {' -> '.join(cycle)}", step_id=cycle[0])
+
+
+def _unknown_tools(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
+    for step in steps:
+        if step.tool not in tools:
+            yield PlanValidationError(
+                f"step {step.id!r}: unknown tool {step.tool!r}{_suggest(step.tool, tools.names())}",
+                step_id=step.id,
+            )
+        if step.compensate and step.compensate.tool not in tools:
+            name = step.compensate.tool
+            yield PlanValidationError(
+                f"step {step.id!r}: unknown compensation tool {name!r}"
+                f"{_suggest(name, tools.names())}",
+                step_id=step.id,
+            )
+
+
+def _unfit_params(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
+    for step in steps:
+        calls = [("", step.tool, step.params)]
+        if step.compensate:
+            calls.append(("compensation: ", step.compensate.tool, step.compensate.params))
+        for prefix, name, params in calls:
+            problem = params_problem(params, tools.get(name)) if name in tools else None
+            if problem:
+                yield PlanValidationError(f"step {step.id!r}: {prefix}{problem}", step_id=step.id)
+
+
+def params_problem(params: Mapping[str, Any], spec: ToolSpec) -> str | None:
+    """Why ``params`` do not fit ``spec``'s params model, or None when they do.
+
+    A param whose value holds a ``{{ref}}`` is only checked to exist: its type is known at
+    dispatch, when the reference is resolved.
+    """
+    model: type[BaseModel] = spec.params_model
+    if model.model_config.get("extra") != "allow":
+        accepted = _accepted_names(model)
+        for name in params:
+            if name not in accepted:
+                listed = ", ".join(sorted(accepted)) or "none"
+                return f"param {name!r}: unknown param for tool {spec.name!r} (params: {listed})"
+    with_refs = {name for name, value in params.items() if has_reference(value)}
+    try:
+        model.model_validate(dict(params))
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc = error["loc"]
+            if with_refs and (not loc or str(loc[0]) in with_refs):
+                continue  # placeholders cannot satisfy types or model-level checks yet
+            where = ".".join(str(part) for part in loc)
+            return f"param {where!r}: {error['msg']}" if where else f"params: {error['msg']}"
+    return None
+
+
+def _accepted_names(model: type[BaseModel]) -> set[str]:
+    names = set(model.model_fields)
+    for info in model.model_fields.values():
+        for alias in (info.alias, info.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+    return names
+
+
+def _bad_references(steps: Sequence[Step], deps: Deps) -> Iterator[PlanValidationError]:
+    for step in steps:
+        allowed = _ancestors(step.dependencies, deps)
+        sources = [(step.params, allowed)]
+        if step.compensate:
+            # a compensation runs after its step, so it may also read the step's own output
+            sources.append((step.compensate.params, allowed | {step.id}))
+        for params, ok in sources:
+            for ref in sorted(find_references(params) - ok):
+                what = repr(ref) if ref in deps else f"unknown step {ref!r}"
+                listed = ", ".join(sorted(allowed)) or "none"
+                yield PlanValidationError(
+                    f"step {step.id!r} references {what} which is not among its dependencies "
+                    f"(ancestors: {listed})",
+                    step_id=step.id,
+                )
+
+
+def _ancestors(direct: Iterable[str], deps: Deps) -> set[str]:
+    seen: set[str] = set()
+    todo = list(direct)
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(deps.get(node, ()))
+    return seen
+
+
+def _suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    names = sorted(known)
+    if not names:
+        return ""
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    return f"; known: {shown}"

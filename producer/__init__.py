@@ -1,0 +1,1 @@
+"""The client side: the ``planloop`` command line, talking to Redis only."""

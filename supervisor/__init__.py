@@ -1,0 +1,1 @@
+"""The resident supervisor: owns sessions through leases and drives each one's loop."""

@@ -1,0 +1,37 @@
+"""What every session loop of one supervisor process shares."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from config.settings import Settings
+from core.record import SqlRecord
+from core.tools import ToolRegistry
+from supervisor.dispatch import Dispatcher
+from supervisor.state import SessionStore
+
+T = TypeVar("T")
+
+
+@dataclass
+class SupervisorContext:
+    """Settings, stores and clients of one supervisor process."""
+
+    settings: Settings
+    store: SessionStore
+    record: SqlRecord
+    dispatcher: Dispatcher
+    tools: ToolRegistry
+    name: str
+    # One thread for SQL: SQLite allows one writer, and ordering keeps checkpoints simple.
+    sql_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")
+    )
+
+    async def sql(self, func: Callable[[], T]) -> T:
+        """Run a blocking SQL call off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.sql_pool, func)

@@ -1,0 +1,73 @@
+"""The report every ended session gets: per-step status, outputs, timings, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.hot_state import dumps
+from core.models import SessionStatus, StepState
+from planner.plan import Plan
+
+OUTPUT_PREVIEW_CHARS = 2_000
+
+
+def build_report(
+    sid: str,
+    plan: Plan,
+    states: Mapping[str, StepState],
+    outputs: Mapping[str, Any],
+    *,
+    status: SessionStatus,
+    error: str,
+    started_at: float,
+    finished_at: float,
+    replans: int,
+    plan_version: int,
+) -> dict[str, Any]:
+    """A JSON-ready report of one ended session."""
+    steps = []
+    for step in plan.steps:
+        st = states.get(step.id, StepState())
+        duration = st.finished_at - st.started_at if st.started_at and st.finished_at else None
+        steps.append(
+            {
+                "id": step.id,
+                "title": step.title,
+                "tool": step.tool,
+                "status": st.status.value,
+                "attempts": st.attempt,
+                "worker": st.worker,
+                "started_at": st.started_at or None,
+                "finished_at": st.finished_at or None,
+                "duration_s": round(duration, 4) if duration is not None else None,
+                "error": st.error or None,
+                "note": st.note or None,
+                "output": _preview(outputs.get(step.id)),
+            }
+        )
+    counts: dict[str, int] = {}
+    for entry in steps:
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    return {
+        "session_id": sid,
+        "goal": plan.goal,
+        "status": status.value,
+        "error": error or None,
+        "plan_version": plan_version,
+        "replans": replans,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "duration_s": round(finished_at - started_at, 4) if started_at else None,
+        "counts": counts,
+        "steps": steps,
+    }
+
+
+def _preview(output: Any) -> Any:
+    if output is None:
+        return None
+    text = dumps(output)
+    if len(text) <= OUTPUT_PREVIEW_CHARS:
+        return output
+    return {"truncated": True, "preview": text[:OUTPUT_PREVIEW_CHARS]}

@@ -1,0 +1,145 @@
+"""The supervisor process: takes sessions through leases and runs one loop per session."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+from config.settings import Settings
+from core.keys import Keys
+from core.record import SqlRecord
+from core.tools import load_tools
+from supervisor.context import SupervisorContext
+from supervisor.dispatch import Dispatcher
+from supervisor.session import SessionRunner
+from supervisor.state import SessionStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Owned:
+    """A session this process holds the lease of, and the task driving it."""
+
+    token: str
+    epoch: int
+    task: asyncio.Task[None]
+
+
+class Supervisor:
+    """Owns sessions through leases; any number of supervisors may run side by side."""
+
+    def __init__(self, settings: Settings, name: str | None = None) -> None:
+        self.settings = settings
+        self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        tools = load_tools(settings.tool_modules)
+        self.ctx = SupervisorContext(
+            settings=settings,
+            store=SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix)),
+            record=SqlRecord.from_url(settings.database_url),
+            dispatcher=Dispatcher(settings, tools),
+            tools=tools,
+            name=self.name,
+        )
+        self.store = self.ctx.store
+        self.owned: dict[str, Owned] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set.
+
+        1. Make sure the inbox consumer group exists.
+        2. Keep the leases of owned sessions alive (a task of its own; a lease that cannot
+           be renewed stops its session loop at once).
+        3. Until told to stop: take sessions announced on the inbox, and every reclaim
+           interval take over active sessions whose lease expired.
+        4. On stop: cancel the session loops and release their leases, so a peer resumes
+           them without waiting for the leases to expire.
+        """
+        await self.store.ensure_inbox()
+        keeper = asyncio.create_task(self._keep_leases(stop), name="leases")
+        log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
+        try:
+            await self._reclaim()
+            while not stop.is_set():
+                block_ms = int(self.settings.reclaim_interval_s * 1000)
+                entries = await self.store.read_inbox(self.name, block_ms)
+                for _entry, sid in entries:
+                    await self._take(sid)
+                await self.store.ack_inbox([entry for entry, _ in entries])
+                await self._reclaim()
+        finally:
+            keeper.cancel()
+            await self._let_go()
+            self.ctx.dispatcher.close()
+            await self.store.r.aclose()
+
+    async def _reclaim(self) -> None:
+        """Take over active sessions nobody holds (their owner died or never came)."""
+        self._forget_finished()
+        candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
+        for sid in await self.store.unowned(candidates):
+            await self._take(sid)
+
+    async def _take(self, sid: str) -> None:
+        if not sid or sid in self.owned:
+            return
+        token = f"{self.name}:{uuid.uuid4().hex}"
+        epoch = await self.store.acquire_lease(sid, token, self.settings.lease_ttl_s, self.name)
+        if not epoch:
+            return
+        runner = SessionRunner(self.ctx, sid, epoch)
+        task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
+        self.owned[sid] = Owned(token, epoch, task)
+
+    async def _drive(self, runner: SessionRunner, token: str) -> None:
+        try:
+            await runner.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session=%s loop crashed; the lease is released for a retry", runner.sid)
+        finally:
+            await self.store.release_lease(runner.sid, token)
+
+    def _forget_finished(self) -> None:
+        for sid in [s for s, o in self.owned.items() if o.task.done()]:
+            del self.owned[sid]
+
+    async def _keep_leases(self, stop: asyncio.Event) -> None:
+        interval = self.settings.lease_ttl_s / 3
+        while not stop.is_set():
+            owned = [(sid, o.token) for sid, o in self.owned.items() if not o.task.done()]
+            renewed = await self.store.renew_leases(owned, self.settings.lease_ttl_s)
+            for (sid, _token), ok in zip(owned, renewed, strict=True):
+                if not ok:
+                    log.error("session=%s lease lost; stopping its loop at once", sid)
+                    self.owned[sid].task.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def _let_go(self) -> None:
+        for owned in self.owned.values():
+            owned.task.cancel()
+        for owned in self.owned.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await owned.task
+        self.owned.clear()
+
+
+def serve(settings: Settings) -> None:
+    """Run a supervisor until SIGINT or SIGTERM."""
+    import signal
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Supervisor(settings).run(stop)
+
+    asyncio.run(main())

@@ -1,0 +1,229 @@
+"""The supervisor's asyncio view of Redis: leases, fenced writes, event consumption."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from core.errors import FencedOutError
+from core.hot_state import dumps
+from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
+from core.lua import ACQUIRE_LEASE, END_ATTEMPT, FENCED_WRITE, RELEASE_LEASE, RENEW_LEASE
+from core.models import Event, SessionRecord, StepState
+
+Op = list[Any]
+
+
+class SessionStore:
+    """Async Redis access for supervisors; every write of an owned session is fenced."""
+
+    def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
+        self.r = client
+        self.keys = keys
+        self._acquire = client.register_script(ACQUIRE_LEASE)
+        self._renew = client.register_script(RENEW_LEASE)
+        self._release = client.register_script(RELEASE_LEASE)
+        self._fenced = client.register_script(FENCED_WRITE)
+        self._end_attempt = client.register_script(END_ATTEMPT)
+
+    @classmethod
+    def from_url(cls, url: str, keys: Keys) -> SessionStore:
+        client = aioredis.Redis.from_url(url, decode_responses=True, max_connections=512)
+        return cls(client, keys)
+
+    # --- leases ---------------------------------------------------------------------------
+    async def acquire_lease(self, sid: str, token: str, ttl_s: float, owner: str) -> int:
+        """Take the session's lease; returns the new epoch, or 0 when it is held."""
+        keys = [self.keys.lease(sid), self.keys.session(sid)]
+        return int(await self._acquire(keys=keys, args=[token, int(ttl_s * 1000), owner]))
+
+    async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
+        """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
+        if not leases:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for sid, token in leases:
+            await self._renew(
+                keys=[self.keys.lease(sid)], args=[token, int(ttl_s * 1000)], client=pipe
+            )
+        return [bool(ok) for ok in await pipe.execute()]
+
+    async def release_lease(self, sid: str, token: str) -> bool:
+        return bool(await self._release(keys=[self.keys.lease(sid)], args=[token]))
+
+    async def unowned(self, sids: Iterable[str]) -> list[str]:
+        """Those of ``sids`` whose lease is not held by anyone."""
+        ids = list(sids)
+        if not ids:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for sid in ids:
+            pipe.exists(self.keys.lease(sid))
+        return [sid for sid, held in zip(ids, await pipe.execute(), strict=True) if not held]
+
+    async def active_sessions(self) -> list[str]:
+        return sorted(cast(set[str], await self.r.smembers(self.keys.active)))
+
+    # --- reads ----------------------------------------------------------------------------
+    async def session(self, sid: str) -> SessionRecord | None:
+        fields = cast(dict[str, str], await self.r.hgetall(self.keys.session(sid)))
+        return SessionRecord.from_fields(sid, fields) if fields else None
+
+    async def plan_json(self, sid: str, version: int) -> str | None:
+        return cast(str | None, await self.r.get(self.keys.plan(sid, version)))
+
+    async def steps(self, sid: str, step_ids: Iterable[str]) -> dict[str, StepState]:
+        ids = list(step_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for step_id in ids:
+            pipe.hgetall(self.keys.step(sid, step_id))
+        rows = await pipe.execute()
+        return {sid_: StepState.from_fields(f) for sid_, f in zip(ids, rows, strict=True) if f}
+
+    async def step(self, sid: str, step_id: str) -> StepState | None:
+        fields = cast(dict[str, str], await self.r.hgetall(self.keys.step(sid, step_id)))
+        return StepState.from_fields(fields) if fields else None
+
+    async def outputs(self, refs: Sequence[str]) -> list[Any]:
+        if not refs:
+            return []
+        raw = await self.r.mget([self.keys.blob(ref) for ref in refs])
+        return [json.loads(value) if value is not None else None for value in raw]
+
+    # --- fenced writes --------------------------------------------------------------------
+    async def write(
+        self, sid: str, epoch: int, ops: Sequence[tuple[str, str, Sequence[Any]]]
+    ) -> None:
+        """Run ``ops`` (command, key, args) atomically while ``epoch`` owns the session."""
+        if not ops:
+            return
+        keys = [self.keys.session(sid)]
+        encoded: list[Op] = []
+        for command, key, args in ops:
+            if key not in keys:
+                keys.append(key)
+            encoded.append([command, keys.index(key) + 1, *[_arg(a) for a in args]])
+        if not await self._fenced(keys=keys, args=[epoch, json.dumps(encoded)]):
+            raise FencedOutError(sid, epoch)
+
+    def step_write(self, sid: str, step_id: str, **fields: Any) -> tuple[str, str, list[Any]]:
+        """An HSET op for :meth:`write`."""
+        flat: list[Any] = []
+        for name, value in fields.items():
+            flat += [name, value]
+        return ("HSET", self.keys.step(sid, step_id), flat)
+
+    async def end_attempt(
+        self, sid: str, epoch: int, step_id: str, attempt: int, *, status: str, event: Event
+    ) -> str | None:
+        """End a running attempt from the supervisor's side; None when it already ended."""
+        flat: list[str] = []
+        for name, value in event.to_fields().items():
+            flat += [name, value]
+        keys = [self.keys.session(sid), self.keys.step(sid, step_id), self.keys.events(sid)]
+        args = [
+            epoch,
+            attempt,
+            status,
+            event.description,
+            event.payload.get("error_kind", ""),
+            repr(time.time()),
+            *flat,
+        ]
+        return cast(str | None, await self._end_attempt(keys=keys, args=args) or None)
+
+    async def append_event(self, sid: str, event: Event) -> str:
+        return cast(str, await self.r.xadd(self.keys.events(sid), event.to_fields()))  # type: ignore[arg-type]
+
+    async def note_progress(self, sid: str, kind: str, **fields: Any) -> None:
+        """A note for ``watch`` (re-plans, session end); never needed for correctness."""
+        data = {"kind": kind, "at": repr(time.time()), **{k: _arg(v) for k, v in fields.items()}}
+        await self.r.xadd(self.keys.progress(sid), data, maxlen=10_000, approximate=True)  # type: ignore[arg-type]
+
+    # --- event consumption ----------------------------------------------------------------
+    async def ensure_groups(self, sid: str) -> None:
+        try:
+            await self.r.xgroup_create(self.keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def claim_pending(self, sid: str, consumer: str) -> list[tuple[str, dict[str, str]]]:
+        """Everything delivered but not acknowledged, taken over by ``consumer``.
+
+        Only the lease holder calls this, so every other consumer of the session is a former
+        owner whose writes are fenced off: their pending entries are ours now.
+        """
+        stream, taken, start = self.keys.events(sid), [], "0-0"
+        while True:
+            start, entries, _deleted = await self.r.xautoclaim(
+                stream, EVENTS_GROUP, consumer, min_idle_time=0, start_id=start, count=500
+            )
+            taken += [(entry_id, fields) for entry_id, fields in entries if fields]
+            if start == "0-0":
+                return taken
+
+    async def read_events(
+        self, sid: str, consumer: str, *, count: int, block_ms: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        reply: Any = await self.r.xreadgroup(
+            EVENTS_GROUP, consumer, {self.keys.events(sid): ">"}, count=count, block=block_ms
+        )
+        return [
+            (entry_id, fields) for _stream, entries in reply or [] for entry_id, fields in entries
+        ]
+
+    async def ack(self, sid: str, entry_ids: Sequence[str]) -> None:
+        if entry_ids:
+            await self.r.xack(self.keys.events(sid), EVENTS_GROUP, *entry_ids)
+
+    async def delivery_counts(self, sid: str, entry_ids: Sequence[str]) -> dict[str, int]:
+        if not entry_ids:
+            return {}
+        rows: Any = await self.r.xpending_range(
+            self.keys.events(sid),
+            EVENTS_GROUP,
+            min=min(entry_ids),
+            max=max(entry_ids),
+            count=len(entry_ids) * 2,
+        )
+        return {row["message_id"]: int(row["times_delivered"]) for row in rows}
+
+    # --- inbox ----------------------------------------------------------------------------
+    async def ensure_inbox(self) -> None:
+        try:
+            await self.r.xgroup_create(self.keys.inbox, INBOX_GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_inbox(self, consumer: str, block_ms: int) -> list[tuple[str, str]]:
+        reply: Any = await self.r.xreadgroup(
+            INBOX_GROUP, consumer, {self.keys.inbox: ">"}, count=100, block=block_ms
+        )
+        return [
+            (entry_id, fields.get("sid", ""))
+            for _stream, entries in reply or []
+            for entry_id, fields in entries
+        ]
+
+    async def ack_inbox(self, entry_ids: Sequence[str]) -> None:
+        if entry_ids:
+            await self.r.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
+            await self.r.xdel(self.keys.inbox, *entry_ids)
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict | list):
+        return dumps(value)
+    if hasattr(value, "value"):
+        return str(value.value)
+    return str(value)

@@ -1,0 +1,1 @@
+"""The worker pool: one Celery app, one thin task, and the step executor behind it."""

@@ -1,0 +1,174 @@
+"""Runs one step attempt: claim it, run the tool under its timeout, record the outcome.
+
+No Celery here: the task in :mod:`workers.tasks` is a thin shell around :class:`StepExecutor`,
+so the executor can be driven directly by tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
+from core.hot_state import HotState
+from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
+from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
+from planner.expect import check_expectations
+from planner.plan import Expectation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended."""
+
+    status: StepStatus
+    event: EventType
+    output: Any = None
+    error: str = ""
+    error_kind: str = ""
+
+
+class _Call(threading.Thread):
+    """The tool call on a daemon thread, so a hung tool cannot keep the worker from exiting."""
+
+    def __init__(self, spec: ToolSpec, params: dict[str, Any], ctx: ToolContext) -> None:
+        super().__init__(name=f"tool:{spec.name}", daemon=True)
+        self.spec, self.params, self.ctx = spec, params, ctx
+        self.output: Any = None
+        self.exc: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.output = self.spec.run(self.params, self.ctx)
+        except BaseException as exc:  # handed back to the executor, never lost
+            self.exc = exc
+
+
+class StepExecutor:
+    """Executes step attempts for one worker process."""
+
+    def __init__(
+        self, state: HotState, tools: ToolRegistry, effects: EffectLedger, worker: str
+    ) -> None:
+        self.state = state
+        self.tools = tools
+        self.effects = effects
+        self.worker = worker
+
+    def execute(self, args: StepTaskArgs) -> str:
+        """Run one attempt end to end; returns what happened, for the task's result line.
+
+        1. Claim the attempt (a stale or duplicate delivery stops here).
+        2. Run the tool on a thread, waiting at most the step's timeout.
+        3. Classify the result: completed, unexpected, failed (transient/permanent), timed out.
+        4. Record the outcome and append its event in one atomic Redis call.
+        """
+        sid, step = args.session_id, args.step_id
+        claim = self.state.start_attempt(
+            sid, step, attempt=args.attempt, epoch=args.epoch, worker=self.worker
+        )
+        if claim != 1:
+            why = "already started elsewhere" if claim < 0 else "stale"
+            log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
+            return "dropped"
+        started = time.time()
+        outcome = self._run(args)
+        finished = time.time()
+        severity = self._severity(args, outcome)
+        event = Event(
+            type=outcome.event,
+            severity=severity,
+            step_id=step,
+            attempt=args.attempt,
+            description=outcome.error or f"{args.tool} finished",
+            payload={
+                "worker": self.worker,
+                "started_at": started,
+                "finished_at": finished,
+                "error_kind": outcome.error_kind,
+            },
+            occurred_at=finished,
+        )
+        recorded = self.state.record_outcome(
+            sid,
+            step,
+            attempt=args.attempt,
+            epoch=args.epoch,
+            status=outcome.status.value,
+            event=event,
+            output=outcome.output,
+            error=outcome.error,
+            error_kind=outcome.error_kind,
+        )
+        log.info(
+            "session=%s step=%s attempt=%d %s in %.3fs%s",
+            sid,
+            step,
+            args.attempt,
+            outcome.status.value,
+            finished - started,
+            "" if recorded else " (outcome dropped: attempt is stale)",
+        )
+        return outcome.status.value if recorded else "dropped"
+
+    def _run(self, args: StepTaskArgs) -> Outcome:
+        try:
+            spec = self.tools.get(args.tool)
+        except ToolError as exc:
+            return _failed(exc, ErrorKind.PERMANENT)
+        ctx = ToolContext(
+            session_id=args.session_id,
+            step_id=args.step_id,
+            attempt=args.attempt,
+            idempotency_key=args.idempotency_key,
+            effects=self.effects,
+        )
+        call = _Call(spec, args.params, ctx)
+        call.start()
+        call.join(args.timeout_s)
+        if call.is_alive():
+            return _failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
+        if call.exc is not None:
+            return _failed(call.exc, _classify(call.exc))
+        misses = check_expectations(
+            [Expectation.model_validate(e) for e in args.expect],
+            call.output,
+        )
+        if misses:
+            return Outcome(
+                StepStatus.COMPLETED,
+                EventType.TASK_UNEXPECTED_RESULT,
+                call.output,
+                "; ".join(misses),
+                "",
+            )
+        return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, call.output)
+
+    @staticmethod
+    def _severity(args: StepTaskArgs, outcome: Outcome) -> Severity:
+        if outcome.event == EventType.TASK_COMPLETED:
+            return Severity.INFO
+        return Severity.CRITICAL if args.critical else Severity.WARNING
+
+
+def _classify(exc: BaseException) -> ErrorKind:
+    if isinstance(exc, ToolTimeoutError | TimeoutError):
+        return ErrorKind.TIMEOUT
+    if isinstance(exc, PermanentToolError | ValueError | TypeError | KeyError):
+        return ErrorKind.PERMANENT
+    if isinstance(exc, TransientToolError):
+        return ErrorKind.TRANSIENT
+    # An exception the tool did not classify is worth another try.
+    return ErrorKind.TRANSIENT
+
+
+def _failed(exc: BaseException, kind: ErrorKind) -> Outcome:
+    message = f"{type(exc).__name__}: {exc}"
+    if kind == ErrorKind.TIMEOUT:
+        return Outcome(StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, kind)
+    return Outcome(StepStatus.FAILED, EventType.TASK_FAILED, None, message, kind)

@@ -1,0 +1,25 @@
+"""The Celery task: a thin shell that validates its JSON arguments and calls the executor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from config.celery import STEP_TASK
+from core.models import StepTaskArgs
+
+
+def register_tasks(celery_app: Celery) -> None:
+    """Register ``planloop.step`` on ``celery_app``."""
+
+    @celery_app.task(  # type: ignore[untyped-decorator]
+        name=STEP_TASK,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+    )
+    def run_step(args: dict[str, Any]) -> str:
+        from workers.app import executor
+
+        return executor().execute(StepTaskArgs.model_validate(args))

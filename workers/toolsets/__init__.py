@@ -1,0 +1,1 @@
+"""Toolsets bundled with Planloop; each module registers its tools with @tool."""
