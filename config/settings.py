@@ -72,6 +72,30 @@ class Settings(BaseSettings):
         5, ge=1, description="Deliveries of one event before it goes to the dead-letter stream."
     )
 
+    milestone_reviews: bool = Field(
+        False, description="Review the plan proactively when a declared phase finishes."
+    )
+    approval_on_budget: bool = Field(
+        False,
+        description="When the re-plan budget is spent, wait for `planloop approve` "
+        "instead of aborting.",
+    )
+    session_deadline_s: float | None = Field(
+        None, gt=0, description="Seconds a session may run before it ends with what it has."
+    )
+    situation_budget_chars: int = Field(
+        6000, ge=500, description="Size cap of the situation report shown to the LLM."
+    )
+
+    # --- Circuit breakers -----------------------------------------------------------------
+    breaker_failures: int = Field(
+        5, ge=1, description="Failures of one tool within the window that open its breaker."
+    )
+    breaker_window_s: float = Field(30.0, gt=0, description="Failure counting window, seconds.")
+    breaker_cooldown_s: float = Field(
+        10.0, gt=0, description="Seconds an open breaker waits before a half-open probe."
+    )
+
     # --- LLM -----------------------------------------------------------------------------
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint base URL.")
     llm_api_key: SecretStr = Field(SecretStr(""), description="API key for the endpoint.")

@@ -8,7 +8,8 @@
     │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
     │   ├── PlanValidationError     duplicate id, unknown dependency, cycle, unknown tool,
     │   │                           params that do not fit, reference to a non-ancestor
-    │   └── PlanReferenceError      a {{step.output.path}} that cannot be resolved at dispatch
+    │   ├── PlanReferenceError      a {{step.output.path}} that cannot be resolved at dispatch
+    │   └── RepeatedPlanError       a re-plan that repeats a plan that already failed
     ├── ToolError                   raised by or about a tool
     │   ├── UnknownToolError        no tool registered under that name
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
@@ -60,6 +61,14 @@ class PlanReferenceError(PlanError):
         self.step_id = step_id
         self.reference = reference
         super().__init__(f"step {step_id!r}: cannot resolve {reference}: {message}")
+
+
+class RepeatedPlanError(PlanError):
+    """A proposed plan (or sub-graph) whose ``fingerprint`` matches one that already failed."""
+
+    def __init__(self, message: str, *, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+        super().__init__(message)
 
 
 class ToolError(PlanloopError):

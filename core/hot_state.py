@@ -49,12 +49,17 @@ class HotState:
         self,
         sid: str,
         *,
-        plan_json: str,
+        plan_json: str | None,
         step_ids: Iterable[str],
         goal: str,
         options: SessionOptions,
+        constraints: list[str] | None = None,
     ) -> None:
-        """Store a new session with plan version 1 and hand it to the supervisors."""
+        """Store a new session and hand it to the supervisors.
+
+        With ``plan_json`` the plan is version 1; without it (a goal) the plan version is 0
+        and the owning supervisor's planner writes version 1.
+        """
         k, now = self.keys, time.time()
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(
@@ -62,14 +67,16 @@ class HotState:
             mapping={
                 "status": "pending",
                 "goal": goal,
-                "plan_version": 1,
+                "plan_version": 1 if plan_json is not None else 0,
                 "epoch": 0,
                 "created_at": repr(now),
                 "replans": 0,
                 "options": options.model_dump_json(exclude_defaults=True),
+                "deliberation": dumps({"constraints": constraints or []}),
             },
         )
-        pipe.set(k.plan(sid, 1), plan_json)
+        if plan_json is not None:
+            pipe.set(k.plan(sid, 1), plan_json)
         for step_id in step_ids:
             pipe.hset(k.step(sid, step_id), mapping=dict(StepState().to_fields()))  # type: ignore[arg-type]
         pipe.xgroup_create(k.events(sid), EVENTS_GROUP, id="0", mkstream=True)

@@ -198,13 +198,16 @@ class SessionRecord(BaseModel):
     finished_at: float = 0.0
     replans: int = 0
     error: str = ""
+    awaiting: str = ""
     options: SessionOptions = Field(default_factory=SessionOptions)
     report: dict[str, Any] | None = None
+    deliberation: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_fields(cls, sid: str, fields: dict[str, str]) -> SessionRecord:
         data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
         data["id"] = sid
-        data["options"] = json.loads(fields.get("options") or "{}")
+        for name in ("options", "deliberation"):
+            data[name] = json.loads(fields.get(name) or "{}")
         data["report"] = json.loads(fields["report"]) if fields.get("report") else None
         return cls.model_validate(data)

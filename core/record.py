@@ -106,6 +106,18 @@ class DecisionRow(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class LlmCallRow(Base):
+    __tablename__ = "llm_calls"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    role: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(128), default="")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 @dataclass
 class Checkpoint:
     """What one batch of applied events changed, written in one fenced transaction."""
@@ -115,10 +127,16 @@ class Checkpoint:
     events: list[tuple[str, Event]] = field(default_factory=list)
     plan_versions: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    llm_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
-            self.session or self.attempts or self.events or self.plan_versions or self.decisions
+            self.session
+            or self.attempts
+            or self.events
+            or self.plan_versions
+            or self.decisions
+            or self.llm_calls
         )
 
 
@@ -202,6 +220,8 @@ class SqlRecord:
                 db.merge(_event_row(sid, event_id, ev))
             for decision in batch.decisions:
                 db.add(DecisionRow(session_id=sid, epoch=epoch, **decision))
+            for call in batch.llm_calls:
+                db.add(LlmCallRow(session_id=sid, **call))
 
     # --- reads ----------------------------------------------------------------------------
     def session(self, sid: str) -> SessionRow | None:
@@ -227,6 +247,11 @@ class SqlRecord:
         with self._sessions() as db:
             query = select(DecisionRow).where(DecisionRow.session_id == sid)
             return db.scalars(query.order_by(DecisionRow.id)).all()
+
+    def llm_calls(self, sid: str) -> Sequence[LlmCallRow]:
+        with self._sessions() as db:
+            query = select(LlmCallRow).where(LlmCallRow.session_id == sid)
+            return db.scalars(query.order_by(LlmCallRow.id)).all()
 
 
 def _event_row(sid: str, event_id: str, ev: Event) -> EventRow:

@@ -186,6 +186,44 @@ def supervisor(loglevel: str) -> None:
     serve(_settings())
 
 
+@cli.command()
+@click.option("--demo", is_flag=True, help="Submit the e-commerce example, watch it, then stop.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Plan the demo submits (default: examples/ecommerce.yaml).",
+)
+def up(demo: bool, workers: int, concurrency: int, plan_file: Path | None) -> None:
+    """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
+    from core.errors import PlanError
+    from producer.up import UpOptions, run_up
+
+    options = UpOptions(demo=demo, workers=workers, concurrency=concurrency, plan_file=plan_file)
+    try:
+        code = run_up(_settings(), options)
+    except PlanError as exc:
+        _fail(f"{exc} (nothing was started)")
+        return
+    except PlanloopError as exc:
+        _fail(str(exc), code=1)
+        return
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--port", type=int, default=None, help="Port (default: PLANLOOP_FLOWER_PORT).")
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
+def flower(port: int | None, address: str) -> None:
+    """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    from producer.up import run_flower
+
+    run_flower(_settings(), port=port, address=address)
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point of the ``planloop`` console script."""
     return cli.main(args=argv, prog_name="planloop")

@@ -7,10 +7,12 @@ import uuid
 from dataclasses import dataclass
 
 from config.settings import Settings
+from core.errors import ConfigError, UnknownToolError
 from core.hot_state import HotState, connect
 from core.keys import Keys
 from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
 from core.tools import ToolRegistry, load_tools
+from planner.llm import NO_ENDPOINT_MESSAGE
 from planner.plan import Plan
 from planner.validation import validate_plan
 
@@ -50,6 +52,51 @@ class Producer:
         )
         return sid
 
+    def submit_goal(
+        self,
+        goal: str,
+        *,
+        tools: list[str] | None = None,
+        constraints: list[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> str:
+        """Hand a goal to the supervisors, whose LLM planner writes the plan.
+
+        Raises:
+            ConfigError: no LLM endpoint is configured (the message says how to set one).
+            UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
+        """
+        if not self.settings.llm_base_url:
+            raise ConfigError(NO_ENDPOINT_MESSAGE)
+        prefixes = tools or []
+        for prefix in prefixes:
+            if not self.tools.subset([prefix]).names():
+                raise UnknownToolError(prefix, self.tools.names())
+        base = options or SessionOptions()
+        sid = new_session_id()
+        self.state.create_session(
+            sid,
+            plan_json=None,
+            step_ids=[],
+            goal=goal,
+            options=base.model_copy(update={"tools": prefixes}),
+            constraints=constraints or [],
+        )
+        return sid
+
+    def approve(self, sid: str, action: str, note: str = "") -> str:
+        """Answer a session waiting for a person (re-plan budget spent)."""
+        self.state.session(sid)
+        return self.state.append_event(
+            sid,
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.INFO,
+                description=note,
+                payload={"command": "approve", "action": action.upper()},
+            ),
+        )
+
     def session(self, sid: str) -> SessionRecord:
         return self.state.session(sid)
 
@@ -69,9 +116,10 @@ class Producer:
         """Tell a running session something new (a constraint or a plain signal)."""
         self.state.session(sid)
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
+        # A person spoke: the session should think about it at once, not in a batch.
         return self.state.append_event(
             sid,
-            Event(type=kind, severity=Severity.WARNING, description=text, payload={"text": text}),
+            Event(type=kind, severity=Severity.CRITICAL, description=text, payload={"text": text}),
         )
 
     def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:

@@ -112,14 +112,14 @@ class Stack:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.log_dir / f"{name}-{len(self.processes)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.log_dir / f"{name}-{len(self.processes)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "producer.cli", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.processes.append(proc)
         return proc
 

@@ -11,6 +11,7 @@ from typing import TypeVar
 from config.settings import Settings
 from core.record import SqlRecord
 from core.tools import ToolRegistry
+from planner.llm import ChatModel
 from supervisor.dispatch import Dispatcher
 from supervisor.state import SessionStore
 
@@ -27,6 +28,7 @@ class SupervisorContext:
     dispatcher: Dispatcher
     tools: ToolRegistry
     name: str
+    chat: ChatModel | None = None
     # One thread for SQL: SQLite allows one writer, and ordering keeps checkpoints simple.
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")

@@ -14,6 +14,7 @@ from config.settings import Settings
 from core.keys import Keys
 from core.record import SqlRecord
 from core.tools import load_tools
+from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
 from supervisor.session import SessionRunner
@@ -45,6 +46,7 @@ class Supervisor:
             dispatcher=Dispatcher(settings, tools),
             tools=tools,
             name=self.name,
+            chat=build_chat_model(settings) if settings.llm_base_url else None,
         )
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}

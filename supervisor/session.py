@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
-from core.errors import FencedOutError, PlanError, SessionError
+from planner.agents import Planner
+
+from core.errors import FencedOutError, LLMError, PlanError, SessionError
 from core.hot_state import dumps
 from core.models import (
     ErrorKind,
@@ -24,8 +27,9 @@ from planner.dag import descendants
 from planner.plan import Plan, Step
 from planner.references import find_references, resolve_params
 from supervisor.context import SupervisorContext
+from supervisor.ending import finish_session
 from supervisor.policy import RuleAction, backoff_s, decide_failure
-from supervisor.report import build_report
+from supervisor.thinking import Deliberation
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,7 @@ OUTCOME_STATUS = {
     EventType.TASK_FAILED: StepStatus.FAILED,
     EventType.TASK_INTERRUPTED: StepStatus.INTERRUPTED,
 }
+USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
 
 
 def has_ended(st: StepState) -> bool:
@@ -59,21 +64,25 @@ class SessionRunner:
         self.steps: dict[str, Step] = {}
         self.states: dict[str, StepState] = {}
         self.outputs: dict[str, Any] = {}
+        self.down_tools: set[str] = set()
         self.batch = Checkpoint()
         self.dirty: set[str] = set()
         self.acks: list[str] = []
         self.outcome: tuple[SessionStatus, str] | None = None
+        self.brain = Deliberation(self, ctx.chat)
 
     # --- the loop -------------------------------------------------------------------------
     async def run(self) -> None:
         """Drive the session to its end, or until another supervisor fences us out.
 
-        1. Load the plan version and step states; record the takeover in SQL.
+        1. Load the plan version and step states (planning the goal first if there is no
+           plan yet); record the takeover in SQL.
         2. Settle outcomes recorded while nobody watched; re-send attempts never started.
         3. Take over events a former owner left unacknowledged and apply them.
-        4. Until every step has ended: dispatch ready steps, wait for events or the next
-           timer, apply the events, run the watchdog, checkpoint to SQL, acknowledge.
-        5. Write the report, end the session, release the lease (by the caller).
+        4. Until the session has an outcome: dispatch ready steps, checkpoint to SQL and
+           acknowledge, wait for events or the next timer, apply the events, run the
+           watchdog, and let the trigger policy decide whether to deliberate.
+        5. Stop what runs, compensate if aborted or cancelled, write the report.
         """
         try:
             await self._load()
@@ -93,9 +102,9 @@ class SessionRunner:
                 )
                 await self._apply(entries)
                 await self._watchdog()
-                if self.outcome is None and all(has_ended(s) for s in self.states.values()):
-                    self.outcome = self._natural_outcome()
-            await self._finish(*self.outcome)
+                await self._think()
+                self._check_end()
+            await finish_session(self, *self.outcome)
         except FencedOutError:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
@@ -107,17 +116,8 @@ class SessionRunner:
         if info is None:
             raise SessionError("session has no hot state", session_id=self.sid)
         self.info = info
-        raw = await self.store.plan_json(self.sid, info.plan_version)
-        if raw is None:
-            raise SessionError(f"plan version {info.plan_version} is missing", session_id=self.sid)
-        self.plan = Plan.model_validate_json(raw)
-        self.steps = {s.id: s for s in self.plan.steps}
-        self.states = await self.store.steps(self.sid, self.steps)
-        for step_id in self.steps:
-            self.states.setdefault(step_id, StepState())
         await self.store.ensure_groups(self.sid)
-        now = time.time()
-        started = info.started_at or now
+        started = info.started_at or time.time()
         fields = {
             "status": SessionStatus.RUNNING.value,
             "goal": info.goal,
@@ -127,9 +127,6 @@ class SessionRunner:
         }
         await self.ctx.sql(
             lambda: self.ctx.record.claim(self.sid, self.epoch, owner=self.ctx.name, fields=fields)
-        )
-        self.batch.plan_versions.append(
-            {"version": info.plan_version, "plan": raw, "reason": "submitted", "created_at": now}
         )
         await self.store.write(
             self.sid,
@@ -143,11 +140,62 @@ class SessionRunner:
             ],
         )
         self.info = info.model_copy(update={"started_at": started, "status": SessionStatus.RUNNING})
+        self.brain.restore(info.deliberation)
+        if info.plan_version == 0:
+            await self._plan_goal()
+        else:
+            raw = await self.store.plan_json(self.sid, info.plan_version)
+            if raw is None:
+                raise SessionError(
+                    f"plan version {info.plan_version} is missing", session_id=self.sid
+                )
+            self._use_plan(Plan.model_validate_json(raw))
+            self.states = await self.store.steps(self.sid, self.steps)
+            for step_id in self.steps:
+                self.states.setdefault(step_id, StepState())
+            self.batch.plan_versions.append(
+                {
+                    "version": info.plan_version,
+                    "plan": raw,
+                    "reason": "submitted",
+                    "created_at": time.time(),
+                }
+            )
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+
+    async def _plan_goal(self) -> None:
+        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
+        if self.ctx.chat is None:
+            self.outcome = (
+                SessionStatus.FAILED,
+                "the session has a goal but no plan, and no LLM is configured",
+            )
+            return
+        tools = (
+            self.ctx.tools.subset(self.info.options.tools)
+            if self.info.options.tools
+            else self.ctx.tools
+        )
+        planner = Planner(self.ctx.chat, tools, max_repairs=self.settings.plan_max_repairs)
+        try:
+            plan, usages = await asyncio.to_thread(
+                planner.plan, self.info.goal, self.brain.constraints
+            )
+        except (PlanError, LLMError) as exc:
+            self.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
+            return
+        finally:
+            self.plan = Plan(goal=self.info.goal, steps=[Step(id="_", tool="_")])
+        self.brain.record_usage(usages)
+        await self.install_plan(plan, reason="planned by the LLM planner", replan=False)
+
+    def _use_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        self.steps = {s.id: s for s in plan.steps}
 
     # --- 2. settle what happened while nobody watched --------------------------------------
     async def _settle_recorded(self) -> None:
-        for step_id, st in self.states.items():
+        for step_id, st in list(self.states.items()):
             if st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note != FINAL:
                 await self._decide_failure(step_id)
             elif st.status == StepStatus.RUNNING and not st.started_at:
@@ -172,8 +220,14 @@ class SessionRunner:
     async def _on_event(self, event: Event) -> None:
         if event.type in OUTCOME_STATUS:
             await self._on_outcome(event)
-        elif event.type == EventType.EXTERNAL_SIGNAL and event.payload.get("command") == "cancel":
+            return
+        command = event.payload.get("command")
+        if command == "cancel":
             self.outcome = (SessionStatus.CANCELLED, event.description or "cancelled by user")
+        elif command == "approve":
+            await self.brain.approve(event)
+        elif event.type in USER_CHANGES:
+            self.brain.note(event)
 
     async def _on_outcome(self, event: Event) -> None:
         st = self.states.get(event.step_id)
@@ -188,28 +242,31 @@ class SessionRunner:
         st.error_kind = str(payload.get("error_kind", ""))
         st.error = "" if st.status == StepStatus.COMPLETED else event.description
         self.dirty.add(event.step_id)
+        if st.error_kind == ErrorKind.UNAVAILABLE:
+            self.down_tools.add(self.steps[event.step_id].tool)
         if st.status != StepStatus.COMPLETED:
             await self._decide_failure(event.step_id)
+            return
+        self.down_tools.discard(self.steps[event.step_id].tool)
+        if event.type == EventType.TASK_UNEXPECTED_RESULT:
+            self.brain.note(event)
+        await self._check_milestone(self.steps[event.step_id])
 
     async def _decide_failure(self, step_id: str) -> None:
+        """Retry within the step's budget; past it the failure is a context change."""
         step, st = self.steps[step_id], self.states[step_id]
-        max_retries = self._max_retries(step)
-        action = decide_failure(step, st.attempt, st.error_kind, max_retries)
-        if action == RuleAction.FALLBACK:
-            action = RuleAction.SKIP_BRANCH if not step.critical else RuleAction.FAIL_SESSION
-        log.info(
-            "session=%s step=%s attempt=%d %s (%s): %s",
-            self.sid,
-            step_id,
-            st.attempt,
-            st.status.value,
-            st.error_kind,
-            action.value,
-        )
+        action = decide_failure(step, st.attempt, st.error_kind, self._max_retries(step))
         if action == RuleAction.RETRY:
             st.status = StepStatus.READY
             st.not_before = time.time() + backoff_s(
                 st.attempt, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s
+            )
+            log.info(
+                "session=%s step=%s attempt=%d %s: retry",
+                self.sid,
+                step_id,
+                st.attempt,
+                st.error_kind,
             )
             await self._write_step(step_id, status=st.status, not_before=st.not_before)
             return
@@ -217,18 +274,82 @@ class SessionRunner:
         if st.status == StepStatus.READY:
             st.status = StepStatus.FAILED
         await self._write_step(step_id, status=st.status, note=FINAL)
-        if action == RuleAction.SKIP_BRANCH:
-            await self._skip_descendants(step_id)
-        else:
-            self.outcome = (SessionStatus.FAILED, f"critical step {step_id!r} failed: {st.error}")
+        kind = (
+            EventType.TASK_INTERRUPTED
+            if st.status == StepStatus.INTERRUPTED
+            else EventType.TASK_FAILED
+        )
+        self.brain.note(
+            Event(
+                type=kind,
+                severity=Severity.CRITICAL if step.critical else Severity.WARNING,
+                step_id=step_id,
+                attempt=st.attempt,
+                description=f"{step_id} ({step.tool}) failed for good after "
+                f"{st.attempt} attempt(s): {st.error}",
+                payload={"error_kind": st.error_kind, "tool": step.tool},
+            )
+        )
 
-    async def _skip_descendants(self, step_id: str) -> None:
+    async def _check_milestone(self, step: Step) -> None:
+        phase = step.phase
+        if not phase:
+            return
+        members = [s.id for s in self.plan.steps if s.phase == phase]
+        if all(self.states[m].status == StepStatus.COMPLETED for m in members):
+            event = Event(
+                type=EventType.MILESTONE_REACHED,
+                severity=Severity.INFO,
+                description=f"phase {phase!r} finished ({len(members)} steps)",
+                payload={"phase": phase, "steps": members},
+            )
+            await self.store.append_event(self.sid, event)
+            self.brain.note(event)
+
+    # --- deliberation ---------------------------------------------------------------------
+    async def _think(self) -> None:
+        if self.outcome is not None or not self.brain.pending:
+            return
+        idle = not self._ready(time.time(), limit=False) and not any(
+            s.status in (StepStatus.RUNNING, StepStatus.READY) for s in self.states.values()
+        )
+        await self.brain.maybe_decide(idle=idle)
+        await self.store.write(
+            self.sid,
+            self.epoch,
+            [("HSET", self.store.keys.session(self.sid), ["deliberation", self.brain.state()])],
+        )
+
+    def _check_end(self) -> None:
+        if self.outcome is not None:
+            return
+        deadline = self.info.options.deadline_s or self.settings.session_deadline_s
+        if deadline and time.time() > self.info.started_at + deadline:
+            self.outcome = (
+                SessionStatus.FAILED,
+                f"session deadline of {deadline:g}s passed; partial results kept",
+            )
+        elif all(has_ended(s) for s in self.states.values()) and not (
+            self.brain.pending or self.brain.awaiting
+        ):
+            failed = [
+                i
+                for i, s in self.states.items()
+                if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+            ]
+            self.outcome = (
+                SessionStatus.COMPLETED,
+                f"steps failed and were skipped past: {', '.join(failed)}" if failed else "",
+            )
+
+    async def skip_descendants(self, step_id: str) -> None:
         skipped = [
             d for d in sorted(descendants(self.plan, step_id)) if not has_ended(self.states[d])
         ]
         for d in skipped:
             self.states[d].status = StepStatus.SKIPPED
             self.states[d].note = f"dependency {step_id!r} did not complete"
+            self.dirty.add(d)
         ops = [
             self.store.step_write(self.sid, d, status="skipped", note=self.states[d].note)
             for d in skipped
@@ -239,28 +360,111 @@ class SessionRunner:
                 self.sid,
                 Event(
                     type=EventType.DEPENDENCY_BROKEN,
-                    severity=Severity.WARNING,
+                    severity=Severity.INFO,
                     step_id=step_id,
-                    description=f"{step_id} failed; skipped {', '.join(skipped)}",
+                    description=f"{step_id} did not complete; skipped {', '.join(skipped)}",
                     payload={"skipped": skipped},
                 ),
             )
 
+    async def cancel_steps(
+        self, step_ids: list[str], reason: str = "cancelled by a re-plan"
+    ) -> None:
+        """Cancel steps that have not ended: revoke and fence running attempts."""
+        running = [i for i in step_ids if self.states[i].status == StepStatus.RUNNING]
+        self.ctx.dispatcher.revoke(self.states[i].task_id for i in running)
+        for step_id in running:
+            st = self.states[step_id]
+            await self.store.end_attempt(
+                self.sid,
+                self.epoch,
+                step_id,
+                st.attempt,
+                status=StepStatus.CANCELLED.value,
+                event=Event(
+                    type=EventType.TASK_INTERRUPTED,
+                    step_id=step_id,
+                    attempt=st.attempt,
+                    description=reason,
+                    payload={"error_kind": "cancelled"},
+                ),
+            )
+        ops = []
+        for step_id in step_ids:
+            st = self.states[step_id]
+            if step_id in running or not has_ended(st):
+                st.status, st.note = StepStatus.CANCELLED, reason
+                ops.append(self.store.step_write(self.sid, step_id, status=st.status, note=reason))
+                self.dirty.add(step_id)
+        await self.store.write(self.sid, self.epoch, ops)
+
+    async def count_replan(self) -> None:
+        self.info = self.info.model_copy(update={"replans": self.info.replans + 1})
+        await self.store.write(
+            self.sid,
+            self.epoch,
+            [("HSET", self.store.keys.session(self.sid), ["replans", self.info.replans])],
+        )
+        self.batch.session["replans"] = self.info.replans
+
+    async def install_plan(self, plan: Plan, *, reason: str, replan: bool) -> None:
+        """Store ``plan`` as the next version and run it from here on.
+
+        Steps of the old version that the new one drops are cancelled; new steps start
+        pending; a re-used id keeps counting attempts so task ids stay unique.
+        """
+        version = self.info.plan_version + 1
+        keys, raw = self.store.keys, plan.model_dump_json()
+        ops: list[tuple[str, str, list[Any]]] = [("SET", keys.plan(self.sid, version), [raw, "NX"])]
+        for step_id in [i for i in self.steps if i not in {s.id for s in plan.steps}]:
+            if not has_ended(self.states[step_id]):
+                ops.append(
+                    self.store.step_write(
+                        self.sid, step_id, status="cancelled", note="dropped by re-plan"
+                    )
+                )
+            self.states.pop(step_id, None)
+        for step in plan.steps:
+            old = self.states.get(step.id)
+            if old is None or (old.status != StepStatus.COMPLETED and has_ended(old)):
+                fresh = StepState(attempt=old.attempt if old else 0)
+                self.states[step.id] = fresh
+                ops.append(self.store.step_write(self.sid, step.id, **fresh.to_fields()))
+                self.dirty.add(step.id)
+        replans = self.info.replans + (1 if replan else 0)
+        ops.append(("HSET", keys.session(self.sid), ["plan_version", version, "replans", replans]))
+        await self.store.write(self.sid, self.epoch, ops)
+        self._use_plan(plan)
+        self.info = self.info.model_copy(update={"plan_version": version, "replans": replans})
+        self.batch.plan_versions.append(
+            {"version": version, "plan": raw, "reason": reason, "created_at": time.time()}
+        )
+        self.batch.session.update({"plan_version": version, "replans": replans})
+        log.info(
+            "session=%s plan version %d installed (%d steps): %s",
+            self.sid,
+            version,
+            len(plan.steps),
+            reason,
+        )
+
     # --- dispatch -------------------------------------------------------------------------
-    def _ready(self, now: float) -> list[str]:
+    def _ready(self, now: float, *, limit: bool = True) -> list[str]:
         running = sum(1 for s in self.states.values() if s.status == StepStatus.RUNNING)
-        slots = self._concurrency() - running
-        if slots <= 0:
-            return []
-        ready = []
+        slots = self._concurrency() - running if limit else len(self.states)
+        ready: list[str] = []
         for step in self.plan.steps:
+            if len(ready) >= slots:
+                break
             st = self.states[step.id]
             if st.status not in (StepStatus.PENDING, StepStatus.READY) or st.not_before > now:
                 continue
-            if all(self.states[d].status == StepStatus.COMPLETED for d in step.dependencies):
+            if all(
+                self.states[d].status == StepStatus.COMPLETED
+                for d in step.dependencies
+                if d in self.states
+            ):
                 ready.append(step.id)
-                if len(ready) == slots:
-                    break
         return ready
 
     async def _dispatch_ready(self) -> None:
@@ -295,14 +499,22 @@ class SessionRunner:
         for args in batch:
             self.ctx.dispatcher.send(args)
 
+    async def load_outputs(self, step_ids: list[str]) -> None:
+        """Fetch the stored outputs of completed steps not yet in memory."""
+        wanted = [
+            i
+            for i in step_ids
+            if i not in self.outputs and i in self.states and self.states[i].output_ref
+        ]
+        if wanted:
+            values = await self.store.outputs([self.states[i].output_ref for i in wanted])
+            self.outputs.update(
+                {i: v for i, v in zip(wanted, values, strict=True) if v is not None}
+            )
+
     async def _params(self, step_id: str) -> dict[str, Any]:
         step = self.steps[step_id]
-        needed = [d for d in find_references(step.params) if d not in self.outputs]
-        if needed:
-            refs = [self.states[d].output_ref if d in self.states else "" for d in needed]
-            for d, value in zip(needed, await self.store.outputs(refs), strict=True):
-                if value is not None:
-                    self.outputs[d] = value
+        await self.load_outputs(sorted(find_references(step.params)))
         return resolve_params(step.params, self.outputs, step_id=step_id)
 
     def _task_args(self, step_id: str, attempt: int, params: dict[str, Any]) -> StepTaskArgs:
@@ -314,7 +526,7 @@ class SessionRunner:
             epoch=self.epoch,
             tool=step.tool,
             params=params,
-            timeout_s=self._timeout(step),
+            timeout_s=self.timeout(step),
             idempotency_key=f"{self.sid}:{step_id}",
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
@@ -331,10 +543,10 @@ class SessionRunner:
     async def _watchdog(self) -> None:
         """End attempts whose worker vanished: started, and silent past timeout + grace."""
         now, grace = time.time(), self.settings.watchdog_grace_s
-        for step_id, st in self.states.items():
+        for step_id, st in list(self.states.items()):
             if st.status != StepStatus.RUNNING:
                 continue
-            limit = self._timeout(self.steps[step_id]) + grace
+            limit = self.timeout(self.steps[step_id]) + grace
             if now < st.dispatched_at + limit:
                 continue
             fresh = await self.store.step(self.sid, step_id)
@@ -363,25 +575,22 @@ class SessionRunner:
             )
 
     # --- checkpoint -----------------------------------------------------------------------
+    async def checkpoint(self) -> None:
+        await self._checkpoint()
+
     async def _checkpoint(self) -> None:
         batch, self.batch = self.batch, Checkpoint()
         dirty, self.dirty = sorted(self.dirty), set()
         acks, self.acks = self.acks, []
-        completed = [
-            d
-            for d in dirty
-            if self.states[d].status == StepStatus.COMPLETED and d not in self.outputs
-        ]
-        if completed:
-            values = await self.store.outputs([self.states[d].output_ref for d in completed])
-            self.outputs.update(
-                {d: v for d, v in zip(completed, values, strict=True) if v is not None}
-            )
+        await self.load_outputs(
+            [d for d in dirty if self.states.get(d, StepState()).status == StepStatus.COMPLETED]
+        )
         for step_id in dirty:
-            st = self.states[step_id]
+            st = self.states.get(step_id)
+            if st is None or st.attempt == 0:
+                continue
             row = st.model_dump(
                 include={
-                    "status",
                     "epoch",
                     "worker",
                     "dispatched_at",
@@ -392,12 +601,12 @@ class SessionRunner:
                     "output_ref",
                 }
             )
-            row["status"] = st.status.value
             output = self.outputs.get(step_id) if st.status == StepStatus.COMPLETED else None
             batch.attempts.append(
                 {
                     "step_id": step_id,
                     "attempt": st.attempt,
+                    "status": st.status.value,
                     **row,
                     "output": None if output is None else dumps(output),
                 }
@@ -405,93 +614,6 @@ class SessionRunner:
         if batch:
             await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
         await self.store.ack(self.sid, acks)
-
-    # --- 5. finish ------------------------------------------------------------------------
-    def _natural_outcome(self) -> tuple[SessionStatus, str]:
-        failed = [
-            i
-            for i, s in self.states.items()
-            if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
-        ]
-        note = f"non-critical steps failed: {', '.join(failed)}" if failed else ""
-        return SessionStatus.COMPLETED, note
-
-    async def _finish(self, status: SessionStatus, error: str) -> None:
-        await self._stop_unfinished(status)
-        now = time.time()
-        completed = [
-            i
-            for i, s in self.states.items()
-            if s.status == StepStatus.COMPLETED and i not in self.outputs
-        ]
-        values = await self.store.outputs([self.states[i].output_ref for i in completed])
-        self.outputs.update({i: v for i, v in zip(completed, values, strict=True) if v is not None})
-        report = build_report(
-            self.sid,
-            self.plan,
-            self.states,
-            self.outputs,
-            status=status,
-            error=error,
-            started_at=self.info.started_at,
-            finished_at=now,
-            replans=self.info.replans,
-            plan_version=self.info.plan_version,
-        )
-        keys = self.store.keys
-        await self.store.write(
-            self.sid,
-            self.epoch,
-            [
-                (
-                    "HSET",
-                    keys.session(self.sid),
-                    ["status", status.value, "finished_at", now, "error", error, "report", report],
-                ),
-                ("SREM", keys.active, [self.sid]),
-            ],
-        )
-        self.batch.session = {
-            "status": status.value,
-            "finished_at": now,
-            "error": error,
-            "report": dumps(report),
-        }
-        await self._checkpoint()
-        await self.store.note_progress(self.sid, "ended", status=status.value, error=error)
-        log.info("session=%s ended %s%s", self.sid, status.value, f": {error}" if error else "")
-
-    async def _stop_unfinished(self, status: SessionStatus) -> None:
-        running = [i for i, s in self.states.items() if s.status == StepStatus.RUNNING]
-        self.ctx.dispatcher.revoke(self.states[i].task_id for i in running)
-        for step_id in running:
-            st = self.states[step_id]
-            await self.store.end_attempt(
-                self.sid,
-                self.epoch,
-                step_id,
-                st.attempt,
-                status=StepStatus.CANCELLED.value,
-                event=Event(
-                    type=EventType.TASK_INTERRUPTED,
-                    step_id=step_id,
-                    attempt=st.attempt,
-                    description=f"cancelled: session {status.value}",
-                    payload={"error_kind": "cancelled"},
-                ),
-            )
-        ops = []
-        for step_id, st in self.states.items():
-            if not has_ended(st):
-                st.status = (
-                    StepStatus.CANCELLED
-                    if step_id in running or status != SessionStatus.FAILED
-                    else StepStatus.SKIPPED
-                )
-                st.note = st.note or f"session {status.value}"
-                ops.append(self.store.step_write(self.sid, step_id, status=st.status, note=st.note))
-                self.dirty.add(step_id)
-        await self.store.write(self.sid, self.epoch, ops)
 
     # --- helpers --------------------------------------------------------------------------
     async def _write_step(self, step_id: str, **fields: Any) -> None:
@@ -506,7 +628,7 @@ class SessionRunner:
     def _max_retries(self, step: Step) -> int:
         return self.settings.default_max_retries if step.max_retries is None else step.max_retries
 
-    def _timeout(self, step: Step) -> float:
+    def timeout(self, step: Step) -> float:
         if step.timeout_s is not None:
             return step.timeout_s
         if step.tool in self.ctx.tools:

@@ -1,0 +1,1 @@
+"""Benchmarks that run Planloop and a baseline side by side and print the ratios."""

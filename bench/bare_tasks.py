@@ -1,0 +1,48 @@
+"""Bare Celery tasks for the baselines: same configuration as Planloop's workers, no Planloop.
+
+Started by the benchmarks as ``celery -A bench.bare_tasks worker``; reads the same
+``PLANLOOP_*`` settings, so it uses the benchmark's Redis and queue.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import lru_cache
+
+import redis
+from celery import Celery
+
+from config.celery import celery_config
+from config.settings import Settings
+from core.hot_state import connect
+
+INCR_TASK = "bench.bare.incr"
+SLEEP_TASK = "bench.bare.sleep"
+
+settings = Settings()
+app = Celery("planloop-bare", set_as_current=False)
+app.conf.update(celery_config(settings))
+
+
+@lru_cache(maxsize=1)
+def _redis() -> redis.Redis:
+    return connect(settings.redis_url)
+
+
+@app.task(name=INCR_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
+def incr(counter: str, total: int) -> None:
+    """Count one completion; the one that reaches ``total`` stamps the finish time."""
+    client = _redis()
+    if int(client.incr(counter)) == total:
+        client.set(f"{counter}:done_at", repr(time.time()))
+
+
+@app.task(name=SLEEP_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
+def sleep(done_list: str, step_id: str, seconds: float) -> None:
+    """Sleep, then push ``{step, started_at, finished_at}`` for the driver to react to."""
+    started = time.time()
+    if seconds:
+        time.sleep(seconds)
+    done = {"step": step_id, "started_at": started, "finished_at": time.time()}
+    _redis().rpush(done_list, json.dumps(done))

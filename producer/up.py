@@ -1,0 +1,260 @@
+"""``planloop up`` and ``planloop flower``: a local stack (and the demo), or Flower on our broker.
+
+``up`` needs nothing but Python: :func:`producer.stack.local_stack` starts an embedded Redis
+when none answers, the record is a SQLite file under ``.planloop/``, and everything it
+started stops when it returns (Ctrl-C and SIGTERM included).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import cast
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from rich.console import Console
+
+from config.settings import Settings
+from core.errors import ConfigError
+from core.keys import INBOX_GROUP, Keys
+from core.tools import load_tools
+from planner.plan import Plan, load_plan
+from planner.validation import validate_plan
+from producer.client import Producer
+from producer.stack import Stack, local_stack, wait_until
+from producer.watch import watch_session
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
+STATE_DIR = Path(".planloop")
+READY_TIMEOUT_S = 60.0
+LOG_TAIL_LINES = 30
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``planloop up`` was asked to do."""
+
+    demo: bool = False
+    workers: int = 1
+    concurrency: int = 8
+    plan_file: Path | None = None
+    ready_timeout_s: float = READY_TIMEOUT_S
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
+    """The plan the demo submits, validated before anything starts.
+
+    Raises:
+        PlanError: the plan file is missing or invalid.
+    """
+    plan = load_plan(plan_file or DEMO_PLAN)
+    validate_plan(plan, load_tools(settings.tool_modules))
+    return plan
+
+
+def stack_overrides(settings: Settings, state_dir: Path) -> dict[str, str]:
+    """Variables the stack's processes get on top of ours: the record under ``state_dir``."""
+    overrides: dict[str, str] = {}
+    if settings.database_url == Settings.model_fields["database_url"].default:
+        # an absolute path, so every process opens the same file whatever its cwd
+        overrides["PLANLOOP_DATABASE_URL"] = f"sqlite:///{(state_dir / 'planloop.db').resolve()}"
+    return overrides
+
+
+def stack_settings(settings: Settings, stack: Stack) -> Settings:
+    """Our settings as the stack's processes see them (Redis URL rewritten when embedded)."""
+    env = stack.env
+    return settings.model_copy(
+        update={
+            "redis_url": env.get("PLANLOOP_REDIS_URL", settings.redis_url),
+            "database_url": env.get("PLANLOOP_DATABASE_URL", settings.database_url),
+        }
+    )
+
+
+def log_tail(stack: Stack, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of every log the stack wrote, each under its file name."""
+    parts: list[str] = []
+    for log in sorted(stack.log_dir.glob("*.log")):
+        text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log} (last {len(text)} lines)\n" + "\n".join(text))
+    return "\n".join(parts)
+
+
+def check_alive(stack: Stack) -> None:
+    """Raise when a process of the stack has exited.
+
+    Raises:
+        ConfigError: a worker or supervisor died; the message carries the log tails.
+    """
+    dead = [p for p in stack.processes if p.poll() is not None]
+    if dead:
+        codes = ", ".join(f"pid {p.pid} exited with {p.returncode}" for p in dead)
+        raise ConfigError(f"a stack process stopped ({codes})\n{log_tail(stack)}")
+
+
+def wait_ready(stack: Stack, settings: Settings, timeout_s: float) -> None:
+    """Block until a worker answers a Celery ping and a supervisor serves the inbox.
+
+    Raises:
+        ConfigError: not ready in time, or a process died; with the log tails.
+    """
+    from workers.app import create_app
+
+    celery_app = create_app(settings)
+    producer = Producer.from_settings(settings)
+    inbox = Keys(settings.key_prefix).inbox
+
+    def worker_answers() -> bool:
+        check_alive(stack)
+        return bool(celery_app.control.ping(timeout=0.5))
+
+    def supervisor_serves() -> bool:
+        # a supervisor creates the inbox group (reading from id 0) before it serves
+        check_alive(stack)
+        try:
+            groups = cast(list[dict[str, object]], producer.state.r.xinfo_groups(inbox))
+        except redis.ResponseError:  # no inbox stream yet
+            return False
+        return any(g.get("name") == INBOX_GROUP for g in groups)
+
+    try:
+        wait_until(worker_answers, timeout_s, "a worker to answer a ping", poll_s=0.2)
+        wait_until(supervisor_serves, timeout_s, "a supervisor to serve the inbox", poll_s=0.1)
+    except ConfigError as exc:
+        if "stack process stopped" in str(exc):
+            raise
+        raise ConfigError(f"{exc}\n{log_tail(stack)}") from exc
+    finally:
+        celery_app.close()
+        producer.state.r.close()
+
+
+def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run_up(settings: Settings, options: UpOptions, console: Console | None = None) -> int:
+    """Start the local stack, run the demo or serve until Ctrl-C, stop it all; the exit code.
+
+    Raises:
+        PlanError: the demo plan is invalid (nothing was started).
+        ConfigError: the stack did not come up.
+    """
+    console = console or Console()
+    plan = load_demo_plan(settings, options.plan_file) if options.demo else None
+    STATE_DIR.mkdir(exist_ok=True)
+    log_dir = (STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # SIGTERM takes the same path as Ctrl-C, so the children are stopped too
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        console.print(f"starting {options.workers} worker(s) and a supervisor; logs in {log_dir}")
+        with local_stack(
+            stack_overrides(settings, STATE_DIR),
+            workers=options.workers,
+            concurrency=options.concurrency,
+            log_dir=log_dir,
+        ) as stack:
+            running = stack_settings(settings, stack)
+            embedded = running.redis_url != settings.redis_url
+            console.print(
+                f"Redis {'(embedded) ' if embedded else ''}at {redact_url(running.redis_url)}, "
+                f"record at {redact_url(running.database_url)}"
+            )
+            wait_ready(stack, running, options.ready_timeout_s)
+            console.print("stack ready")
+            if plan is not None:
+                return _run_demo(stack, running, plan, console)
+            return _serve(stack, running, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: stopped everything up started")
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_demo(stack: Stack, settings: Settings, plan: Plan, console: Console) -> int:
+    producer = Producer.from_settings(settings)
+    sid = producer.submit(plan)
+    console.print(f"submitted {sid}: {plan.goal}")
+    try:
+        status = watch_session(producer, sid, console=console)
+    except KeyboardInterrupt:
+        producer.cancel(sid, "demo interrupted (Ctrl-C)")
+        record = producer.wait(sid, timeout_s=10)
+        console.print(f"session {sid} {record.status.value}; stopping the stack")
+        return EXIT_INTERRUPTED
+    check_alive(stack)
+    console.print(f"session {sid} {status}; stopping the stack")
+    return 0 if status == "completed" else 1
+
+
+def _serve(stack: Stack, settings: Settings, console: Console) -> int:
+    env = f"PLANLOOP_REDIS_URL={redact_url(settings.redis_url)}"
+    if settings.key_prefix != "pl":
+        env += f" PLANLOOP_KEY_PREFIX={settings.key_prefix} PLANLOOP_QUEUE={settings.queue}"
+    console.print(
+        "submit from another shell with:\n"
+        f"  {env} planloop submit examples/diamond.yaml --wait\n"
+        "Ctrl-C stops the stack.",
+        markup=False,
+        highlight=False,
+    )
+    while True:
+        check_alive(stack)
+        time.sleep(0.5)  # liveness check interval; Ctrl-C ends the loop
+
+
+# --- flower -------------------------------------------------------------------------------
+def flower_command(
+    settings: Settings, *, port: int | None = None, address: str = "127.0.0.1"
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run Flower against our broker.
+
+    The basic-auth credentials travel in ``FLOWER_BASIC_AUTH`` (Flower reads ``FLOWER_*``
+    variables), never on the command line where ``ps`` would show them.
+    """
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.app",
+        "flower",
+        f"--port={port or settings.flower_port}",
+        f"--address={address}",
+    ]
+    env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    return argv, env
+
+
+def run_flower(settings: Settings, *, port: int | None, address: str) -> None:
+    """Replace this process with Flower (basic auth from the settings)."""
+    argv, env = flower_command(settings, port=port, address=address)
+    user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
+    print(
+        f"Flower on http://{address}:{port or settings.flower_port} (user {user!r}), "
+        f"broker {redact_url(settings.redis_url)}",
+        flush=True,
+    )
+    # exec, not a child: Ctrl-C and SIGTERM reach Flower itself and its exit code is ours
+    os.execve(argv[0], argv, env)  # noqa: S606

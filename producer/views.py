@@ -1,0 +1,296 @@
+"""Plain terminal views of sessions: status, the final report, and ``show`` (timeline + DAG)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from core.errors import SessionNotFoundError
+from core.hot_state import dumps
+from core.models import Event, EventType, SessionRecord, Severity
+from core.record import SqlRecord
+from core.tools import ToolRegistry, mask
+from planner.dag import to_mermaid
+from planner.plan import Plan
+from producer.client import Producer
+
+STATUS_COLOURS: dict[str, str] = {
+    "pending": "white",
+    "ready": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "interrupted": "dark_orange",
+    "skipped": "bright_black",
+    "cancelled": "magenta",
+    "aborted": "red",
+}
+SEVERITY_COLOURS: dict[str, str] = {"INFO": "white", "WARNING": "yellow", "CRITICAL": "red"}
+
+SHORT_TEXT = 60
+SHORT_OUTPUT = 50
+
+
+def styled_status(status: str) -> Text:
+    """``status`` in its colour."""
+    return Text(status, style=STATUS_COLOURS.get(status, ""))
+
+
+def short(text: object, limit: int = SHORT_TEXT) -> str:
+    """One line of at most ``limit`` characters (``…`` marks a cut)."""
+    flat = " ".join(str(text).split()) if text is not None else ""
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def clock(ts: float) -> str:
+    """``HH:MM:SS.mmm`` local time of ``ts`` (empty for 0)."""
+    if not ts:
+        return ""
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+
+
+def seconds(value: float | None) -> str:
+    """A duration for humans (empty when unknown)."""
+    return "" if value is None else f"{value:.2f}s"
+
+
+def age(ts: float, now: float | None = None) -> str:
+    """How long ago ``ts`` was, coarsely (``12s``, ``5m``, ``3h``, ``2d``)."""
+    delta = max(0.0, (now if now is not None else time.time()) - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if delta >= size:
+            return f"{int(delta // size)}{unit}"
+    return f"{int(delta)}s"
+
+
+def event_line(event: Event) -> str:
+    """One plain line per event: time, type, severity, step (with attempt), description."""
+    step = f"{event.step_id}#{event.attempt}" if event.step_id else "-"
+    return (
+        f"{clock(event.occurred_at)} {event.type.value:<24} {event.severity.value:<8} "
+        f"{step:<20} {short(event.description, 100)}"
+    ).rstrip()
+
+
+def load_session_plan(producer: Producer, record: SessionRecord) -> Plan | None:
+    """The session's current plan version from Redis (None when it is gone)."""
+    raw = producer.state.plan_json(record.id, record.plan_version)
+    return Plan.model_validate_json(raw) if raw else None
+
+
+def masked_payload(event: Event, plan: Plan | None, tools: ToolRegistry) -> dict[str, Any]:
+    """The event's payload with the tool's sensitive params (and secret-looking keys) masked."""
+    sensitive: frozenset[str] = frozenset()
+    if plan is not None and event.step_id in plan.by_id:
+        tool_name = plan.by_id[event.step_id].tool
+        if tool_name in tools:
+            sensitive = tools.get(tool_name).sensitive_fields()
+    return mask(event.payload, sensitive)
+
+
+# --- status -------------------------------------------------------------------------------
+def print_status(
+    producer: Producer, sid: str | None, limit: int, *, console: Console | None = None
+) -> None:
+    """One session's status and step counts, or a table of the newest ``limit`` sessions.
+
+    Raises:
+        SessionNotFoundError: ``sid`` names no session.
+    """
+    console = console or Console()
+    if sid is None:
+        _print_sessions(producer, limit, console)
+        return
+    record = producer.session(sid)
+    plan = load_session_plan(producer, record)
+    states = producer.state.steps(sid, plan.step_ids if plan else [])
+    counts: dict[str, int] = {}
+    for st in states.values():
+        counts[st.status.value] = counts.get(st.status.value, 0) + 1
+    console.print(f"session      {record.id}")
+    console.print("status       ", styled_status(record.status.value), sep="")
+    console.print(f"goal         {short(record.goal, 100)}")
+    console.print(f"owner        {record.owner or '-'} (epoch {record.epoch})")
+    console.print(f"plan version {record.plan_version} (re-plans: {record.replans})")
+    console.print(f"created      {clock(record.created_at)} ({age(record.created_at)} ago)")
+    if record.error:
+        console.print(f"error        {short(record.error, 200)}")
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    console.print(f"steps        {len(states)}: {summary or 'none'}")
+
+
+def _print_sessions(producer: Producer, limit: int, console: Console) -> None:
+    sids = producer.state.session_ids(limit)
+    if not sids:
+        console.print("no sessions yet: submit one with `planloop submit PLAN_FILE`")
+        return
+    table = Table(title=f"newest {len(sids)} sessions", title_justify="left")
+    for column in ("session", "status", "age", "plan v", "goal"):
+        table.add_column(column)
+    now = time.time()
+    for sid in sids:
+        try:
+            record = producer.session(sid)
+        except SessionNotFoundError:
+            continue  # listed but already cleaned up
+        table.add_row(
+            sid,
+            styled_status(record.status.value),
+            age(record.created_at, now),
+            str(record.plan_version),
+            short(record.goal, 50),
+        )
+    console.print(table)
+
+
+# --- report -------------------------------------------------------------------------------
+def print_report(console: Console, report: Mapping[str, Any]) -> None:
+    """The final report: a header line, then one row per step."""
+    status = str(report.get("status", "?"))
+    header = Text(f"report of {report.get('session_id', '?')}: ")
+    header.append_text(styled_status(status))
+    header.append(
+        f" in {seconds(report.get('duration_s'))}, plan v{report.get('plan_version', 1)}, "
+        f"{report.get('replans', 0)} re-plans"
+    )
+    console.print(header)
+    if report.get("error"):
+        console.print(f"error: {report['error']}")
+    table = Table(show_lines=False)
+    for column in ("step", "tool", "status", "attempts", "duration", "worker", "error", "output"):
+        table.add_column(column, overflow="fold")
+    for step in report.get("steps", []):
+        table.add_row(
+            str(step.get("id", "")),
+            str(step.get("tool", "")),
+            styled_status(str(step.get("status", ""))),
+            str(step.get("attempts", 0)),
+            seconds(step.get("duration_s")),
+            short(step.get("worker") or "", 24),
+            short(step.get("error") or step.get("note") or "", 40),
+            short(dumps(step["output"]) if step.get("output") is not None else "", SHORT_OUTPUT),
+        )
+    console.print(table)
+    counts = report.get("counts") or {}
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+# --- show ---------------------------------------------------------------------------------
+def report_statuses(report: Mapping[str, Any] | None) -> dict[str, str]:
+    """Step id -> status from a report."""
+    return {s["id"]: s["status"] for s in (report or {}).get("steps", [])}
+
+
+def mermaid_block(plan: Plan, statuses: Mapping[str, str]) -> str:
+    """The plan as a fenced Mermaid flowchart coloured by ``statuses``."""
+    return f"```mermaid\n{to_mermaid(plan, statuses)}\n```"
+
+
+def print_show(
+    producer: Producer, sid: str, *, as_json: bool, console: Console | None = None
+) -> None:
+    """Event timeline, final report and the DAG (Mermaid) of one session.
+
+    Redis is read first; the SQL record fills in whatever Redis no longer holds.
+
+    Raises:
+        SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
+    """
+    console = console or Console()
+    session, plan, report, events = _gather(producer, sid)
+    statuses = report_statuses(report)
+    if plan is not None and not statuses:
+        statuses = {i: s.status.value for i, s in producer.state.steps(sid, plan.step_ids).items()}
+    mermaid = to_mermaid(plan, statuses) if plan is not None else ""
+    if as_json:
+        doc = {
+            "session": session,
+            "report": report,
+            "events": [
+                {
+                    "id": event_id,
+                    **ev.model_dump(mode="json"),
+                    "payload": masked_payload(ev, plan, producer.tools),
+                }
+                for event_id, ev in events
+            ],
+            "mermaid": mermaid,
+        }
+        print(json.dumps(doc, indent=2, default=str))  # plain stdout: no rich markup or wrapping
+        return
+    console.print(f"session {sid}: ", styled_status(str(session.get("status", "?"))), sep="")
+    console.rule("events")
+    for _, ev in events:
+        console.print(Text(event_line(ev), style=SEVERITY_COLOURS.get(ev.severity.value, "")))
+    if not events:
+        console.print("(no events)")
+    console.rule("report")
+    if report is not None:
+        print_report(console, report)
+    else:
+        console.print("(no report yet: the session has not ended)")
+    console.rule("plan")
+    if plan is not None:
+        console.print(mermaid_block(plan, statuses), markup=False, highlight=False)
+    else:
+        console.print("(plan not found)")
+
+
+def _gather(
+    producer: Producer, sid: str
+) -> tuple[dict[str, Any], Plan | None, dict[str, Any] | None, list[tuple[str, Event]]]:
+    """Session fields, plan, report and events: Redis first, then the SQL record."""
+    record: SqlRecord | None = None
+    try:
+        hot = producer.session(sid)
+        session = hot.model_dump(mode="json", exclude={"report"})
+        plan, report = load_session_plan(producer, hot), hot.report
+    except SessionNotFoundError:
+        record = SqlRecord.from_url(producer.settings.database_url)
+        row = record.session(sid)
+        if row is None:
+            raise
+        session = {
+            "id": row.id,
+            "status": row.status,
+            "goal": row.goal,
+            "epoch": row.epoch,
+            "owner": row.owner,
+            "plan_version": row.plan_version,
+            "replans": row.replans,
+            "created_at": row.created_at,
+            "finished_at": row.finished_at,
+            "error": row.error,
+        }
+        plan, report = None, json.loads(row.report) if row.report else None
+    events = producer.state.events(sid)
+    if plan is None or not events:
+        record = record or SqlRecord.from_url(producer.settings.database_url)
+        if plan is None:
+            versions = record.plan_versions(sid)
+            plan = Plan.model_validate_json(versions[-1].plan) if versions else None
+        if not events:
+            events = list(_sql_events(record, sid))
+    return session, plan, report, events
+
+
+def _sql_events(record: SqlRecord, sid: str) -> Iterable[tuple[str, Event]]:
+    for row in record.events(sid):
+        yield (
+            row.event_id,
+            Event(
+                type=EventType(row.type),
+                severity=Severity(row.severity),
+                step_id=row.step_id,
+                attempt=row.attempt,
+                description=row.description,
+                payload=json.loads(row.payload or "{}"),
+                occurred_at=row.occurred_at,
+            ),
+        )

@@ -1,0 +1,257 @@
+"""``planloop watch``: a live view of one session, polled from Redis until the session ends.
+
+On a terminal it is a rich Live view (header, progress bar, step table, latest events); in a
+pipe or CI log it prints one plain line per event and per step status change instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from core.models import Event, SessionRecord, StepState
+from planner.plan import Plan
+from producer.client import Producer
+from producer.views import (
+    SEVERITY_COLOURS,
+    clock,
+    event_line,
+    load_session_plan,
+    print_report,
+    seconds,
+    short,
+    styled_status,
+)
+
+RECENT_EVENTS = 8
+
+
+@dataclass
+class WatchState:
+    """What the view knows about the session so far; :func:`poll` refreshes it."""
+
+    sid: str
+    record: SessionRecord | None = None
+    plan: Plan | None = None
+    steps: dict[str, StepState] = field(default_factory=dict)
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
+    notes: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=3))
+    last_event: str = "-"
+    last_note: str = "-"
+
+    @property
+    def ended_steps(self) -> int:
+        return sum(1 for st in self.steps.values() if st.status.terminal)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What one poll brought: new events, new progress notes, step status changes."""
+
+    events: list[Event]
+    notes: list[dict[str, str]]
+    steps: list[tuple[str, StepState]]
+
+
+def poll(producer: Producer, view: WatchState) -> Changes:
+    """Read the session, its steps, and the events and notes after the last ones seen."""
+    record = producer.session(view.sid)
+    if view.plan is None or view.record is None or record.plan_version != view.record.plan_version:
+        view.plan = load_session_plan(producer, record) or view.plan
+    view.record = record
+    ids = view.plan.step_ids if view.plan is not None else []
+    states = producer.state.steps(view.sid, ids)
+    changed = [
+        (i, st)
+        for i, st in states.items()
+        if i not in view.steps
+        or (view.steps[i].status, view.steps[i].attempt) != (st.status, st.attempt)
+    ]
+    view.steps = states
+    events = producer.state.events(view.sid, after=view.last_event)
+    if events:
+        view.last_event = events[-1][0]
+        view.events.extend(ev for _, ev in events)
+    notes = producer.state.progress(view.sid, after=view.last_note)
+    if notes:
+        view.last_note = notes[-1][0]
+        view.notes.extend(fields for _, fields in notes)
+    return Changes([ev for _, ev in events], [fields for _, fields in notes], changed)
+
+
+# --- plain lines (no terminal) ------------------------------------------------------------
+def step_line(step_id: str, state: StepState, now: float) -> str:
+    """One plain line for a step's status change, seen at ``now``."""
+    line = f"{clock(now)} step {step_id:<20} {state.status.value:<11} attempt {state.attempt}"
+    if state.worker:
+        line += f" on {state.worker}"
+    if state.error:
+        line += f": {short(state.error, 80)}"
+    return line
+
+
+def note_line(note: dict[str, str]) -> str:
+    """One plain line for a progress note (``replan_required``, ``ended``, ...)."""
+    extra = " ".join(
+        f"{key}={short(value, 60)}"
+        for key, value in note.items()
+        if key not in ("kind", "at") and value
+    )
+    at = clock(float(note.get("at") or 0))
+    return f"{at} note {note.get('kind', '?')} {extra}".rstrip()
+
+
+def plain_lines(changes: Changes, now: float) -> list[str]:
+    """The lines a non-terminal watch prints for one poll made at ``now``."""
+    lines = [step_line(i, st, now) for i, st in changes.steps]
+    lines += [event_line(ev) for ev in changes.events]
+    lines += [note_line(n) for n in changes.notes]
+    return lines
+
+
+# --- the live view ------------------------------------------------------------------------
+def render(view: WatchState) -> Group:
+    """The whole live view of ``view``: header, progress bar, steps, events, notes."""
+    return Group(_header(view), _progress(view), _steps_table(view), _events_table(view))
+
+
+def _header(view: WatchState) -> Text:
+    rec = view.record
+    if rec is None:
+        return Text(f"session {view.sid}")
+    text = Text(f"session {rec.id}  ")
+    text.append_text(styled_status(rec.status.value))
+    text.append(
+        f"  owner {rec.owner or '-'}  epoch {rec.epoch}  plan v{rec.plan_version}"
+        f"  re-plans {rec.replans}\n"
+    )
+    text.append(f"goal: {short(rec.goal, 110)}")
+    for note in view.notes:
+        text.append("\n" + note_line(note), style="yellow")
+    return text
+
+
+def _progress(view: WatchState) -> Progress:
+    bar = Progress(
+        TextColumn("steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), expand=False
+    )
+    total = len(view.plan.steps) if view.plan is not None else 0
+    task = bar.add_task("steps", total=total or None, completed=view.ended_steps)
+    bar.update(task, completed=view.ended_steps)
+    return bar
+
+
+def _steps_table(view: WatchState) -> Table:
+    table = Table(expand=False)
+    for column in ("step", "tool", "status", "att", "duration", "worker", "error / note"):
+        table.add_column(column)
+    now = time.time()
+    for step in view.plan.steps if view.plan is not None else []:
+        st = view.steps.get(step.id, StepState())
+        end = st.finished_at or (now if st.status.value == "running" else 0.0)
+        duration = end - st.started_at if st.started_at and end else None
+        table.add_row(
+            step.id,
+            step.tool,
+            styled_status(st.status.value),
+            str(st.attempt),
+            seconds(duration),
+            short(st.worker, 24),
+            short(st.error or st.note, 50),
+        )
+    return table
+
+
+def _events_table(view: WatchState) -> Table:
+    table = Table(title="latest events", title_justify="left", expand=False)
+    for column in ("time", "type", "severity", "step", "description"):
+        table.add_column(column)
+    for ev in view.events:
+        table.add_row(
+            clock(ev.occurred_at),
+            ev.type.value,
+            Text(ev.severity.value, style=SEVERITY_COLOURS.get(ev.severity.value, "")),
+            f"{ev.step_id}#{ev.attempt}" if ev.step_id else "",
+            short(ev.description, 60),
+        )
+    return table
+
+
+# --- the loop -----------------------------------------------------------------------------
+def watch_session(
+    producer: Producer,
+    sid: str,
+    *,
+    console: Console | None = None,
+    poll_s: float = 0.1,
+    timeout_s: float | None = None,
+) -> str:
+    """Show session ``sid`` until it ends (or ``timeout_s`` passes); return its status value.
+
+    1. Poll Redis: session, steps, new events, new progress notes.
+    2. Show them: refresh the Live view on a terminal, else print plain lines.
+    3. Stop once the session has ended; print the final report.
+
+    Raises:
+        SessionNotFoundError: no session ``sid``.
+    """
+    console = console or Console()
+    view = WatchState(sid)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    changes = poll(producer, view)
+    assert view.record is not None
+    if not view.record.status.ended:
+        if console.is_terminal:
+            _watch_live(producer, view, console, poll_s, deadline)
+        else:
+            _watch_plain(producer, view, changes, console, poll_s, deadline)
+    record = producer.session(sid)
+    if record.report is not None:
+        print_report(console, record.report)
+    elif not record.status.ended:
+        console.print(f"session {sid} is still {record.status.value} (stopped watching)")
+    return record.status.value
+
+
+def _running(view: WatchState, deadline: float | None) -> bool:
+    assert view.record is not None
+    in_time = deadline is None or time.monotonic() < deadline
+    return in_time and not view.record.status.ended
+
+
+def _watch_live(
+    producer: Producer, view: WatchState, console: Console, poll_s: float, deadline: float | None
+) -> None:
+    with Live(render(view), console=console, refresh_per_second=10, transient=False) as live:
+        while _running(view, deadline):
+            time.sleep(poll_s)  # polling interval of the view, not a wait on state
+            poll(producer, view)
+            live.update(render(view))
+
+
+def _watch_plain(
+    producer: Producer,
+    view: WatchState,
+    first: Changes,
+    console: Console,
+    poll_s: float,
+    deadline: float | None,
+) -> None:
+    assert view.record is not None
+    status, goal = view.record.status.value, short(view.record.goal, 80)
+    console.print(f"watching {view.sid} ({status}): {goal}", markup=False, highlight=False)
+    changes = first
+    while True:
+        for line in plain_lines(changes, time.time()):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if not _running(view, deadline):
+            return
+        time.sleep(poll_s)  # polling interval of the view, not a wait on state
+        changes = poll(producer, view)

@@ -1,0 +1,227 @@
+"""Ending a session: stop what runs, compensate (saga) when aborted or cancelled, report."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from core.models import (
+    ErrorKind,
+    Event,
+    EventType,
+    SessionStatus,
+    StepState,
+    StepStatus,
+    StepTaskArgs,
+)
+from planner.plan import Step
+from planner.references import resolve_params
+from supervisor.report import build_report
+
+if TYPE_CHECKING:
+    from supervisor.session import SessionRunner
+
+log = logging.getLogger(__name__)
+
+COMPENSATE_SUFFIX = "~compensate"
+COMPENSATION_ATTEMPTS = 3
+
+
+async def finish_session(runner: SessionRunner, status: SessionStatus, error: str) -> None:
+    """End the session: every step ends, compensations run if needed, the report is written."""
+    unfinished = [i for i, st in runner.states.items() if not _ended(st)]
+    await runner.cancel_steps(unfinished, reason=f"session {status.value}")
+    compensations: list[dict[str, Any]] = []
+    if status in (SessionStatus.ABORTED, SessionStatus.CANCELLED):
+        compensations = await compensate(runner)
+    failed = [c["step"] for c in compensations if c["status"] != "completed"]
+    if failed:
+        error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
+    now = time.time()
+    await runner.load_outputs(
+        [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]
+    )
+    report = build_report(
+        runner.sid,
+        runner.plan,
+        runner.states,
+        runner.outputs,
+        status=status,
+        error=error,
+        started_at=runner.info.started_at,
+        finished_at=now,
+        replans=runner.info.replans,
+        plan_version=runner.info.plan_version,
+    )
+    report["compensations"] = compensations
+    keys = runner.store.keys
+    await runner.store.write(
+        runner.sid,
+        runner.epoch,
+        [
+            (
+                "HSET",
+                keys.session(runner.sid),
+                ["status", status.value, "finished_at", now, "error", error, "report", report],
+            ),
+            ("SREM", keys.active, [runner.sid]),
+        ],
+    )
+    from core.hot_state import dumps
+
+    runner.batch.session.update(
+        {
+            "status": status.value,
+            "finished_at": now,
+            "error": error,
+            "report": dumps(report),
+            "replans": runner.info.replans,
+            "plan_version": runner.info.plan_version,
+        }
+    )
+    await runner.checkpoint()
+    await runner.store.note_progress(runner.sid, "ended", status=status.value, error=error)
+    log.info("session=%s ended %s%s", runner.sid, status.value, f": {error}" if error else "")
+
+
+def _ended(st: StepState) -> bool:
+    from supervisor.session import has_ended
+
+    return has_ended(st)
+
+
+def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
+    """The tool call that undoes ``step``: its own ``compensate``, else its tool's default."""
+    if step.compensate is not None:
+        return step.compensate.tool, dict(step.compensate.params)
+    if step.tool in runner.ctx.tools:
+        spec = runner.ctx.tools.get(step.tool)
+        if spec.side_effect == "write" and spec.compensate:
+            return spec.compensate, dict(step.params)
+    return None
+
+
+async def compensate(runner: SessionRunner) -> list[dict[str, Any]]:
+    """Undo completed write steps in reverse completion order, each a Celery task with retries."""
+    done = [s for s in runner.plan.steps if runner.states[s.id].status == StepStatus.COMPLETED]
+    done.sort(key=lambda s: runner.states[s.id].finished_at, reverse=True)
+    results = []
+    for step in done:
+        call = compensation_of(runner, step)
+        if call is None:
+            continue
+        await runner.load_outputs([step.id, *step.dependencies])
+        tool, raw_params = call
+        try:
+            params = resolve_params(raw_params, runner.outputs, step_id=step.id)
+        except Exception as exc:  # a compensation we cannot even build is reported, not raised
+            results.append(
+                {
+                    "step": step.id,
+                    "tool": tool,
+                    "status": "failed",
+                    "attempts": 0,
+                    "error": str(exc),
+                }
+            )
+            continue
+        results.append(await _run_compensation(runner, step, tool, params))
+    return results
+
+
+async def _run_compensation(
+    runner: SessionRunner, step: Step, tool: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    pseudo = f"{step.id}{COMPENSATE_SUFFIX}"
+    timeout = runner.timeout(step)
+    outcome: Event | None = None
+    attempt = 0
+    for attempt in range(1, COMPENSATION_ATTEMPTS + 1):
+        args = StepTaskArgs(
+            session_id=runner.sid,
+            step_id=pseudo,
+            attempt=attempt,
+            epoch=runner.epoch,
+            tool=tool,
+            params=params,
+            timeout_s=timeout,
+            idempotency_key=f"{runner.sid}:{step.id}:compensate",
+        )
+        state = StepState(
+            status=StepStatus.RUNNING,
+            attempt=attempt,
+            epoch=runner.epoch,
+            task_id=args.task_id,
+            dispatched_at=time.time(),
+        )
+        await runner.store.write(
+            runner.sid,
+            runner.epoch,
+            [runner.store.step_write(runner.sid, pseudo, **state.to_fields())],
+        )
+        runner.ctx.dispatcher.send(args)
+        outcome = await _await_outcome(
+            runner, pseudo, attempt, timeout + runner.settings.watchdog_grace_s
+        )
+        if outcome is not None and outcome.type in (
+            EventType.TASK_COMPLETED,
+            EventType.TASK_UNEXPECTED_RESULT,
+        ):
+            break
+        if outcome is not None and outcome.payload.get("error_kind") == ErrorKind.PERMANENT:
+            break
+    ok = outcome is not None and outcome.type in (
+        EventType.TASK_COMPLETED,
+        EventType.TASK_UNEXPECTED_RESULT,
+    )
+    result = {
+        "step": step.id,
+        "tool": tool,
+        "status": "completed" if ok else "failed",
+        "attempts": attempt,
+        "error": None
+        if ok
+        else (outcome.description if outcome else "no outcome before the timeout"),
+    }
+    if not ok:
+        log.error(
+            "session=%s step=%s COMPENSATION FAILED: %s", runner.sid, step.id, result["error"]
+        )
+    return result
+
+
+async def _await_outcome(
+    runner: SessionRunner, pseudo: str, attempt: int, timeout_s: float
+) -> Event | None:
+    """Read the session's events until the outcome of ``pseudo``'s ``attempt`` arrives."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = await runner.store.read_events(
+            runner.sid, runner.ctx.name, count=100, block_ms=500
+        )
+        found = None
+        for entry_id, fields in entries:
+            runner.acks.append(entry_id)
+            event = Event.from_fields(fields)
+            runner.batch.events.append((entry_id, event))
+            if event.step_id == pseudo and event.attempt == attempt:
+                found = event
+        await runner.checkpoint()
+        if found is not None:
+            return found
+    await runner.store.end_attempt(
+        runner.sid,
+        runner.epoch,
+        pseudo,
+        attempt,
+        status=StepStatus.INTERRUPTED.value,
+        event=Event(
+            type=EventType.TASK_INTERRUPTED,
+            step_id=pseudo,
+            attempt=attempt,
+            description=f"compensation attempt {attempt} timed out",
+            payload={"error_kind": "timeout"},
+        ),
+    )
+    return None

@@ -1,0 +1,84 @@
+"""Fixtures shared by every test: settings pointing at a private Redis key space."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from config.settings import Settings
+
+T = TypeVar("T")
+
+# Tests use their own Redis database number and key prefix, and clean up after themselves.
+TEST_REDIS_URL = os.environ.get("PLANLOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+TEST_REDIS_DB = int(os.environ.get("PLANLOOP_TEST_REDIS_DB", "13"))
+TEST_PG_URL = os.environ.get(
+    "PLANLOOP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def wait_for(predicate: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test on time-out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def run_id() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings of this test run: own key prefix and queue, own SQLite file."""
+    db_file: Path = tmp_path_factory.mktemp("sql") / "planloop.db"
+    return Settings(
+        redis_url=f"{TEST_REDIS_URL}/{TEST_REDIS_DB}",
+        key_prefix=run_id,
+        queue=run_id,
+        database_url=f"sqlite:///{db_file}",
+        default_step_timeout_s=30,
+        retry_backoff_s=0.05,
+        watchdog_grace_s=1.0,
+        lease_ttl_s=1.5,
+    )
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The ``PLANLOOP_*`` variables that recreate ``settings`` in a child process."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump(mode="json").items():
+        if value is None:
+            continue
+        if hasattr(getattr(settings, name), "get_secret_value"):
+            value = getattr(settings, name).get_secret_value()
+        env[f"PLANLOOP_{name.upper()}"] = (
+            value if isinstance(value, str) else __import__("json").dumps(value)
+        )
+    return env
+
+
+@pytest.fixture(scope="session")
+def env_overrides(test_settings: Settings) -> dict[str, str]:
+    return settings_env(test_settings)
+
+
+@pytest.fixture(autouse=True)
+def _no_planloop_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A developer's own PLANLOOP_* variables must not leak into tests."""
+    for name in list(os.environ):
+        if name.startswith("PLANLOOP_") and not name.startswith("PLANLOOP_TEST_"):
+            monkeypatch.delenv(name)
+    yield
