@@ -105,3 +105,47 @@ local fields = {}
 for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[3], '*', unpack(fields))
 """
+
+# KEYS[1] breaker hash. ARGV: now, cooldown_s.
+# Returns 'closed' (run), 'probe' (run as the half-open probe) or 'open' (fail fast).
+BREAKER_ALLOW = """
+local b = redis.call('HMGET', KEYS[1], 'state', 'opened_at', 'probe_at')
+local now, cooldown = tonumber(ARGV[1]), tonumber(ARGV[2])
+if b[1] == 'open' then
+  if now >= tonumber(b[2]) + cooldown then
+    redis.call('HSET', KEYS[1], 'state', 'half_open', 'probe_at', ARGV[1])
+    return 'probe'
+  end
+  return 'open'
+end
+if b[1] == 'half_open' then
+  if now >= tonumber(b[3]) + cooldown then
+    redis.call('HSET', KEYS[1], 'probe_at', ARGV[1])
+    return 'probe'
+  end
+  return 'open'
+end
+return 'closed'
+"""
+
+# KEYS[1] breaker hash, KEYS[2] failure timestamps (zset).
+# ARGV: now, ok ('1'/'0'), window_s, threshold, member.
+# Returns the breaker's state after recording the outcome.
+BREAKER_RECORD = """
+local now = tonumber(ARGV[1])
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if ARGV[2] == '1' then
+  if state ~= 'closed' then
+    redis.call('HSET', KEYS[1], 'state', 'closed')
+    redis.call('DEL', KEYS[2])
+  end
+  return 'closed'
+end
+redis.call('ZADD', KEYS[2], now, ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
+if state == 'half_open' or redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', ARGV[1])
+  return 'open'
+end
+return state
+"""

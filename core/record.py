@@ -248,6 +248,12 @@ class SqlRecord:
             query = select(DecisionRow).where(DecisionRow.session_id == sid)
             return db.scalars(query.order_by(DecisionRow.id)).all()
 
+    def unfinished(self) -> list[str]:
+        """Sessions the record says are not over (for rebuilding lost hot state)."""
+        with self._sessions() as db:
+            query = select(SessionRow.id).where(SessionRow.status.in_(("pending", "running")))
+            return list(db.scalars(query).all())
+
     def llm_calls(self, sid: str) -> Sequence[LlmCallRow]:
         with self._sessions() as db:
             query = select(LlmCallRow).where(LlmCallRow.session_id == sid)

@@ -28,6 +28,7 @@ from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
 from producer.client import Producer
 from producer.stack import Stack, local_stack, wait_until
+from producer.views import make_console
 from producer.watch import watch_session
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,7 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         PlanError: the demo plan is invalid (nothing was started).
         ConfigError: the stack did not come up.
     """
-    console = console or Console()
+    console = console or make_console()
     plan = load_demo_plan(settings, options.plan_file) if options.demo else None
     STATE_DIR.mkdir(exist_ok=True)
     log_dir = (STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S")).resolve()

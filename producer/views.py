@@ -35,6 +35,16 @@ SEVERITY_COLOURS: dict[str, str] = {"INFO": "white", "WARNING": "yellow", "CRITI
 
 SHORT_TEXT = 60
 SHORT_OUTPUT = 50
+# Width of tables when stdout is a pipe or a CI log (rich would assume 80 columns).
+PLAIN_WIDTH = 160
+
+
+def make_console() -> Console:
+    """A console on stdout; wider than rich's 80-column default when stdout is not a terminal."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = PLAIN_WIDTH
+    return console
 
 
 def styled_status(status: str) -> Text:
@@ -103,7 +113,7 @@ def print_status(
     Raises:
         SessionNotFoundError: ``sid`` names no session.
     """
-    console = console or Console()
+    console = console or make_console()
     if sid is None:
         _print_sessions(producer, limit, console)
         return
@@ -163,8 +173,10 @@ def print_report(console: Console, report: Mapping[str, Any]) -> None:
     if report.get("error"):
         console.print(f"error: {report['error']}")
     table = Table(show_lines=False)
-    for column in ("step", "tool", "status", "attempts", "duration", "worker", "error", "output"):
-        table.add_column(column, overflow="fold")
+    for column in ("step", "tool", "status", "attempts", "duration", "worker"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("error", overflow="fold", min_width=12)
+    table.add_column("output", overflow="ellipsis", no_wrap=True, max_width=SHORT_OUTPUT)
     for step in report.get("steps", []):
         table.add_row(
             str(step.get("id", "")),
@@ -202,7 +214,7 @@ def print_show(
     Raises:
         SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
     """
-    console = console or Console()
+    console = console or make_console()
     session, plan, report, events = _gather(producer, sid)
     statuses = report_statuses(report)
     if plan is not None and not statuses:

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from core.models import Event, SessionRecord, StepState
+from core.models import Event, SessionRecord, StepState, StepStatus
 from planner.plan import Plan
 from producer.client import Producer
 from producer.views import (
@@ -24,6 +24,7 @@ from producer.views import (
     clock,
     event_line,
     load_session_plan,
+    make_console,
     print_report,
     seconds,
     short,
@@ -87,9 +88,17 @@ def poll(producer: Producer, view: WatchState) -> Changes:
 
 
 # --- plain lines (no terminal) ------------------------------------------------------------
+def step_time(state: StepState, now: float) -> float:
+    """When the step reached its current status, as well as the hot state tells."""
+    return state.finished_at or state.started_at or state.dispatched_at or now
+
+
 def step_line(step_id: str, state: StepState, now: float) -> str:
     """One plain line for a step's status change, seen at ``now``."""
-    line = f"{clock(now)} step {step_id:<20} {state.status.value:<11} attempt {state.attempt}"
+    line = (
+        f"{clock(step_time(state, now))} step {step_id:<20} {state.status.value:<11} "
+        f"attempt {state.attempt}"
+    )
     if state.worker:
         line += f" on {state.worker}"
     if state.error:
@@ -105,15 +114,22 @@ def note_line(note: dict[str, str]) -> str:
         if key not in ("kind", "at") and value
     )
     at = clock(float(note.get("at") or 0))
-    return f"{at} note {note.get('kind', '?')} {extra}".rstrip()
+    return " ".join(part for part in (at, "note", note.get("kind", "?"), extra) if part)
 
 
 def plain_lines(changes: Changes, now: float) -> list[str]:
-    """The lines a non-terminal watch prints for one poll made at ``now``."""
-    lines = [step_line(i, st, now) for i, st in changes.steps]
-    lines += [event_line(ev) for ev in changes.events]
-    lines += [note_line(n) for n in changes.notes]
-    return lines
+    """The lines a non-terminal watch prints for one poll made at ``now``, oldest first.
+
+    Steps still pending on their first attempt are left out: every step starts there.
+    """
+    timed = [
+        (step_time(st, now), step_line(i, st, now))
+        for i, st in changes.steps
+        if st.attempt or st.status != StepStatus.PENDING
+    ]
+    timed += [(ev.occurred_at, event_line(ev)) for ev in changes.events]
+    timed += [(float(n.get("at") or now), note_line(n)) for n in changes.notes]
+    return [line for _, line in sorted(timed, key=lambda pair: pair[0])]
 
 
 # --- the live view ------------------------------------------------------------------------
@@ -155,7 +171,7 @@ def _steps_table(view: WatchState) -> Table:
     now = time.time()
     for step in view.plan.steps if view.plan is not None else []:
         st = view.steps.get(step.id, StepState())
-        end = st.finished_at or (now if st.status.value == "running" else 0.0)
+        end = st.finished_at or (now if st.status == StepStatus.RUNNING else 0.0)
         duration = end - st.started_at if st.started_at and end else None
         table.add_row(
             step.id,
@@ -202,7 +218,7 @@ def watch_session(
     Raises:
         SessionNotFoundError: no session ``sid``.
     """
-    console = console or Console()
+    console = console or make_console()
     view = WatchState(sid)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     changes = poll(producer, view)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -17,10 +18,13 @@ from core.tools import load_tools
 from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
+from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
 from supervisor.state import SessionStore
 
 log = logging.getLogger(__name__)
+
+REBUILD_INTERVAL_S = 2.0
 
 
 @dataclass
@@ -50,6 +54,7 @@ class Supervisor:
         )
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
+        self._next_rebuild = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -83,6 +88,11 @@ class Supervisor:
     async def _reclaim(self) -> None:
         """Take over active sessions nobody holds (their owner died or never came)."""
         self._forget_finished()
+        now = time.monotonic()
+        if now >= self._next_rebuild:
+            # Rare and comparatively costly (a SQL query): Redis lost its data.
+            self._next_rebuild = now + REBUILD_INTERVAL_S
+            await rebuild_lost_sessions(self.ctx)
         candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
         for sid in await self.store.unowned(candidates):
             await self._take(sid)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
-
-from planner.agents import Planner
 
 from core.errors import FencedOutError, LLMError, PlanError, SessionError
 from core.hot_state import dumps
@@ -23,6 +22,7 @@ from core.models import (
     StepTaskArgs,
 )
 from core.record import Checkpoint
+from planner.agents import Planner
 from planner.dag import descendants
 from planner.plan import Plan, Step
 from planner.references import find_references, resolve_params
@@ -87,7 +87,7 @@ class SessionRunner:
         try:
             await self._load()
             await self._settle_recorded()
-            await self._apply(await self.store.claim_pending(self.sid, self.ctx.name))
+            await self._apply(await self._take_over_pending())
             while self.outcome is None:
                 await self._dispatch_ready()
                 # Checkpoint after dispatching: the next steps start without waiting on SQL.
@@ -206,6 +206,27 @@ class SessionRunner:
                 )
 
     # --- 3/4. events ----------------------------------------------------------------------
+    async def _take_over_pending(self) -> list[tuple[str, dict[str, str]]]:
+        """Events a former owner left unacknowledged; poison ones go to the dead letters."""
+        entries = await self.store.claim_pending(self.sid, self.ctx.name)
+        counts = await self.store.delivery_counts(self.sid, [e for e, _ in entries])
+        limit = self.settings.max_deliveries
+        dead = [(e, f) for e, f in entries if counts.get(e, 0) > limit]
+        if dead:
+            log.error(
+                "session=%s ALERT: %d event(s) delivered more than %d times moved to %s",
+                self.sid,
+                len(dead),
+                limit,
+                self.store.keys.deadletter,
+            )
+            await self.store.dead_letter(self.sid, dead)
+            await self.store.note_progress(self.sid, "dead_letter", count=len(dead))
+            for entry_id, fields in dead:
+                with contextlib.suppress(ValueError, KeyError):
+                    self.batch.events.append((entry_id, Event.from_fields(fields)))
+        return [(e, f) for e, f in entries if counts.get(e, 0) <= limit]
+
     async def _apply(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, fields in entries:
             self.acks.append(entry_id)

@@ -181,6 +181,18 @@ class SessionStore:
         if entry_ids:
             await self.r.xack(self.keys.events(sid), EVENTS_GROUP, *entry_ids)
 
+    async def dead_letter(self, sid: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """Move events delivered too often to the dead-letter stream, and acknowledge them."""
+        if not entries:
+            return
+        pipe = self.r.pipeline(transaction=True)
+        for entry_id, fields in entries:
+            pipe.xadd(
+                self.keys.deadletter, {"sid": sid, "entry_id": entry_id, "event": dumps(fields)}
+            )
+        pipe.xack(self.keys.events(sid), EVENTS_GROUP, *[e for e, _ in entries])
+        await pipe.execute()
+
     async def delivery_counts(self, sid: str, entry_ids: Sequence[str]) -> dict[str, int]:
         if not entry_ids:
             return {}

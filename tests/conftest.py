@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,6 +53,9 @@ def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Sett
         retry_backoff_s=0.05,
         watchdog_grace_s=1.0,
         lease_ttl_s=1.5,
+        # Tests inject failures into the bundled tools all the time; the breaker tests use
+        # a stack of their own with a low threshold.
+        breaker_failures=100_000,
     )
 
 
@@ -76,9 +79,8 @@ def env_overrides(test_settings: Settings) -> dict[str, str]:
 
 
 @pytest.fixture(autouse=True)
-def _no_planloop_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_planloop_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's own PLANLOOP_* variables must not leak into tests."""
     for name in list(os.environ):
         if name.startswith("PLANLOOP_") and not name.startswith("PLANLOOP_TEST_"):
             monkeypatch.delenv(name)
-    yield

@@ -17,6 +17,7 @@ from config.settings import Settings, get_settings
 from core.hot_state import HotState, RedisEffectLedger, connect
 from core.keys import Keys
 from core.tools import load_tools
+from workers.breaker import BreakerPolicy, CircuitBreakers
 from workers.executor import StepExecutor
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,16 @@ def executor() -> StepExecutor:
     tools = load_tools(settings.tool_modules)
     worker = f"{socket.gethostname()}:{os.getpid()}"
     log.info("worker %s ready with %d tools", worker, len(tools.names()))
-    return StepExecutor(HotState(client, keys), tools, RedisEffectLedger(client, keys), worker)
+    policy = BreakerPolicy(
+        settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
+    )
+    return StepExecutor(
+        HotState(client, keys),
+        tools,
+        RedisEffectLedger(client, keys),
+        worker,
+        CircuitBreakers(client, keys, policy),
+    )
 
 
 app = create_app(get_settings())

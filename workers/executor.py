@@ -18,6 +18,7 @@ from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepT
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from planner.expect import check_expectations
 from planner.plan import Expectation
+from workers.breaker import CircuitBreakers
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +54,18 @@ class StepExecutor:
     """Executes step attempts for one worker process."""
 
     def __init__(
-        self, state: HotState, tools: ToolRegistry, effects: EffectLedger, worker: str
+        self,
+        state: HotState,
+        tools: ToolRegistry,
+        effects: EffectLedger,
+        worker: str,
+        breakers: CircuitBreakers | None = None,
     ) -> None:
         self.state = state
         self.tools = tools
         self.effects = effects
         self.worker = worker
+        self.breakers = breakers
 
     def execute(self, args: StepTaskArgs) -> str:
         """Run one attempt end to end; returns what happened, for the task's result line.
@@ -121,6 +128,22 @@ class StepExecutor:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
             return _failed(exc, ErrorKind.PERMANENT)
+        if self.breakers is not None and not self.breakers.allow(args.tool):
+            message = f"tool {args.tool!r} is unavailable: its circuit breaker is open"
+            return Outcome(
+                StepStatus.INTERRUPTED,
+                EventType.TASK_INTERRUPTED,
+                None,
+                message,
+                ErrorKind.UNAVAILABLE,
+            )
+        outcome = self._call(spec, args)
+        if self.breakers is not None and outcome.error_kind != ErrorKind.PERMANENT:
+            # Bad input says nothing about the tool's health; everything else does.
+            self.breakers.record(args.tool, ok=outcome.status == StepStatus.COMPLETED)
+        return outcome
+
+    def _call(self, spec: ToolSpec, args: StepTaskArgs) -> Outcome:
         ctx = ToolContext(
             session_id=args.session_id,
             step_id=args.step_id,

@@ -1,0 +1,85 @@
+"""Rebuild a session's hot state in Redis from the SQL record (Redis lost its data)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.hot_state import blob_digest
+from core.models import StepState, StepStatus
+from planner.plan import Plan
+from supervisor.context import SupervisorContext
+
+log = logging.getLogger(__name__)
+
+
+async def rebuild_lost_sessions(ctx: SupervisorContext) -> list[str]:
+    """Recreate the hot state of unfinished sessions that Redis no longer has."""
+    rebuilt = []
+    for sid in await ctx.sql(ctx.record.unfinished):
+        if await ctx.store.r.exists(ctx.store.keys.session(sid)):
+            continue
+        if await rebuild_session(ctx, sid):
+            rebuilt.append(sid)
+    return rebuilt
+
+
+async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
+    """Write session hash, plan version, step hashes and outputs back from SQL.
+
+    Attempts the record saw dispatched but not finished come back as running and never
+    started, so the next owner sends them again under the same task id (the broker's copy
+    went with Redis); completed steps keep their outputs and never run again.
+    """
+    row = await ctx.sql(lambda: ctx.record.session(sid))
+    versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
+    if row is None or not versions:
+        return False
+    attempts = await ctx.sql(lambda: ctx.record.attempts(sid))
+    plan_row = versions[-1]
+    plan = Plan.model_validate_json(plan_row.plan)
+    latest: dict[str, Any] = {}
+    for attempt in attempts:
+        latest[attempt.step_id] = attempt  # ordered by step, then attempt
+    keys, r = ctx.store.keys, ctx.store.r
+    pipe = r.pipeline(transaction=True)
+    pipe.hset(
+        keys.session(sid),
+        mapping={
+            "status": row.status,
+            "goal": row.goal,
+            "plan_version": plan_row.version,
+            "epoch": row.epoch,
+            "created_at": repr(row.created_at),
+            "replans": row.replans,
+            "options": row.options,
+            "owner": "",
+        },
+    )
+    pipe.set(keys.plan(sid, plan_row.version), plan_row.plan)
+    for step in plan.steps:
+        st = StepState()
+        last = latest.get(step.id)
+        if last is not None:
+            st = StepState(
+                status=StepStatus(last.status),
+                attempt=last.attempt,
+                epoch=last.epoch,
+                worker=last.worker,
+                dispatched_at=last.dispatched_at,
+                started_at=last.started_at if last.status != "running" else 0.0,
+                finished_at=last.finished_at,
+                error=last.error,
+                error_kind=last.error_kind,
+                output_ref=last.output_ref,
+            )
+            if last.output is not None:
+                st.output_ref = blob_digest(last.output)
+                pipe.set(keys.blob(st.output_ref), last.output)
+        pipe.hset(keys.step(sid, step.id), mapping=dict(st.to_fields()))  # type: ignore[arg-type]
+    pipe.xgroup_create(keys.events(sid), "sup", id="0", mkstream=True)
+    pipe.sadd(keys.active, sid)
+    pipe.zadd(keys.sessions, {sid: row.created_at})
+    await pipe.execute()
+    log.warning("session=%s hot state rebuilt from SQL (plan version %d)", sid, plan_row.version)
+    return True

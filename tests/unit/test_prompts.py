@@ -1,0 +1,101 @@
+"""Prompt templates and the blocks that fill them: ROLE lines, tool catalogue, outlines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.errors import ConfigError
+from core.tools import load_tools
+from planner.plan import Plan, Step
+from planner.prompting import (
+    bullets,
+    load_template,
+    plan_outline,
+    planning_schema,
+    render_prompt,
+    tool_catalogue,
+)
+
+# Every template with the placeholders it takes.
+TEMPLATES = {
+    "planner": ("planner", ["goal", "constraints", "lessons", "catalogue"]),
+    "replanner_remaining": (
+        "replanner",
+        ["situation", "plan_outline", "completed", "removed", "kept", "catalogue"],
+    ),
+    "replanner_full": ("replanner", ["situation", "plan_outline", "completed", "catalogue"]),
+    "decider": ("decider", ["situation", "cancellable", "replans_left", "max_replans"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_template_starts_with_its_role_line_and_fills_every_placeholder(name: str) -> None:
+    role, keys = TEMPLATES[name]
+    values = {key: f"<<{key}>>" for key in keys}
+    system, user = render_prompt(name, **values)
+    assert system["role"] == "system"
+    assert user["role"] == "user"
+    assert system["content"].splitlines()[0] == f"ROLE: {role}"
+    text = system["content"] + user["content"]
+    for key in keys:
+        assert f"<<{key}>>" in text
+    assert "$" not in text  # no placeholder left unfilled
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_a_missing_value_is_a_clear_error(name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"prompt template '{name}' needs a value for \$"):
+        render_prompt(name)
+
+
+def test_unknown_template_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="'nope' is missing"):
+        load_template("nope")
+
+
+def test_catalogue_lists_every_tool_with_its_schema_and_no_simulate_field() -> None:
+    tools = load_tools()
+    text = tool_catalogue(tools)
+    for spec in tools.specs():
+        assert f"### {spec.name}\n{spec.description}" in text
+        assert json.dumps(planning_schema(spec), separators=(",", ":")) in text
+    assert '"product_id"' in text
+    assert '"days":{"default":30' in text
+    assert "undone by supply_chain.cancel_reservation" in text
+    assert "simulate" not in text
+    assert "Simulation" not in text
+
+
+def test_planning_schema_drops_simulate_and_its_definitions_only() -> None:
+    spec = load_tools().get("ecommerce.order_stats")
+    schema = planning_schema(spec)
+    assert "simulate" in spec.params_schema()["properties"]  # the tool still honours it
+    assert set(schema["properties"]) == {"product_id", "days"}
+    assert schema["required"] == ["product_id"]
+    assert "$defs" not in schema
+    assert "title" not in schema["properties"]["product_id"]
+
+
+def test_compact_catalogue_is_one_line_per_tool() -> None:
+    tools = load_tools()
+    text = tool_catalogue(tools, compact=True)
+    assert len(text.splitlines()) == len(tools.names())
+    assert "- ecommerce.order_stats(product_id: string, days?: integer = 30): " in text
+    assert "simulate" not in text
+    assert len(text) < len(tool_catalogue(tools)) / 2
+
+
+def test_plan_outline_and_bullets() -> None:
+    plan = Plan(
+        steps=[
+            Step(id="a", tool="ecommerce.inventory", params={"product_id": "X"}),
+            Step(id="b", tool="ecommerce.reviews", params={"product_id": "X"}, dependencies=["a"]),
+        ]
+    )
+    assert plan_outline(plan, {"a": "completed"}) == (
+        "- a: ecommerce.inventory [completed]\n- b: ecommerce.reviews [pending] after a"
+    )
+    assert bullets([]) == "(none)"
+    assert bullets(["x", "y"]) == "- x\n- y"

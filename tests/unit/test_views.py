@@ -1,0 +1,161 @@
+"""The plain views: report table, Mermaid block, and the line format of a non-terminal watch."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+
+from core.models import Event, EventType, Severity, StepState, StepStatus
+from planner.plan import parse_plan
+from producer.views import event_line, mermaid_block, print_report, report_statuses, short
+from producer.watch import Changes, note_line, plain_lines, step_line
+
+PLAN = parse_plan(
+    """
+goal: two steps
+steps:
+  - {id: fetch, tool: bench.echo, params: {value: 1}}
+  - {id: store, tool: bench.echo, params: {value: "{{fetch.output.value}}"}, dependencies: [fetch]}
+"""
+)
+
+REPORT = {
+    "session_id": "20260101-000000-abcdef12",
+    "goal": "two steps",
+    "status": "failed",
+    "error": "critical step store failed: PermanentToolError: disk full",
+    "plan_version": 1,
+    "replans": 0,
+    "duration_s": 1.5,
+    "counts": {"completed": 1, "failed": 1},
+    "steps": [
+        {
+            "id": "fetch",
+            "tool": "bench.echo",
+            "status": "completed",
+            "attempts": 1,
+            "worker": "host:42",
+            "duration_s": 0.25,
+            "error": None,
+            "note": None,
+            "output": {"value": 1},
+        },
+        {
+            "id": "store",
+            "tool": "bench.echo",
+            "status": "failed",
+            "attempts": 3,
+            "worker": "host:42",
+            "duration_s": 0.1,
+            "error": "PermanentToolError: disk full",
+            "note": None,
+            "output": None,
+        },
+    ],
+}
+
+
+def _recorded(width: int = 120) -> Console:
+    return Console(record=True, width=width, color_system=None)
+
+
+def test_report_lists_every_step_with_status_attempts_and_error() -> None:
+    console = _recorded()
+    print_report(console, REPORT)
+    text = console.export_text()
+    assert "report of 20260101-000000-abcdef12: failed in 1.50s" in text
+    assert "error: critical step store failed" in text
+    fetch_row = next(line for line in text.splitlines() if "fetch" in line)
+    store_row = next(line for line in text.splitlines() if "store" in line and "│" in line)
+    assert "completed" in fetch_row
+    assert '{"value":1}' in fetch_row
+    assert "0.25s" in fetch_row
+    assert "failed" in store_row
+    assert " 3 " in store_row
+    assert "disk full" in text
+    assert text.rstrip().endswith("1 completed, 1 failed")
+
+
+def test_report_cuts_long_outputs_to_one_line() -> None:
+    report = {**REPORT, "steps": [{**REPORT["steps"][0], "output": {"blob": "x" * 500}}]}
+    console = _recorded()
+    print_report(console, report)
+    row = next(line for line in console.export_text().splitlines() if "fetch" in line)
+    assert "xxxx" in row
+    assert "x" * 100 not in row
+
+
+def test_mermaid_block_colours_steps_by_report_status() -> None:
+    block = mermaid_block(PLAN, report_statuses(REPORT))
+    lines = block.splitlines()
+    assert lines[0] == "```mermaid"
+    assert lines[1] == "flowchart TD"
+    assert lines[-1] == "```"
+    assert '    s0["fetch<br/>bench.echo<br/>completed"]:::completed' in lines
+    assert '    s1["store<br/>bench.echo<br/>failed"]:::failed' in lines
+    assert "    s0 --> s1" in lines
+
+
+def test_event_line_names_type_severity_step_and_attempt() -> None:
+    event = Event(
+        type=EventType.TASK_FAILED,
+        severity=Severity.WARNING,
+        step_id="store",
+        attempt=2,
+        description="TransientToolError:\n  broker went away",
+        occurred_at=time.mktime((2026, 1, 1, 12, 30, 5, 0, 0, -1)) + 0.25,
+    )
+    line = event_line(event)
+    assert line.startswith("12:30:05.250 TASK_FAILED")
+    assert "WARNING" in line
+    assert "store#2" in line
+    assert line.endswith("TransientToolError: broker went away")
+    assert "\n" not in line
+
+
+def test_plain_watch_lines_are_time_ordered_and_skip_initial_pending() -> None:
+    t0 = time.mktime((2026, 1, 1, 9, 0, 0, 0, 0, -1))
+    done = StepState(
+        status=StepStatus.COMPLETED, attempt=1, worker="w:1", started_at=t0, finished_at=t0 + 2
+    )
+    retrying = StepState(
+        status=StepStatus.READY, attempt=1, error="TransientToolError: blip", finished_at=t0 + 1
+    )
+    changes = Changes(
+        events=[
+            Event(type=EventType.TASK_COMPLETED, step_id="fetch", attempt=1, occurred_at=t0 + 2)
+        ],
+        notes=[{"kind": "ended", "at": repr(t0 + 3), "status": "completed", "error": ""}],
+        steps=[("fetch", done), ("store", retrying), ("later", StepState())],
+    )
+    lines = plain_lines(changes, now=t0 + 5)
+    assert len(lines) == 4
+    assert (
+        lines[0]
+        == "09:00:01.000 step store                ready       attempt 1: TransientToolError: blip"
+    )
+    assert lines[1].startswith("09:00:02.000 step fetch")
+    assert lines[1].endswith("completed   attempt 1 on w:1")
+    assert "TASK_COMPLETED" in lines[2]
+    assert lines[3] == "09:00:03.000 note ended status=completed"
+    assert all("\x1b" not in line for line in lines)
+
+
+def test_step_line_without_timestamps_uses_now() -> None:
+    now = time.mktime((2026, 1, 1, 9, 0, 7, 0, 0, -1))
+    line = step_line("a", StepState(status=StepStatus.RUNNING, attempt=1), now)
+    assert line.startswith("09:00:07.000 step a ")
+
+
+def test_note_line_shows_fields_but_not_empty_ones() -> None:
+    line = note_line(
+        {"kind": "replan_required", "at": "0", "reason": "budget", "count": "2", "x": ""}
+    )
+    assert line == "note replan_required reason=budget count=2"
+
+
+def test_short_flattens_and_cuts() -> None:
+    assert short("a\n  b", 10) == "a b"
+    assert short("abcdefghijkl", 5) == "abcd…"
+    assert short(None) == ""
