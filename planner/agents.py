@@ -34,8 +34,10 @@ R = TypeVar("R")
 
 # Statuses of steps an incremental re-plan removes (with their orphans) even when not named.
 DEAD_STATUSES = frozenset({"failed", "cancelled", "skipped", "interrupted"})
-# Size budget of the situation report inside re-planner prompts, characters.
-REPLAN_SITUATION_CHARS = 6000
+# Size budgets of the situation report, characters. An incremental re-plan keeps the plan's
+# shape and needs less history than a full one, which rewrites everything that is left.
+INCREMENTAL_SITUATION_CHARS = 3000
+FULL_SITUATION_CHARS = 8000
 # Size budget of the situation report inside decider prompts, characters.
 DECIDER_SITUATION_CHARS = 6000
 
@@ -116,7 +118,7 @@ class Planner:
         kept = [s.id for s in current.steps if s.id not in gone and s.id not in done]
         messages = render_prompt(
             "replanner_remaining",
-            situation=self._situation(situation),
+            situation=self._situation(situation, INCREMENTAL_SITUATION_CHARS),
             plan_outline=plan_outline(current, _statuses(situation)),
             completed=bullets(sorted(done)),
             removed=bullets(s.id for s in current.steps if s.id in gone),
@@ -161,7 +163,7 @@ class Planner:
         done = set(completed)
         messages = render_prompt(
             "replanner_full",
-            situation=self._situation(situation),
+            situation=self._situation(situation, FULL_SITUATION_CHARS),
             plan_outline=plan_outline(current, _statuses(situation)),
             completed=bullets(sorted(done)),
             catalogue=tool_catalogue(self.tools),
@@ -188,11 +190,11 @@ class Planner:
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _situation(self, situation: Situation) -> str:
+    def _situation(self, situation: Situation, budget_chars: int) -> str:
         sensitive: set[str] = set()
         for spec in self.tools.specs():
             sensitive |= spec.sensitive_fields()
-        return render_situation(situation, budget_chars=REPLAN_SITUATION_CHARS, sensitive=sensitive)
+        return render_situation(situation, budget_chars=budget_chars, sensitive=sensitive)
 
     @staticmethod
     def _removals(

@@ -186,8 +186,9 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
                 return _run_demo(stack, running, plan, console)
             return _serve(stack, running, console)
     except KeyboardInterrupt:
-        console.print("interrupted: stopped everything up started")
-        return EXIT_INTERRUPTED
+        console.print("stopped everything up started")
+        # Ctrl-C is how a plain `up` is meant to end; only an interrupted demo is a failure
+        return EXIT_INTERRUPTED if options.demo else 0
     finally:
         signal.signal(signal.SIGTERM, previous)
 

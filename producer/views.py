@@ -173,10 +173,15 @@ def print_report(console: Console, report: Mapping[str, Any]) -> None:
     if report.get("error"):
         console.print(f"error: {report['error']}")
     table = Table(show_lines=False)
-    for column in ("step", "tool", "status", "attempts", "duration", "worker"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("error", overflow="fold", min_width=12)
-    table.add_column("output", overflow="ellipsis", no_wrap=True, max_width=SHORT_OUTPUT)
+    # the status and counts never wrap; names fold; error and output share what is left
+    table.add_column("step", overflow="fold")
+    table.add_column("tool", overflow="fold")
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("att", no_wrap=True, justify="right")
+    table.add_column("duration", no_wrap=True, justify="right")
+    table.add_column("worker", overflow="fold")
+    table.add_column("error", overflow="fold", ratio=3)
+    table.add_column("output", overflow="ellipsis", no_wrap=True, ratio=2)
     for step in report.get("steps", []):
         table.add_row(
             str(step.get("id", "")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -80,9 +81,22 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
             "plan_version": runner.info.plan_version,
         }
     )
+    await drain_events(runner)
     await runner.checkpoint()
     await runner.store.note_progress(runner.sid, "ended", status=status.value, error=error)
     log.info("session=%s ended %s%s", runner.sid, status.value, f": {error}" if error else "")
+
+
+async def drain_events(runner: SessionRunner) -> None:
+    """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
+    while True:
+        entries = await runner.store.read_events(runner.sid, runner.ctx.name, count=500, block_ms=1)
+        if not entries:
+            return
+        for entry_id, fields in entries:
+            runner.acks.append(entry_id)
+            with contextlib.suppress(ValueError, KeyError):
+                runner.batch.events.append((entry_id, Event.from_fields(fields)))
 
 
 def _ended(st: StepState) -> bool:

@@ -263,6 +263,8 @@ class SessionRunner:
         st.error_kind = str(payload.get("error_kind", ""))
         st.error = "" if st.status == StepStatus.COMPLETED else event.description
         self.dirty.add(event.step_id)
+        if st.status != StepStatus.COMPLETED:
+            self.batch.attempts.append(self._attempt_row(event.step_id, st))
         if st.error_kind == ErrorKind.UNAVAILABLE:
             self.down_tools.add(self.steps[event.step_id].tool)
         if st.status != StepStatus.COMPLETED:
@@ -324,7 +326,7 @@ class SessionRunner:
                 description=f"phase {phase!r} finished ({len(members)} steps)",
                 payload={"phase": phase, "steps": members},
             )
-            await self.store.append_event(self.sid, event)
+            await self.append_event(event)
             self.brain.note(event)
 
     # --- deliberation ---------------------------------------------------------------------
@@ -377,8 +379,7 @@ class SessionRunner:
         ]
         await self.store.write(self.sid, self.epoch, ops)
         if skipped:
-            await self.store.append_event(
-                self.sid,
+            await self.append_event(
                 Event(
                     type=EventType.DEPENDENCY_BROKEN,
                     severity=Severity.INFO,
@@ -608,33 +609,40 @@ class SessionRunner:
         )
         for step_id in dirty:
             st = self.states.get(step_id)
-            if st is None or st.attempt == 0:
-                continue
-            row = st.model_dump(
-                include={
-                    "epoch",
-                    "worker",
-                    "dispatched_at",
-                    "started_at",
-                    "finished_at",
-                    "error",
-                    "error_kind",
-                    "output_ref",
-                }
-            )
-            output = self.outputs.get(step_id) if st.status == StepStatus.COMPLETED else None
-            batch.attempts.append(
-                {
-                    "step_id": step_id,
-                    "attempt": st.attempt,
-                    "status": st.status.value,
-                    **row,
-                    "output": None if output is None else dumps(output),
-                }
-            )
+            # READY/PENDING is the step between attempts: the attempt's own row (written
+            # when its outcome arrived) already says how it ended.
+            if st is not None and st.status not in (StepStatus.READY, StepStatus.PENDING):
+                batch.attempts.append(self._attempt_row(step_id, st))
         if batch:
             await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
         await self.store.ack(self.sid, acks)
+
+    def _attempt_row(self, step_id: str, st: StepState) -> dict[str, Any]:
+        row = st.model_dump(
+            include={
+                "epoch",
+                "worker",
+                "dispatched_at",
+                "started_at",
+                "finished_at",
+                "error",
+                "error_kind",
+                "output_ref",
+            }
+        )
+        output = self.outputs.get(step_id) if st.status == StepStatus.COMPLETED else None
+        return {
+            "step_id": step_id,
+            "attempt": st.attempt,
+            "status": st.status.value,
+            **row,
+            "output": None if output is None else dumps(output),
+        }
+
+    async def append_event(self, event: Event) -> None:
+        """Append an event of the supervisor's own and record it with this batch."""
+        entry_id = await self.store.append_event(self.sid, event)
+        self.batch.events.append((entry_id, event))
 
     # --- helpers --------------------------------------------------------------------------
     async def _write_step(self, step_id: str, **fields: Any) -> None:

@@ -122,6 +122,9 @@ class Deliberation:
             )
         if self.chat is None:
             return self._rule_verdict(changes)
+        await runner.load_outputs(
+            [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]
+        )
         situation = self.situation(reason)
         try:
             decision, usage = await asyncio.to_thread(
@@ -290,9 +293,16 @@ class Deliberation:
             return plan
         assert self.chat is not None
         planner = Planner(self.chat, runner.ctx.tools, max_repairs=runner.settings.plan_max_repairs)
+        full = d.action == ReplanAction.REPLAN_FULL
+        cancel = (
+            {i for i in runner.steps if i not in completed}
+            if full
+            else {*(c for c in d.steps_to_cancel if c in runner.steps), *failed} - completed
+        )
+        await runner.cancel_steps(sorted(cancel))
+        await runner.load_outputs(sorted(completed))
         situation = self.situation(f"{d.action.value}: {d.reasoning}")
-        if d.action == ReplanAction.REPLAN_FULL:
-            await runner.cancel_steps([i for i in runner.steps if i not in completed])
+        if full:
             new_plan, usages = await asyncio.to_thread(
                 planner.replan_full,
                 situation,
@@ -304,14 +314,13 @@ class Deliberation:
             merged = replace_remaining(runner.plan, completed, new_plan)
             new_ids = frozenset(s.id for s in new_plan.steps) - completed
         else:
-            cancel = {*d.steps_to_cancel, *failed} - completed
-            await runner.cancel_steps(sorted(c for c in cancel if c in runner.steps))
             subgraph, usages = await asyncio.to_thread(
                 planner.replan_remaining,
                 situation,
                 runner.plan,
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
+                cancel=cancel,
             )
             self.record_usage(usages)
             merged = merge_remaining(runner.plan, completed, cancel, subgraph.steps)

@@ -34,7 +34,8 @@ def redis_client(test_settings: Settings) -> Iterator[redis.Redis]:
 
 
 def _delete_prefix(client: redis.Redis, prefix: str) -> None:
-    for pattern in (f"{prefix}:*", prefix, f"_kombu.binding.{prefix}", f"{prefix}\x06*"):
+    patterns = (f"{prefix}:*", prefix, f"_kombu.binding*.{prefix}", f"{prefix}\x06*")
+    for pattern in patterns:
         batch = list(client.scan_iter(match=pattern, count=1000))
         if batch:
             client.delete(*batch)
@@ -74,11 +75,12 @@ def record(test_settings: Settings) -> SqlRecord:
 
 def wait_ended(producer: Producer, sid: str, timeout_s: float = 60) -> SessionRecord:
     """The session's record once it has ended."""
-    return wait_for(
-        lambda: (r := producer.session(sid)).status.ended and r,
-        timeout_s,
-        f"session {sid} to end",
-    )
+
+    def ended() -> SessionRecord | None:
+        record = producer.session(sid)
+        return record if record.status.ended else None
+
+    return wait_for(ended, timeout_s, f"session {sid} to end")
 
 
 RunPlan = Callable[..., tuple[str, SessionRecord]]
