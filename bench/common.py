@@ -92,9 +92,16 @@ def bench_env(name: str, **overrides: object) -> Iterator[BenchEnv]:
 
 
 def delete_keys(client: redis.Redis, run_id: str) -> int:
-    """Delete every key of the run: its prefix, its Celery queue and the queue's binding."""
+    """Delete every key of the run: its prefix, its Celery queue and the queue's bindings."""
     deleted = 0
-    for pattern in (f"{run_id}:*", run_id, f"{run_id}\x06*", f"_kombu.binding.{run_id}"):
+    patterns = (
+        f"{run_id}:*",
+        run_id,
+        f"{run_id}\x06*",  # kombu's priority sub-queues
+        f"_kombu.binding.{run_id}",
+        f"_kombu.binding_permanent.{run_id}",
+    )
+    for pattern in patterns:
         batch = list(client.scan_iter(match=pattern, count=1000))
         if batch:
             deleted += int(client.delete(*batch))
@@ -159,7 +166,9 @@ def bare_worker(bench: BenchEnv, *, concurrency: int = 8) -> Iterator[subprocess
                 proc.wait(5)
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.005) -> None:
+def wait_for(
+    predicate: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.005
+) -> None:
     """Poll ``predicate`` until truthy; raise TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout_s
     while not predicate():

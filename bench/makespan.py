@@ -193,9 +193,7 @@ def summarize(name: str, runs: list[Run], dag: Dag, cp: float, target: str) -> l
 def breakdown(runs: list[Run], dag: Dag) -> list[list[str]]:
     """Where a dependent step's start latency goes on the real stack."""
     react = [g for r in runs for g in r.gaps(dag, r.dispatched)]
-    pickup = [
-        r.started[s] - r.dispatched[s] for r in runs for s, (_, deps) in dag.items() if deps
-    ]
+    pickup = [r.started[s] - r.dispatched[s] for r in runs for s, (_, deps) in dag.items() if deps]
     total = [g for r in runs for g in r.gaps(dag, r.started)]
     first = [min(r.dispatched.values()) - r.origin for r in runs]
     rows = [

@@ -76,7 +76,8 @@ def run_planloop(producer: Producer, n: int, timeout_s: float) -> Timing:
     last_finish = max(st.finished_at for st in states)
     pickup = [st.started_at - st.dispatched_at for st in states]
     notes = (
-        f"submit->1st dispatch {first_dispatch - t0:.2f}s, steps {last_finish - first_dispatch:.2f}s, "
+        f"submit->1st dispatch {first_dispatch - t0:.2f}s, "
+        f"steps {last_finish - first_dispatch:.2f}s, "
         f"last step->session end {record.finished_at - last_finish:.2f}s, "
         f"dispatch->start p50 {percentile(pickup, 50) * 1000:.0f}ms"
     )
@@ -90,10 +91,8 @@ def run_bare(bench: BenchEnv, sender: Celery, n: int, label: str, timeout_s: flo
     for _ in range(n):
         sender.send_task(INCR_TASK, args=[counter, n], queue=bench.settings.queue)
     send_s = time.time() - t0
-    wait_for(
-        lambda: bench.redis.exists(f"{counter}:done_at"), timeout_s, f"{n} bare tasks", 0.01
-    )
-    done_at = float(bench.redis.get(f"{counter}:done_at") or 0)  # type: ignore[arg-type]
+    wait_for(lambda: bench.redis.exists(f"{counter}:done_at"), timeout_s, f"{n} bare tasks", 0.01)
+    done_at = float(bench.redis.get(f"{counter}:done_at") or 0)
     return Timing(n, done_at - t0, send_s)
 
 
@@ -120,10 +119,22 @@ def main(argv: list[str] | None = None) -> int:
         f"(session concurrency {SESSION_CONCURRENCY})",
         ["side", "items", "seconds", "per second", "submit/send s", "notes"],
         [
-            ["planloop (one session)", str(n), f"{ours.seconds:.2f}", f"{ours.rate:.0f}",
-             f"{ours.send_s:.2f}", ours.notes],
-            ["bare Celery", str(n), f"{bare.seconds:.2f}", f"{bare.rate:.0f}",
-             f"{bare.send_s:.2f}", "first send -> 2,000th INCR"],
+            [
+                "planloop (one session)",
+                str(n),
+                f"{ours.seconds:.2f}",
+                f"{ours.rate:.0f}",
+                f"{ours.send_s:.2f}",
+                ours.notes,
+            ],
+            [
+                "bare Celery",
+                str(n),
+                f"{bare.seconds:.2f}",
+                f"{bare.rate:.0f}",
+                f"{bare.send_s:.2f}",
+                "first send -> 2,000th INCR",
+            ],
         ],
     )
     print(

@@ -46,24 +46,43 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("plan_file", type=click.Path(path_type=Path), required=False)
+@click.option("--goal", default=None, help="Plan this goal with the LLM instead of a file.")
+@click.option("--tools", "toolsets", default="", help="Toolsets for --goal, e.g. ecommerce.")
+@click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
 @click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
 @click.option("--concurrency", type=int, default=None, help="Steps running at once.")
+@click.option("--max-replans", type=int, default=None, help="Re-plan budget of the session.")
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
-def submit(plan_file: Path | None, wait: bool, concurrency: int | None, as_json: bool) -> None:
-    """Submit PLAN_FILE (YAML or JSON) as a new session."""
+def submit(
+    plan_file: Path | None,
+    goal: str | None,
+    toolsets: str,
+    constraints: tuple[str, ...],
+    wait: bool,
+    concurrency: int | None,
+    max_replans: int | None,
+    as_json: bool,
+) -> None:
+    """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
     from planner.plan import load_plan
     from producer.client import Producer
 
-    if plan_file is None:
-        _fail("give a plan file (YAML or JSON)")
+    if (plan_file is None) == (goal is None):
+        _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
-    settings = _settings()
+    options = SessionOptions(concurrency=concurrency, max_replans=max_replans)
     try:
-        plan = load_plan(plan_file)
-        producer = Producer.from_settings(settings)
-        sid = producer.submit(plan, SessionOptions(concurrency=concurrency))
+        producer = Producer.from_settings(_settings())
+        if goal is not None:
+            tools = [t.strip() for t in toolsets.split(",") if t.strip()]
+            sid = producer.submit_goal(
+                goal, tools=tools, constraints=list(constraints), options=options
+            )
+        else:
+            assert plan_file is not None
+            sid = producer.submit(load_plan(plan_file), options)
     except PlanloopError as exc:
-        _fail(f"{exc} (nothing was submitted)")
+        _fail(f"{exc}\n(nothing was submitted)")
         return
     click.echo(json.dumps({"session_id": sid}) if as_json else sid)
     if wait:
@@ -71,6 +90,26 @@ def submit(plan_file: Path | None, wait: bool, concurrency: int | None, as_json:
 
         status = watch_session(producer, sid)
         sys.exit(0 if status == "completed" else 1)
+
+
+@cli.command()
+@click.argument("session_id")
+@click.option(
+    "--action",
+    type=click.Choice(["continue", "replan_remaining", "replan_full", "abort"]),
+    required=True,
+    help="What the session should do now.",
+)
+@click.option("--note", default="", help="Why, for the record.")
+def approve(session_id: str, action: str, note: str) -> None:
+    """Answer a session that spent its re-plan budget and waits for a person."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).approve(session_id, action, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"{action} sent to {session_id}")
 
 
 @cli.command()

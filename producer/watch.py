@@ -32,6 +32,8 @@ from producer.views import (
 )
 
 RECENT_EVENTS = 8
+# The supervisor notes a session's end just after marking it ended; wait this long for it.
+END_NOTE_GRACE_S = 2.0
 
 
 @dataclass
@@ -46,6 +48,8 @@ class WatchState:
     notes: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=3))
     last_event: str = "-"
     last_note: str = "-"
+    end_noted: bool = False
+    ended_seen_at: float | None = None
 
     @property
     def ended_steps(self) -> int:
@@ -84,6 +88,7 @@ def poll(producer: Producer, view: WatchState) -> Changes:
     if notes:
         view.last_note = notes[-1][0]
         view.notes.extend(fields for _, fields in notes)
+        view.end_noted |= any(fields.get("kind") == "ended" for _, fields in notes)
     return Changes([ev for _, ev in events], [fields for _, fields in notes], changed)
 
 
@@ -237,9 +242,18 @@ def watch_session(
 
 
 def _running(view: WatchState, deadline: float | None) -> bool:
+    """Keep polling: in time, and the session has not ended (or its end note is still due)."""
     assert view.record is not None
-    in_time = deadline is None or time.monotonic() < deadline
-    return in_time and not view.record.status.ended
+    now = time.monotonic()
+    if deadline is not None and now >= deadline:
+        return False
+    if not view.record.status.ended:
+        return True
+    if view.end_noted:
+        return False
+    if view.ended_seen_at is None:
+        view.ended_seen_at = now
+    return now - view.ended_seen_at < END_NOTE_GRACE_S
 
 
 def _watch_live(

@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from planner.agents import Decider, Planner
-
 from core.errors import LLMError, PlanError
 from core.models import Event, EventType, SessionStatus, Severity, StepStatus
+from planner.agents import Decider, Planner
 from planner.decision import ReplanAction, ReplanDecision
 from planner.llm import ChatModel, Usage
 from planner.merge import inject_fallback, merge_remaining, replace_remaining

@@ -187,6 +187,12 @@ class ScriptedLLMServer:
         with self._lock:
             self._scripts[role.lower()].extend(replies)
 
+    def reset(self) -> None:
+        """Forget every script and recorded request (a server shared by several tests)."""
+        with self._lock:
+            self._scripts.clear()
+            self.requests.clear()
+
     def pending(self, role: str | None = None) -> int:
         """Scripted replies not yet consumed, for one role or all."""
         with self._lock:
