@@ -25,11 +25,16 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from core.errors import FencedOutError
 from core.models import Event
+
+
+UPSERT_CHUNK = 200  # rows per statement: far below SQLite's bound-parameter limit
 
 
 class Base(DeclarativeBase):
@@ -212,12 +217,11 @@ class SqlRecord:
             )
             if fenced.rowcount != 1:  # type: ignore[attr-defined]
                 raise FencedOutError(sid, epoch)
-            for version in batch.plan_versions:
-                db.merge(PlanVersionRow(session_id=sid, **version))
-            for attempt in batch.attempts:
-                db.merge(StepAttemptRow(session_id=sid, **attempt))
-            for event_id, ev in batch.events:
-                db.merge(_event_row(sid, event_id, ev))
+            _upsert(db, PlanVersionRow, [{"session_id": sid, **v} for v in batch.plan_versions])
+            attempts = {(a["step_id"], a["attempt"]): a for a in batch.attempts}  # last wins
+            _upsert(db, StepAttemptRow, [{"session_id": sid, **a} for a in attempts.values()])
+            events = {event_id: ev for event_id, ev in batch.events}
+            _upsert(db, EventRow, [_event_values(sid, i, ev) for i, ev in events.items()])
             for decision in batch.decisions:
                 db.add(DecisionRow(session_id=sid, epoch=epoch, **decision))
             for call in batch.llm_calls:
@@ -260,15 +264,29 @@ class SqlRecord:
             return db.scalars(query.order_by(LlmCallRow.id)).all()
 
 
-def _event_row(sid: str, event_id: str, ev: Event) -> EventRow:
-    return EventRow(
-        session_id=sid,
-        event_id=event_id,
-        type=ev.type.value,
-        severity=ev.severity.value,
-        step_id=ev.step_id,
-        attempt=ev.attempt,
-        description=ev.description,
-        payload=json.dumps(ev.payload, default=str),
-        occurred_at=ev.occurred_at,
-    )
+def _event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
+    return {
+        "session_id": sid,
+        "event_id": event_id,
+        "type": ev.type.value,
+        "severity": ev.severity.value,
+        "step_id": ev.step_id,
+        "attempt": ev.attempt,
+        "description": ev.description,
+        "payload": json.dumps(ev.payload, default=str),
+        "occurred_at": ev.occurred_at,
+    }
+
+
+def _upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
+    """INSERT ... ON CONFLICT DO UPDATE in one statement (SQLite and PostgreSQL)."""
+    if not rows:
+        return
+    table = model.__table__
+    keys = [c.name for c in table.primary_key.columns]  # type: ignore[attr-defined]
+    dialect = db.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    for start in range(0, len(rows), UPSERT_CHUNK):
+        stmt = insert(model).values(rows[start : start + UPSERT_CHUNK])
+        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+        db.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))

@@ -7,6 +7,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from core.hot_state import dumps
 from core.models import (
     ErrorKind,
     Event,
@@ -56,6 +57,19 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
         plan_version=runner.info.plan_version,
     )
     report["compensations"] = compensations
+    runner.batch.session.update(
+        {
+            "status": status.value,
+            "finished_at": now,
+            "error": error,
+            "report": dumps(report),
+            "replans": runner.info.replans,
+            "plan_version": runner.info.plan_version,
+        }
+    )
+    # The record first: whoever sees the session ended in Redis finds it complete in SQL.
+    await drain_events(runner)
+    await runner.checkpoint()
     keys = runner.store.keys
     await runner.store.write(
         runner.sid,
@@ -69,20 +83,6 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
             ("SREM", keys.active, [runner.sid]),
         ],
     )
-    from core.hot_state import dumps
-
-    runner.batch.session.update(
-        {
-            "status": status.value,
-            "finished_at": now,
-            "error": error,
-            "report": dumps(report),
-            "replans": runner.info.replans,
-            "plan_version": runner.info.plan_version,
-        }
-    )
-    await drain_events(runner)
-    await runner.checkpoint()
     await runner.store.note_progress(runner.sid, "ended", status=status.value, error=error)
     log.info("session=%s ended %s%s", runner.sid, status.value, f": {error}" if error else "")
 

@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 from core.errors import FencedOutError, LLMError, PlanError, SessionError
-from core.hot_state import dumps
 from core.models import (
     ErrorKind,
     Event,
@@ -26,6 +25,7 @@ from planner.agents import Planner
 from planner.dag import descendants
 from planner.plan import Plan, Step
 from planner.references import find_references, resolve_params
+from supervisor.checkpointer import Checkpointer
 from supervisor.context import SupervisorContext
 from supervisor.ending import finish_session
 from supervisor.policy import RuleAction, backoff_s, decide_failure
@@ -70,6 +70,12 @@ class SessionRunner:
         self.acks: list[str] = []
         self.outcome: tuple[SessionStatus, str] | None = None
         self.brain = Deliberation(self, ctx.chat)
+        self.checkpointer = Checkpointer(ctx, sid, epoch)
+        # Scheduling indexes, so one loop turn costs what changed, not the plan's size.
+        self._order: dict[str, int] = {}
+        self._dependents: dict[str, list[str]] = {}
+        self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
+        self._inflight: set[str] = set()  # dispatched by us; pruned lazily
 
     # --- the loop -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -90,8 +96,10 @@ class SessionRunner:
             await self._apply(await self._take_over_pending())
             while self.outcome is None:
                 await self._dispatch_ready()
-                # Checkpoint after dispatching: the next steps start without waiting on SQL.
-                await self._checkpoint()
+                # Checkpoint after dispatching, in the background: the next steps never
+                # wait on SQL.
+                self._checkpoint()
+                self.checkpointer.raise_if_failed()
                 if self.outcome is not None:
                     break
                 entries = await self.store.read_events(
@@ -109,6 +117,8 @@ class SessionRunner:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
             )
+        finally:
+            await self.checkpointer.close()
 
     # --- 1. load --------------------------------------------------------------------------
     async def _load(self) -> None:
@@ -153,6 +163,7 @@ class SessionRunner:
             self.states = await self.store.steps(self.sid, self.steps)
             for step_id in self.steps:
                 self.states.setdefault(step_id, StepState())
+            self._reindex()
             self.batch.plan_versions.append(
                 {
                     "version": info.plan_version,
@@ -192,6 +203,25 @@ class SessionRunner:
     def _use_plan(self, plan: Plan) -> None:
         self.plan = plan
         self.steps = {s.id: s for s in plan.steps}
+        self._order = {s.id: i for i, s in enumerate(plan.steps)}
+        self._dependents = {s.id: [] for s in plan.steps}
+        for step in plan.steps:
+            for dep in step.dependencies:
+                self._dependents.setdefault(dep, []).append(step.id)
+
+    def _reindex(self) -> None:
+        """Rebuild the scheduling indexes from the step states (after load or re-plan)."""
+        open_ = (StepStatus.PENDING, StepStatus.READY)
+        self._candidates = {i for i, st in self.states.items() if st.status in open_}
+        self._inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
+
+    def _running(self) -> int:
+        self._inflight = {
+            i
+            for i in self._inflight
+            if i in self.states and self.states[i].status == StepStatus.RUNNING
+        }
+        return len(self._inflight)
 
     # --- 2. settle what happened while nobody watched --------------------------------------
     async def _settle_recorded(self) -> None:
@@ -202,7 +232,9 @@ class SessionRunner:
                 # Dispatched but maybe never queued (we died in between): send the same
                 # attempt again under the same task id; a duplicate delivery is dropped.
                 self.ctx.dispatcher.send(
-                    self._task_args(step_id, st.attempt, await self._params(step_id))
+                    self._task_args(step_id, st.attempt, await self._params(step_id)).model_copy(
+                        update={"epoch": st.epoch}  # the epoch the step hash was dispatched at
+                    )
                 )
 
     # --- 3/4. events ----------------------------------------------------------------------
@@ -271,6 +303,7 @@ class SessionRunner:
             await self._decide_failure(event.step_id)
             return
         self.down_tools.discard(self.steps[event.step_id].tool)
+        self._candidates.update(self._dependents.get(event.step_id, ()))
         if event.type == EventType.TASK_UNEXPECTED_RESULT:
             self.brain.note(event)
         await self._check_milestone(self.steps[event.step_id])
@@ -280,6 +313,7 @@ class SessionRunner:
         step, st = self.steps[step_id], self.states[step_id]
         action = decide_failure(step, st.attempt, st.error_kind, self._max_retries(step))
         if action == RuleAction.RETRY:
+            self._candidates.add(step_id)
             st.status = StepStatus.READY
             st.not_before = time.time() + backoff_s(
                 st.attempt, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s
@@ -333,9 +367,7 @@ class SessionRunner:
     async def _think(self) -> None:
         if self.outcome is not None or not self.brain.pending:
             return
-        idle = not self._ready(time.time(), limit=False) and not any(
-            s.status in (StepStatus.RUNNING, StepStatus.READY) for s in self.states.values()
-        )
+        idle = not self._candidates and not self._running()
         await self.brain.maybe_decide(idle=idle)
         await self.store.write(
             self.sid,
@@ -346,6 +378,8 @@ class SessionRunner:
     def _check_end(self) -> None:
         if self.outcome is not None:
             return
+        if self._candidates or self._running():
+            return  # cheap exit while work is obviously left
         deadline = self.info.options.deadline_s or self.settings.session_deadline_s
         if deadline and time.time() > self.info.started_at + deadline:
             self.outcome = (
@@ -448,7 +482,9 @@ class SessionRunner:
             self.states.pop(step_id, None)
         for step in plan.steps:
             old = self.states.get(step.id)
-            if old is None or (old.status != StepStatus.COMPLETED and has_ended(old)):
+            # New ids start fresh, and so do dropped steps a re-plan brings back; a step
+            # that failed for good and stays (a fallback took its place) keeps its state.
+            if old is None or old.status in (StepStatus.CANCELLED, StepStatus.SKIPPED):
                 fresh = StepState(attempt=old.attempt if old else 0)
                 self.states[step.id] = fresh
                 ops.append(self.store.step_write(self.sid, step.id, **fresh.to_fields()))
@@ -457,6 +493,7 @@ class SessionRunner:
         ops.append(("HSET", keys.session(self.sid), ["plan_version", version, "replans", replans]))
         await self.store.write(self.sid, self.epoch, ops)
         self._use_plan(plan)
+        self._reindex()
         self.info = self.info.model_copy(update={"plan_version": version, "replans": replans})
         self.batch.plan_versions.append(
             {"version": version, "plan": raw, "reason": reason, "created_at": time.time()}
@@ -471,22 +508,23 @@ class SessionRunner:
         )
 
     # --- dispatch -------------------------------------------------------------------------
-    def _ready(self, now: float, *, limit: bool = True) -> list[str]:
-        running = sum(1 for s in self.states.values() if s.status == StepStatus.RUNNING)
-        slots = self._concurrency() - running if limit else len(self.states)
+    def _ready(self, now: float) -> list[str]:
+        """Steps to dispatch now, in plan order, within the session's concurrency cap."""
+        slots = self._concurrency() - self._running()
         ready: list[str] = []
-        for step in self.plan.steps:
+        for step_id in sorted(self._candidates, key=lambda i: self._order.get(i, 0)):
             if len(ready) >= slots:
                 break
-            st = self.states[step.id]
-            if st.status not in (StepStatus.PENDING, StepStatus.READY) or st.not_before > now:
+            st = self.states.get(step_id)
+            if st is None or st.status not in (StepStatus.PENDING, StepStatus.READY):
+                self._candidates.discard(step_id)
                 continue
-            if all(
-                self.states[d].status == StepStatus.COMPLETED
-                for d in step.dependencies
-                if d in self.states
-            ):
-                ready.append(step.id)
+            deps = self.steps[step_id].dependencies
+            if any(self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states):
+                self._candidates.discard(step_id)  # re-added when its last dependency completes
+                continue
+            if st.not_before <= now:
+                ready.append(step_id)
         return ready
 
     async def _dispatch_ready(self) -> None:
@@ -517,6 +555,8 @@ class SessionRunner:
             st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
             ops.append(self.store.step_write(self.sid, args.step_id, **st.to_fields()))
             self.dirty.add(args.step_id)
+            self._candidates.discard(args.step_id)
+            self._inflight.add(args.step_id)
         await self.store.write(self.sid, self.epoch, ops)
         for args in batch:
             self.ctx.dispatcher.send(args)
@@ -557,17 +597,18 @@ class SessionRunner:
     # --- timers ---------------------------------------------------------------------------
     def _block_ms(self) -> int:
         now, wake = time.time(), time.time() + 1.0
-        for st in self.states.values():
-            if st.status == StepStatus.READY and st.not_before > now:
+        for step_id in self._candidates:
+            st = self.states.get(step_id)
+            if st is not None and st.status == StepStatus.READY and st.not_before > now:
                 wake = min(wake, st.not_before)
         return max(1, int((wake - now) * 1000))
 
     async def _watchdog(self) -> None:
         """End attempts whose worker vanished: started, and silent past timeout + grace."""
         now, grace = time.time(), self.settings.watchdog_grace_s
-        for step_id, st in list(self.states.items()):
-            if st.status != StepStatus.RUNNING:
-                continue
+        self._running()
+        for step_id in sorted(self._inflight):
+            st = self.states[step_id]
             limit = self.timeout(self.steps[step_id]) + grace
             if now < st.dispatched_at + limit:
                 continue
@@ -598,26 +639,24 @@ class SessionRunner:
 
     # --- checkpoint -----------------------------------------------------------------------
     async def checkpoint(self) -> None:
-        await self._checkpoint()
+        """Checkpoint what is pending and wait until it is committed and acknowledged."""
+        self._checkpoint()
+        await self.checkpointer.flush()
 
-    async def _checkpoint(self) -> None:
+    def _checkpoint(self) -> None:
         batch, self.batch = self.batch, Checkpoint()
         dirty, self.dirty = sorted(self.dirty), set()
         acks, self.acks = self.acks, []
-        await self.load_outputs(
-            [d for d in dirty if self.states.get(d, StepState()).status == StepStatus.COMPLETED]
-        )
         for step_id in dirty:
             st = self.states.get(step_id)
             # READY/PENDING is the step between attempts: the attempt's own row (written
             # when its outcome arrived) already says how it ended.
             if st is not None and st.status not in (StepStatus.READY, StepStatus.PENDING):
                 batch.attempts.append(self._attempt_row(step_id, st))
-        if batch:
-            await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
-        await self.store.ack(self.sid, acks)
+        self.checkpointer.submit(batch, acks)
 
     def _attempt_row(self, step_id: str, st: StepState) -> dict[str, Any]:
+        """An attempt's SQL row; the checkpointer fills in a completed attempt's output."""
         row = st.model_dump(
             include={
                 "epoch",
@@ -630,13 +669,12 @@ class SessionRunner:
                 "output_ref",
             }
         )
-        output = self.outputs.get(step_id) if st.status == StepStatus.COMPLETED else None
         return {
             "step_id": step_id,
             "attempt": st.attempt,
             "status": st.status.value,
             **row,
-            "output": None if output is None else dumps(output),
+            "output": None,
         }
 
     async def append_event(self, event: Event) -> None:

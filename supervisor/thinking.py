@@ -56,9 +56,12 @@ class Deliberation:
         self.failed_fingerprints: set[str] = set()
         self.subgraphs: list[tuple[str, frozenset[str]]] = []
         self.awaiting: list[Event] = []  # changes parked until a person approves an action
-        settings = runner.settings
-        options = runner.info.options
-        self.config = TriggerConfig(
+
+    @property
+    def config(self) -> TriggerConfig:
+        """The session's trigger settings (read when needed: options arrive with the load)."""
+        settings, options = self.runner.settings, self.runner.info.options
+        return TriggerConfig(
             batch_size=options.batch_react_size or settings.batch_react_size,
             react_severity=Severity(settings.react_severity),
             milestones=settings.milestone_reviews,

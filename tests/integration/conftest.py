@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +19,12 @@ import redis
 from config.settings import Settings
 from core.hot_state import HotState, RedisEffectLedger, connect
 from core.keys import Keys
-from core.models import SessionOptions, SessionRecord
+from core.models import SessionOptions, SessionRecord, StepState, StepStatus
 from core.record import SqlRecord
 from planner.plan import Plan, parse_plan
 from producer.client import Producer
 from producer.stack import Stack, local_stack, redis_answers
-from tests.conftest import wait_for
+from tests.conftest import settings_env, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -112,3 +119,158 @@ def report_steps(record: SessionRecord) -> dict[str, dict[str, Any]]:
     """The ended session's report entries by step id."""
     assert record.report is not None, f"session {record.id} ended without a report"
     return {s["id"]: s for s in record.report["steps"]}
+
+
+# --- private stacks: processes a test may kill without disturbing the shared `stack` ---------
+TAKEN = re.compile(r"session=(\S+) epoch=(\d+) taken by (\S+)")
+OWNER_PID = re.compile(r"-(\d+)-[0-9a-f]{6}$")
+
+
+@dataclass
+class PrivateStack:
+    """Workers and supervisors with their own key prefix, queue and SQLite file."""
+
+    settings: Settings
+    stack: Stack
+    producer: Producer
+    hot: HotState
+    effects: RedisEffectLedger
+    record: SqlRecord
+    redis: redis.Redis
+    supervisors: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.settings.key_prefix)
+
+    def start_supervisor(self) -> subprocess.Popen[bytes]:
+        proc = self.stack.start_supervisor()
+        self.supervisors.append(proc)
+        return proc
+
+    def start_worker(self, concurrency: int = 8) -> subprocess.Popen[bytes]:
+        proc = self.stack.start_worker(concurrency)
+        self.workers.append(proc)
+        return proc
+
+    def signal(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the process group of ``proc`` (SIGKILL waits for the process)."""
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait(10)
+
+    def owner_process(self, sid: str) -> subprocess.Popen[bytes] | None:
+        """The live supervisor process that holds the session's lease, if any."""
+        if not self.redis.exists(self.keys.lease(sid)):
+            return None
+        match = OWNER_PID.search(self.hot.session(sid).owner)
+        if match is None:
+            return None
+        pid = int(match.group(1))
+        return next(
+            (p for p in self.supervisors if p.pid == pid and p.poll() is None),
+            None,
+        )
+
+    def supervisor_log(self, proc: subprocess.Popen[bytes]) -> str:
+        """The log of one supervisor process (looked up by its pid)."""
+        for path in sorted(self.stack.log_dir.glob("supervisor-*.log")):
+            text = path.read_text(errors="replace")
+            if f"-{proc.pid}-" in text:
+                return text
+        return ""
+
+    def takeovers(self, sid: str) -> dict[int, set[str]]:
+        """Epoch -> names of the supervisors whose log says they took ``sid`` at that epoch."""
+        seen: dict[int, set[str]] = {}
+        for path in self.stack.log_dir.glob("supervisor-*.log"):
+            for match in TAKEN.finditer(path.read_text(errors="replace")):
+                if match.group(1) == sid:
+                    seen.setdefault(int(match.group(2)), set()).add(match.group(3))
+        return seen
+
+    def step_states(self, sid: str, step_ids: list[str]) -> dict[str, StepState]:
+        return self.hot.steps(sid, step_ids)
+
+    def completed(self, sid: str, step_ids: list[str]) -> set[str]:
+        states = self.hot.steps(sid, step_ids)
+        return {i for i, st in states.items() if st.status == StepStatus.COMPLETED}
+
+    def stop(self) -> None:
+        for proc in self.stack.processes:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)  # a stopped process cannot die of SIGTERM
+        self.stack.stop()
+
+
+MakeStack = Callable[..., PrivateStack]
+
+
+@pytest.fixture
+def private_stack(
+    redis_client: redis.Redis,
+    test_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[MakeStack]:
+    """A factory of :class:`PrivateStack` (own prefix/queue/SQLite); stopped and wiped after."""
+    made: list[PrivateStack] = []
+
+    def make(
+        *, workers: int = 1, supervisors: int = 1, concurrency: int = 8, **overrides: Any
+    ) -> PrivateStack:
+        prefix = f"{test_settings.key_prefix}x{uuid.uuid4().hex[:6]}"
+        directory = tmp_path_factory.mktemp(prefix)
+        settings = Settings(
+            **{
+                **test_settings.model_dump(),
+                "key_prefix": prefix,
+                "queue": prefix,
+                "database_url": f"sqlite:///{directory / 'planloop.db'}",
+                **overrides,
+            }
+        )
+        env = {**os.environ, **settings_env(settings)}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p
+        )
+        log_dir = directory / "logs"
+        log_dir.mkdir()
+        keys = Keys(prefix)
+        built = PrivateStack(
+            settings=settings,
+            stack=Stack(env=env, log_dir=log_dir),
+            producer=Producer.from_settings(settings),
+            hot=HotState(redis_client, keys),
+            effects=RedisEffectLedger(redis_client, keys),
+            record=SqlRecord.from_url(settings.database_url),
+            redis=redis_client,
+        )
+        made.append(built)
+        for _ in range(workers):
+            built.start_worker(concurrency)
+        for _ in range(supervisors):
+            built.start_supervisor()
+        return built
+
+    yield make
+    for built in made:
+        built.stop()
+        built.producer.state.r.close()
+        built.record.engine.dispose()
+        _delete_prefix(redis_client, built.settings.key_prefix)
+
+
+# The planning-loop fixtures (scripted LLM server, a stack that talks to it) live in their
+# own module; importing them here is how pytest finds them.
+from tests.integration.llm_conftest import (  # noqa: E402, F401
+    llm,
+    llm_effects,
+    llm_hot,
+    llm_producer,
+    llm_record,
+    llm_server,
+    llm_settings,
+    llm_stack,
+)

@@ -1,0 +1,100 @@
+"""Writes a session's checkpoints to SQL in the background, then acknowledges their events.
+
+The session loop hands over each batch and goes on dispatching: SQL latency (an fsync on
+SQLite) never sits between a step's outcome and its dependents' start. Events are
+acknowledged only after the batch that applied them is committed, so a crash before the
+commit leaves them pending for the next owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from core.errors import FencedOutError
+from core.hot_state import dumps
+from core.record import Checkpoint
+from supervisor.context import SupervisorContext
+
+log = logging.getLogger(__name__)
+
+
+def merge(into: Checkpoint, batch: Checkpoint) -> None:
+    """Append ``batch`` to ``into`` (later values win for the same rows)."""
+    into.session.update(batch.session)
+    into.attempts += batch.attempts
+    into.events += batch.events
+    into.plan_versions += batch.plan_versions
+    into.decisions += batch.decisions
+    into.llm_calls += batch.llm_calls
+
+
+class Checkpointer:
+    """One background writer per session; batches queued while it writes are coalesced."""
+
+    def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
+        self.ctx = ctx
+        self.sid = sid
+        self.epoch = epoch
+        self._queue: asyncio.Queue[tuple[Checkpoint, list[str]]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def submit(self, batch: Checkpoint, acks: list[str]) -> None:
+        """Queue ``batch``; its ``acks`` are acknowledged once it is committed."""
+        if not batch and not acks:
+            return
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"checkpoint:{self.sid}")
+        self._queue.put_nowait((batch, acks))
+
+    def raise_if_failed(self) -> None:
+        """Re-raise a failure of the writer (a fenced-out epoch stops the session loop)."""
+        if self.error is not None:
+            raise self.error
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is committed and acknowledged."""
+        if self._task is not None:
+            await self._queue.join()
+        self.raise_if_failed()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            batch, acks = await self._queue.get()
+            taken = 1
+            while not self._queue.empty():
+                more, more_acks = self._queue.get_nowait()
+                merge(batch, more)
+                acks += more_acks
+                taken += 1
+            try:
+                if self.error is None:
+                    await self._write(batch, acks)
+            except FencedOutError as exc:
+                self.error = exc
+            except Exception as exc:  # kept for the loop to raise; nothing is acknowledged
+                log.exception("session=%s checkpoint failed", self.sid)
+                self.error = exc
+            finally:
+                for _ in range(taken):
+                    self._queue.task_done()
+
+    async def _write(self, batch: Checkpoint, acks: list[str]) -> None:
+        await self._fill_outputs(batch)
+        if batch:
+            await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
+        await self.ctx.store.ack(self.sid, acks)
+
+    async def _fill_outputs(self, batch: Checkpoint) -> None:
+        """Completed attempts carry their output into SQL (what a rebuild restores)."""
+        rows = [r for r in batch.attempts if r["status"] == "completed" and r.get("output_ref")]
+        if rows:
+            values = await self.ctx.store.outputs([r["output_ref"] for r in rows])
+            for row, value in zip(rows, values, strict=True):
+                row["output"] = None if value is None else dumps(value)

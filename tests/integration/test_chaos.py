@@ -1,0 +1,203 @@
+"""Fault injection: supervisors and workers die or freeze at random moments; nothing is lost.
+
+Seeded (``PLANLOOP_TEST_CHAOS_SEED``), so a failing run can be replayed. Each run is a
+30-step DAG of ``bench.write`` steps on a stack of its own (two supervisors, two workers);
+after each run the session must have completed with every effect exactly once, every
+outcome recorded in SQL, one owner per epoch and no lease left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from contextlib import suppress
+from typing import Any
+
+import pytest
+
+from core.errors import SessionNotFoundError
+from core.keys import EVENTS_GROUP
+from core.models import EventType, SessionRecord, SessionStatus, StepStatus
+from planner.plan import Plan
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, PrivateStack
+from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+SEED = int(os.environ.get("PLANLOOP_TEST_CHAOS_SEED", "4242"))
+RUNS = 5
+STEPS = 30
+KINDS = ("kill_supervisor", "kill_worker", "kill_both")
+
+
+def chaos_plan(rng: random.Random, run: int) -> Plan:
+    """30 write steps; each depends on up to two of the six steps before it."""
+    steps: list[dict[str, Any]] = []
+    for i in range(STEPS):
+        window = range(max(0, i - 6), i)
+        deps = sorted(rng.sample(window, k=min(len(window), rng.randint(0, 2))))
+        steps.append(
+            {
+                "id": f"s{i:02d}",
+                "tool": "bench.write",
+                "params": {"label": f"run{run}-s{i}", "seconds": round(rng.uniform(0.05, 0.3), 3)},
+                # Short, so a step whose worker died is retried soon (timeout + grace).
+                "timeout_s": 2,
+                "max_retries": 6,
+                "dependencies": [f"s{d:02d}" for d in deps],
+            }
+        )
+    return Plan.model_validate({"goal": f"chaos run {run}", "steps": steps})
+
+
+def fault_schedule(rng: random.Random, run: int) -> list[tuple[int, str]]:
+    """(completed steps before the fault, kind); run 1 freezes its owner past the lease."""
+    kinds = ["stop_supervisor", rng.choice(KINDS)] if run == 1 else rng.choices(KINDS, k=2)
+    moments = sorted(rng.sample(range(2, STEPS - 4), k=len(kinds)))
+    return list(zip(moments, kinds, strict=True))
+
+
+class Chaos:
+    """Runs sessions on ``ps`` and injects faults into its processes."""
+
+    def __init__(self, ps: PrivateStack, rng: random.Random) -> None:
+        self.ps = ps
+        self.rng = rng
+        self.survived: Counter[str] = Counter()
+        self.runs = 0
+        self.frozen: list[tuple[subprocess.Popen[bytes], str]] = []
+
+    def tally(self) -> str:
+        faults = sum(self.survived.values())
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(self.survived.items()))
+        return f"{self.runs} runs, {faults} faults survived ({detail}), seed={SEED}"
+
+    def owner(self, sid: str) -> subprocess.Popen[bytes]:
+        return wait_for(lambda: self.ps.owner_process(sid), 20, f"a live owner of {sid}")
+
+    def inject(self, sid: str, kind: str) -> None:
+        ps = self.ps
+        if kind in ("kill_supervisor", "kill_both"):
+            ps.signal(self.owner(sid), signal.SIGKILL)
+            ps.start_supervisor()
+        if kind in ("kill_worker", "kill_both"):
+            victim = self.rng.choice([w for w in ps.workers if w.poll() is None])
+            ps.signal(victim, signal.SIGKILL)
+            ps.start_worker()
+        if kind == "stop_supervisor":
+            frozen = self.owner(sid)
+            epoch = ps.hot.session(sid).epoch
+            ps.signal(frozen, signal.SIGSTOP)
+            # Frozen past its lease: a peer takes the session at the next epoch.
+            wait_for(lambda: ps.hot.session(sid).epoch > epoch, 20, "a peer to take over")
+            ps.signal(frozen, signal.SIGCONT)
+            self.frozen.append((frozen, sid))
+        self.survived[kind] += 1
+
+    def run(self, run: int) -> None:
+        ps = self.ps
+        plan = chaos_plan(self.rng, run)
+        ids = [s.id for s in plan.steps]
+        sid = ps.producer.submit(plan)
+        for moment, kind in fault_schedule(self.rng, run):
+            wait_for(
+                lambda n=moment: (
+                    len(ps.completed(sid, ids)) >= n  # type: ignore[misc]
+                    or ps.hot.session(sid).status.ended
+                ),
+                60,
+                f"{moment} steps of {sid} to complete",
+            )
+            if ps.hot.session(sid).status.ended:
+                break
+            self.inject(sid, kind)
+        record = finish(ps, sid, ids, f"run {run} after {self.tally()}")
+        check_run(ps, sid, ids, record, f"run {run} ({sid}) after {self.tally()}")
+        for proc, frozen_sid in self.frozen:
+            if frozen_sid == sid:
+                wait_for(
+                    lambda p=proc: stood_down(ps, p, sid),  # type: ignore[misc]
+                    10,
+                    f"the frozen supervisor to notice it lost {sid}",
+                )
+        self.runs += 1
+
+
+def stood_down(ps: PrivateStack, proc: subprocess.Popen[bytes], sid: str) -> bool:
+    text = ps.supervisor_log(proc)
+    return f"session={sid} lease lost" in text or (
+        f"session={sid} epoch=" in text and "fenced out" in text
+    )
+
+
+def finish(ps: PrivateStack, sid: str, ids: list[str], context: str) -> SessionRecord:
+    """Wait for the session's end; on a time-out, fail naming the steps that are stuck."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        with suppress(SessionNotFoundError):
+            record = ps.producer.session(sid)
+            if record.status.ended:
+                return record
+        time.sleep(0.05)
+    stuck = {
+        i: st.model_dump(include={"status", "attempt", "epoch", "started_at", "worker"})
+        for i, st in ps.step_states(sid, ids).items()
+        if st.status != StepStatus.COMPLETED
+    }
+    pytest.fail(f"{context}: session {sid} did not end in 90s; unfinished steps: {stuck}")
+
+
+def check_run(ps: PrivateStack, sid: str, ids: list[str], record: SessionRecord, ctx: str) -> None:
+    """Everything a run must leave behind, whatever died during it."""
+    assert record.status == SessionStatus.COMPLETED, f"{ctx}: ended {record.status}: {record.error}"
+    # The end is recorded in SQL after Redis; acknowledgements and the lease release follow.
+    wait_for(
+        lambda: (row := ps.record.session(sid)) is not None and row.status == "completed",
+        10,
+        f"{ctx}: the SQL record of the end",
+    )
+    wait_for(lambda: not ps.redis.exists(ps.keys.lease(sid)), 10, f"{ctx}: the lease release")
+    wait_for(
+        lambda: not ps.redis.xpending_range(ps.keys.events(sid), EVENTS_GROUP, "-", "+", 10),
+        10,
+        f"{ctx}: no event left pending",
+    )
+    counts = {i: ps.effects.count(f"{sid}:{i}") for i in ids}
+    assert all(c == 1 for c in counts.values()), f"{ctx}: effects not exactly once: {counts}"
+    events = ps.record.events(sid)
+    done_events = {e.step_id for e in events if e.type == EventType.TASK_COMPLETED.value}
+    assert set(ids) <= done_events, f"{ctx}: completion events lost: {set(ids) - done_events}"
+    attempts = ps.record.attempts(sid)
+    done_rows = {a.step_id for a in attempts if a.status == StepStatus.COMPLETED.value}
+    assert set(ids) <= done_rows, f"{ctx}: no completed attempt row for {set(ids) - done_rows}"
+    owners = ps.takeovers(sid)
+    shared = {e: names for e, names in owners.items() if len(names) != 1}
+    assert not shared, f"{ctx}: epochs taken by more than one supervisor: {shared}"
+    unknown = {a.epoch for a in attempts} - set(owners)
+    assert not unknown, f"{ctx}: attempt rows written at epochs nobody took: {unknown}"
+    assert ps.hot.session(sid).epoch == max(owners), f"{ctx}: {owners}"
+
+
+@pytest.mark.timeout(400)
+def test_sessions_survive_killed_and_frozen_processes(private_stack: MakeStack) -> None:
+    ps = private_stack(
+        workers=2,
+        supervisors=2,
+        lease_ttl_s=1.0,
+        watchdog_grace_s=0.5,
+        retry_backoff_s=0.05,
+    )
+    chaos = Chaos(ps, random.Random(SEED))
+
+    for run in range(RUNS):
+        chaos.run(run)
+
+    print(f"\nchaos: {chaos.tally()}")
+    assert chaos.runs == RUNS
+    assert chaos.survived["stop_supervisor"] == 1, chaos.tally()
+    assert sum(chaos.survived.values()) >= RUNS, chaos.tally()

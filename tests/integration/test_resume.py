@@ -1,0 +1,186 @@
+"""Resume on the real stack: a killed supervisor's successor, lost Redis state, dead letters."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from contextlib import suppress
+from typing import Any, cast
+
+import pytest
+
+from core.errors import SessionNotFoundError
+from core.keys import EVENTS_GROUP
+from core.models import Event, EventType, SessionRecord, SessionStatus, Severity, StepStatus
+from planner.plan import Plan
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, PrivateStack, report_steps
+from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
+
+pytestmark = pytest.mark.integration
+
+
+def write_chain(n: int, seconds: float = 0.15, width: int = 2) -> Plan:
+    """``n`` bench.write steps, ``width`` independent chains interleaved."""
+    steps: list[dict[str, Any]] = []
+    for i in range(n):
+        step: dict[str, Any] = {
+            "id": f"w{i:02d}",
+            "tool": "bench.write",
+            "params": {"label": f"w{i}", "seconds": seconds},
+            "timeout_s": 5,
+        }
+        if i >= width:
+            step["dependencies"] = [f"w{i - width:02d}"]
+        steps.append(step)
+    return Plan.model_validate({"goal": "resume test", "steps": steps})
+
+
+def finish(ps: PrivateStack, sid: str, ids: list[str], timeout_s: float = 60) -> SessionRecord:
+    """Wait for the session's end; on a time-out, fail with the steps that are stuck."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with suppress(SessionNotFoundError):
+            record = ps.producer.session(sid)
+            if record.status.ended:
+                return record
+        time.sleep(0.05)
+    stuck = {
+        i: st.model_dump(include={"status", "attempt", "epoch", "started_at", "note"})
+        for i, st in ps.step_states(sid, ids).items()
+        if st.status != StepStatus.COMPLETED
+    }
+    pytest.fail(f"session {sid} did not end in {timeout_s:g}s; unfinished steps: {stuck}")
+
+
+def step_ids(plan: Plan) -> list[str]:
+    return [s.id for s in plan.steps]
+
+
+def assert_effects_once(ps: PrivateStack, sid: str, ids: list[str]) -> None:
+    counts = {i: ps.effects.count(f"{sid}:{i}") for i in ids}
+    assert all(c == 1 for c in counts.values()), f"effects not exactly once: {counts}"
+
+
+def assert_recorded(ps: PrivateStack, sid: str, ids: list[str]) -> None:
+    """The SQL record has the end, and a completed attempt row for every step."""
+    wait_for(
+        lambda: (row := ps.record.session(sid)) is not None and row.status == "completed",
+        10,
+        "the SQL record of the end",
+    )
+    done = {a.step_id for a in ps.record.attempts(sid) if a.status == StepStatus.COMPLETED.value}
+    assert set(ids) <= done, f"no completed attempt row in SQL for {sorted(set(ids) - done)}"
+    wait_for(
+        lambda: not ps.redis.xpending_range(ps.keys.events(sid), EVENTS_GROUP, "-", "+", 10),
+        10,
+        "no event left pending",
+    )
+
+
+def test_killed_supervisor_is_replaced_and_nothing_completed_runs_again(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=1, supervisors=1)
+    plan = write_chain(16)
+    ids = step_ids(plan)
+    sid = ps.producer.submit(plan)
+    wait_for(lambda: len(ps.completed(sid, ids)) >= 5, 60, "five steps to complete")
+    victim = ps.owner_process(sid)
+    assert victim is not None, "the session has no live owner"
+    before = ps.hot.session(sid)
+    ps.signal(victim, signal.SIGKILL)
+    done_before = {
+        i: st for i, st in ps.step_states(sid, ids).items() if st.status == StepStatus.COMPLETED
+    }
+    ps.start_supervisor()
+
+    record = finish(ps, sid, ids)
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    after = ps.hot.session(sid)
+    assert after.epoch > before.epoch
+    assert after.owner != before.owner
+    steps = report_steps(record)
+    for step_id, st in done_before.items():
+        assert steps[step_id]["attempts"] == 1, f"{step_id} ran again: {steps[step_id]}"
+        assert steps[step_id]["started_at"] == st.started_at, f"{step_id} ran again"
+    assert all(s["status"] == "completed" for s in steps.values())
+    assert_effects_once(ps, sid, ids)
+    assert_recorded(ps, sid, ids)
+
+
+def test_lost_redis_state_is_rebuilt_from_sql_and_the_session_completes(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=1, supervisors=1)
+    plan = write_chain(16)
+    ids = step_ids(plan)
+    sid = ps.producer.submit(plan)
+    wait_for(
+        lambda: (
+            sum(1 for a in ps.record.attempts(sid) if a.status == StepStatus.COMPLETED.value) >= 5
+        ),
+        60,
+        "five completed steps in the SQL record",
+    )
+    victim = ps.owner_process(sid)
+    assert victim is not None
+    ps.signal(victim, signal.SIGKILL)
+    durable = {
+        a.step_id: a.started_at
+        for a in ps.record.attempts(sid)
+        if a.status == StepStatus.COMPLETED.value
+    }
+    # Redis restarted without persistence: every key of this stack goes, except the effects
+    # ledger, which stands for the outside systems the write tools touched.
+    kept = {ps.keys.effects, ps.keys.effect_counts}
+    lost = [k for k in ps.redis.scan_iter(match=f"{ps.keys.prefix}:*", count=1000) if k not in kept]
+    assert lost
+    ps.redis.delete(*lost)
+    assert not ps.redis.exists(ps.keys.session(sid))
+    ps.start_supervisor()
+    wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 30, "the hot state to be rebuilt")
+
+    record = finish(ps, sid, ids, 60)
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    steps = report_steps(record)
+    assert all(s["status"] == "completed" for s in steps.values()), steps
+    for step_id, started_at in durable.items():
+        assert steps[step_id]["started_at"] == started_at, f"{step_id} ran again after rebuild"
+    assert_effects_once(ps, sid, ids)
+    assert_recorded(ps, sid, ids)
+
+
+def test_an_event_delivered_too_often_goes_to_the_dead_letters(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=1, supervisors=0, max_deliveries=2)
+    plan = write_chain(4, seconds=0.05)
+    sid = ps.producer.submit(plan)
+    poison_id = ps.hot.append_event(
+        sid,
+        Event(type=EventType.EXTERNAL_SIGNAL, severity=Severity.INFO, description="poison"),
+    )
+    stream = ps.keys.events(sid)
+    # A consumer that keeps crashing on it: delivered, then claimed again and again.
+    ps.redis.xreadgroup(EVENTS_GROUP, "ghost", {stream: ">"}, count=10)
+    for _ in range(2):
+        ps.redis.xclaim(stream, EVENTS_GROUP, "ghost", 0, [poison_id])
+    pending = cast(
+        list[dict[str, Any]], ps.redis.xpending_range(stream, EVENTS_GROUP, "-", "+", 10)
+    )
+    assert [(p["message_id"], p["times_delivered"]) for p in pending] == [(poison_id, 3)]
+    ps.start_supervisor()
+
+    record = finish(ps, sid, step_ids(plan))
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    dead = cast(list[tuple[str, dict[str, str]]], ps.redis.xrange(ps.keys.deadletter))
+    assert [(f["sid"], f["entry_id"]) for _, f in dead] == [(sid, poison_id)]
+    assert json.loads(dead[0][1]["event"])["description"] == "poison"
+    assert poison_id in {e.event_id for e in ps.record.events(sid)}, "dead letter not recorded"
+    assert_effects_once(ps, sid, step_ids(plan))
+    assert_recorded(ps, sid, step_ids(plan))
