@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -137,13 +139,25 @@ class HotState:
 
     # --- attempts (workers) ---------------------------------------------------------------
     def start_attempt(
-        self, sid: str, step_id: str, *, attempt: int, epoch: int, worker: str
+        self,
+        sid: str,
+        step_id: str,
+        *,
+        attempt: int,
+        epoch: int,
+        worker: str,
+        tool: str = "",
+        breaker: BreakerPolicy | None = None,
     ) -> int:
-        """Claim a dispatched attempt: 1 claimed, 0 stale, -1 already started elsewhere."""
+        """Claim a dispatched attempt (and check its tool's breaker) in one round trip.
+
+        Returns 1 claimed, 2 claimed but the breaker is open, 0 stale, -1 already started.
+        """
+        cooldown = "" if breaker is None else breaker.cooldown_s
         return int(
             self._start(
-                keys=[self.keys.step(sid, step_id)],
-                args=[attempt, epoch, worker, repr(time.time())],
+                keys=[self.keys.step(sid, step_id), self.keys.breaker(tool)],
+                args=[attempt, epoch, worker, repr(time.time()), cooldown],
             )
         )
 
@@ -159,19 +173,57 @@ class HotState:
         output: Any = None,
         error: str = "",
         error_kind: str = "",
+        tool: str = "",
+        breaker: BreakerPolicy | None = None,
+        tool_ok: bool | None = None,
     ) -> str | None:
-        """Record an attempt's outcome and append its event atomically; None when stale."""
+        """Record an attempt's outcome, count it on the tool's breaker (unless ``tool_ok`` is
+        None) and append its event, atomically; None when the attempt is stale."""
         blob = dumps(output) if output is not None else ""
         ref = blob_digest(blob) if blob else ""
         event = event.model_copy(update={"payload": {**event.payload, "output_ref": ref}})
         flat: list[str] = []
         for name, value in event.to_fields().items():
             flat += [name, value]
+        counted = breaker is not None and tool_ok is not None
+        mode = ("ok" if tool_ok else "fail") if counted else ""
+        window = breaker.window_s if breaker else 0
+        threshold = breaker.failures if breaker else 0
+        breaker_key = self.keys.breaker(tool)
         result = self._record(
-            keys=[self.keys.step(sid, step_id), self.keys.events(sid), self.keys.blob(ref)],
-            args=[attempt, epoch, status, repr(time.time()), error, error_kind, ref, blob, *flat],
+            keys=[
+                self.keys.step(sid, step_id),
+                self.keys.events(sid),
+                self.keys.blob(ref),
+                breaker_key,
+                f"{breaker_key}:failures",
+            ],
+            args=[
+                attempt,
+                epoch,
+                status,
+                repr(time.time()),
+                error,
+                error_kind,
+                ref,
+                blob,
+                mode,
+                window,
+                threshold,
+                uuid.uuid4().hex,
+                *flat,
+            ],
         )
         return cast(str | None, result or None)
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    """When a tool's circuit breaker opens and how long it stays open."""
+
+    failures: int = 5
+    window_s: float = 30.0
+    cooldown_s: float = 10.0
 
 
 class RedisEffectLedger:

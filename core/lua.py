@@ -51,41 +51,6 @@ end
 return 1
 """
 
-# KEYS[1] step hash. ARGV: attempt, epoch, worker, started_at.
-# A worker claims the attempt it was handed: only the live attempt of a running step, and
-# only once (a duplicate delivery of an attempt already started is dropped).
-START_ATTEMPT = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch', 'started_at')
-if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
-  return 0
-end
-if cur[4] and tonumber(cur[4]) and tonumber(cur[4]) > 0 then
-  return -1
-end
-redis.call('HSET', KEYS[1], 'worker', ARGV[3], 'started_at', ARGV[4])
-return 1
-"""
-
-# KEYS[1] step hash, KEYS[2] events stream, KEYS[3] blob key.
-# ARGV: attempt, epoch, status, finished_at, error, error_kind, output_ref, blob,
-#       then the event's field/value pairs.
-# Records one attempt's outcome and appends its event in one step; an outcome of a stale
-# attempt (or of a step no longer running) is dropped. Returns the event id, or false.
-RECORD_OUTCOME = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch')
-if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
-  return false
-end
-if ARGV[8] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[8], 'NX')
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'finished_at', ARGV[4], 'error', ARGV[5],
-           'error_kind', ARGV[6], 'output_ref', ARGV[7])
-local fields = {}
-for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
-return redis.call('XADD', KEYS[2], '*', unpack(fields))
-"""
-
 # KEYS[1] session hash, KEYS[2] step hash, KEYS[3] events stream.
 # ARGV: epoch, attempt, status, error, error_kind, finished_at, then event field/value pairs.
 # The supervisor ends an attempt it gave up on (lost worker, cancel): only while it owns the
@@ -106,46 +71,110 @@ for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[3], '*', unpack(fields))
 """
 
-# KEYS[1] breaker hash. ARGV: now, cooldown_s.
-# Returns 'closed' (run), 'probe' (run as the half-open probe) or 'open' (fail fast).
-BREAKER_ALLOW = """
-local b = redis.call('HMGET', KEYS[1], 'state', 'opened_at', 'probe_at')
-local now, cooldown = tonumber(ARGV[1]), tonumber(ARGV[2])
-if b[1] == 'open' then
-  if now >= tonumber(b[2]) + cooldown then
-    redis.call('HSET', KEYS[1], 'state', 'half_open', 'probe_at', ARGV[1])
-    return 'probe'
-  end
-  return 'open'
-end
-if b[1] == 'half_open' then
-  if now >= tonumber(b[3]) + cooldown then
-    redis.call('HSET', KEYS[1], 'probe_at', ARGV[1])
-    return 'probe'
-  end
-  return 'open'
-end
-return 'closed'
-"""
-
-# KEYS[1] breaker hash, KEYS[2] failure timestamps (zset).
-# ARGV: now, ok ('1'/'0'), window_s, threshold, member.
-# Returns the breaker's state after recording the outcome.
-BREAKER_RECORD = """
-local now = tonumber(ARGV[1])
-local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
-if ARGV[2] == '1' then
-  if state ~= 'closed' then
-    redis.call('HSET', KEYS[1], 'state', 'closed')
-    redis.call('DEL', KEYS[2])
+# Circuit breaker of one tool: a hash (state, opened_at, probe_at) and a zset of recent
+# failure times. Shared as Lua functions so the worker's claim and record scripts check and
+# count in the same round trip as the attempt itself.
+_BREAKER_FUNCTIONS = """
+local function breaker_allow(key, now, cooldown)
+  local b = redis.call('HMGET', key, 'state', 'opened_at', 'probe_at')
+  if b[1] == 'open' or b[1] == 'half_open' then
+    local since = tonumber(b[1] == 'open' and b[2] or b[3])
+    if now >= since + cooldown then
+      redis.call('HSET', key, 'state', 'half_open', 'probe_at', now)
+      return 'probe'
+    end
+    return 'open'
   end
   return 'closed'
 end
-redis.call('ZADD', KEYS[2], now, ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[3]))
-if state == 'half_open' or redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', ARGV[1])
-  return 'open'
+
+local function breaker_record(key, failures, now, ok, window, threshold, member)
+  local state = redis.call('HGET', key, 'state') or 'closed'
+  if ok then
+    if state ~= 'closed' then
+      redis.call('HSET', key, 'state', 'closed')
+      redis.call('DEL', failures)
+    end
+    return 'closed'
+  end
+  redis.call('ZADD', failures, now, member)
+  redis.call('ZREMRANGEBYSCORE', failures, '-inf', now - window)
+  if state == 'half_open' or redis.call('ZCARD', failures) >= threshold then
+    redis.call('HSET', key, 'state', 'open', 'opened_at', now)
+    return 'open'
+  end
+  return state
 end
-return state
 """
+
+# KEYS[1] breaker hash. ARGV: now, cooldown_s.
+# Returns 'closed' (run), 'probe' (run as the half-open probe) or 'open' (fail fast).
+BREAKER_ALLOW = (
+    _BREAKER_FUNCTIONS
+    + """
+return breaker_allow(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+"""
+)
+
+# KEYS[1] breaker hash, KEYS[2] failure times. ARGV: now, ok ('1'/'0'), window_s,
+# threshold, member. Returns the breaker's state after recording the outcome.
+BREAKER_RECORD = (
+    _BREAKER_FUNCTIONS
+    + """
+return breaker_record(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2] == '1',
+                      tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5])
+"""
+)
+
+# KEYS[1] step hash, KEYS[2] breaker hash. ARGV: attempt, epoch, worker, started_at,
+# cooldown_s ('' = no breaker).
+# A worker claims the attempt it was handed: only the live attempt of a running step, and
+# only once. Returns 1 claimed, 2 claimed but the tool's breaker is open (fail fast),
+# 0 stale, -1 already started elsewhere (a duplicate delivery).
+START_ATTEMPT = (
+    _BREAKER_FUNCTIONS
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch', 'started_at')
+if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
+  return 0
+end
+if cur[4] and tonumber(cur[4]) and tonumber(cur[4]) > 0 then
+  return -1
+end
+redis.call('HSET', KEYS[1], 'worker', ARGV[3], 'started_at', ARGV[4])
+if ARGV[5] ~= '' and breaker_allow(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5])) == 'open' then
+  return 2
+end
+return 1
+"""
+)
+
+# KEYS[1] step hash, KEYS[2] events stream, KEYS[3] blob key, KEYS[4] breaker hash,
+# KEYS[5] breaker failure times.
+# ARGV: attempt, epoch, status, finished_at, error, error_kind, output_ref, blob,
+#       breaker ('' = leave it, 'ok', 'fail'), window_s, threshold, member,
+#       then the event's field/value pairs.
+# Records one attempt's outcome, counts it on the tool's breaker and appends its event in
+# one step; an outcome of a stale attempt (or of a step no longer running) is dropped.
+# Returns the event id, or false.
+RECORD_OUTCOME = (
+    _BREAKER_FUNCTIONS
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch')
+if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
+  return false
+end
+if ARGV[8] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[8], 'NX')
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'finished_at', ARGV[4], 'error', ARGV[5],
+           'error_kind', ARGV[6], 'output_ref', ARGV[7])
+if ARGV[9] ~= '' then
+  breaker_record(KEYS[4], KEYS[5], tonumber(ARGV[4]), ARGV[9] == 'ok', tonumber(ARGV[10]),
+                 tonumber(ARGV[11]), ARGV[12])
+end
+local fields = {}
+for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+return redis.call('XADD', KEYS[2], '*', unpack(fields))
+"""
+)

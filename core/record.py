@@ -33,7 +33,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from core.errors import FencedOutError
 from core.models import Event
 
-
 UPSERT_CHUNK = 200  # rows per statement: far below SQLite's bound-parameter limit
 
 

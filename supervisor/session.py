@@ -228,6 +228,8 @@ class SessionRunner:
         for step_id, st in list(self.states.items()):
             if st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note != FINAL:
                 await self._decide_failure(step_id)
+            elif st.status == StepStatus.COMPLETED:
+                self.dirty.add(step_id)  # it may have ended unwatched: its SQL row says running
             elif st.status == StepStatus.RUNNING and not st.started_at:
                 # Dispatched but maybe never queued (we died in between): send the same
                 # attempt again under the same task id; a duplicate delivery is dropped.

@@ -14,10 +14,9 @@ from celery import Celery
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
-from core.hot_state import HotState, RedisEffectLedger, connect
+from core.hot_state import BreakerPolicy, HotState, RedisEffectLedger, connect
 from core.keys import Keys
 from core.tools import load_tools
-from workers.breaker import BreakerPolicy, CircuitBreakers
 from workers.executor import StepExecutor
 
 log = logging.getLogger(__name__)
@@ -46,11 +45,7 @@ def executor() -> StepExecutor:
         settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
     )
     return StepExecutor(
-        HotState(client, keys),
-        tools,
-        RedisEffectLedger(client, keys),
-        worker,
-        CircuitBreakers(client, keys, policy),
+        HotState(client, keys), tools, RedisEffectLedger(client, keys), worker, policy
     )
 
 

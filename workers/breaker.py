@@ -1,5 +1,8 @@
 """Circuit breakers per tool, shared by every worker through Redis.
 
+The worker's hot path checks and counts breakers inside its claim and record scripts
+(:mod:`core.hot_state`); this module reads and drives them on their own (tests, tooling).
+
 Closed: calls run. ``failures`` transient failures within ``window_s`` open it: calls fail
 fast with TOOL_UNAVAILABLE. After ``cooldown_s`` one call runs as a half-open probe: its
 success closes the breaker, its failure opens it again.
@@ -9,21 +12,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 
 import redis
 
+from core.hot_state import BreakerPolicy
 from core.keys import Keys
 from core.lua import BREAKER_ALLOW, BREAKER_RECORD
-
-
-@dataclass(frozen=True)
-class BreakerPolicy:
-    """When a breaker opens and how long it stays open."""
-
-    failures: int = 5
-    window_s: float = 30.0
-    cooldown_s: float = 10.0
 
 
 class CircuitBreakers:

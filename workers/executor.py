@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
-from core.hot_state import HotState
+from core.hot_state import BreakerPolicy, HotState
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from planner.expect import check_expectations
 from planner.plan import Expectation
-from workers.breaker import CircuitBreakers
 
 log = logging.getLogger(__name__)
+
+CLAIMED, BREAKER_OPEN = 1, 2
 
 
 @dataclass(frozen=True)
@@ -59,32 +60,40 @@ class StepExecutor:
         tools: ToolRegistry,
         effects: EffectLedger,
         worker: str,
-        breakers: CircuitBreakers | None = None,
+        breaker: BreakerPolicy | None = None,
     ) -> None:
         self.state = state
         self.tools = tools
         self.effects = effects
         self.worker = worker
-        self.breakers = breakers
+        self.breaker = breaker
 
     def execute(self, args: StepTaskArgs) -> str:
         """Run one attempt end to end; returns what happened, for the task's result line.
 
-        1. Claim the attempt (a stale or duplicate delivery stops here).
+        1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
+           stale or duplicate delivery stops here; an open breaker fails fast).
         2. Run the tool on a thread, waiting at most the step's timeout.
         3. Classify the result: completed, unexpected, failed (transient/permanent), timed out.
-        4. Record the outcome and append its event in one atomic Redis call.
+        4. Record the outcome, count it on the breaker and append its event, in one atomic
+           Redis call.
         """
         sid, step = args.session_id, args.step_id
         claim = self.state.start_attempt(
-            sid, step, attempt=args.attempt, epoch=args.epoch, worker=self.worker
+            sid,
+            step,
+            attempt=args.attempt,
+            epoch=args.epoch,
+            worker=self.worker,
+            tool=args.tool,
+            breaker=self.breaker,
         )
-        if claim != 1:
+        if claim not in (CLAIMED, BREAKER_OPEN):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
             return "dropped"
         started = time.time()
-        outcome = self._run(args)
+        outcome = self._unavailable(args) if claim == BREAKER_OPEN else self._run(args)
         finished = time.time()
         severity = self._severity(args, outcome)
         event = Event(
@@ -111,6 +120,9 @@ class StepExecutor:
             output=outcome.output,
             error=outcome.error,
             error_kind=outcome.error_kind,
+            tool=args.tool,
+            breaker=self.breaker,
+            tool_ok=_tool_health(outcome),
         )
         log.info(
             "session=%s step=%s attempt=%d %s in %.3fs%s",
@@ -128,20 +140,14 @@ class StepExecutor:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
             return _failed(exc, ErrorKind.PERMANENT)
-        if self.breakers is not None and not self.breakers.allow(args.tool):
-            message = f"tool {args.tool!r} is unavailable: its circuit breaker is open"
-            return Outcome(
-                StepStatus.INTERRUPTED,
-                EventType.TASK_INTERRUPTED,
-                None,
-                message,
-                ErrorKind.UNAVAILABLE,
-            )
-        outcome = self._call(spec, args)
-        if self.breakers is not None and outcome.error_kind != ErrorKind.PERMANENT:
-            # Bad input says nothing about the tool's health; everything else does.
-            self.breakers.record(args.tool, ok=outcome.status == StepStatus.COMPLETED)
-        return outcome
+        return self._call(spec, args)
+
+    @staticmethod
+    def _unavailable(args: StepTaskArgs) -> Outcome:
+        message = f"tool {args.tool!r} is unavailable: its circuit breaker is open"
+        return Outcome(
+            StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, ErrorKind.UNAVAILABLE
+        )
 
     def _call(self, spec: ToolSpec, args: StepTaskArgs) -> Outcome:
         ctx = ToolContext(
@@ -177,6 +183,13 @@ class StepExecutor:
         if outcome.event == EventType.TASK_COMPLETED:
             return Severity.INFO
         return Severity.CRITICAL if args.critical else Severity.WARNING
+
+
+def _tool_health(outcome: Outcome) -> bool | None:
+    """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
+    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE):
+        return None
+    return outcome.status == StepStatus.COMPLETED
 
 
 def _classify(exc: BaseException) -> ErrorKind:

@@ -30,7 +30,7 @@ from workers.toolsets import bench  # noqa: F401  (registers the bench tools in 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 SEED = int(os.environ.get("PLANLOOP_TEST_CHAOS_SEED", "4242"))
-RUNS = 5
+RUNS = 6
 STEPS = 30
 KINDS = ("kill_supervisor", "kill_worker", "kill_both")
 
@@ -56,8 +56,12 @@ def chaos_plan(rng: random.Random, run: int) -> Plan:
 
 
 def fault_schedule(rng: random.Random, run: int) -> list[tuple[int, str]]:
-    """(completed steps before the fault, kind); run 1 freezes its owner past the lease."""
-    kinds = ["stop_supervisor", rng.choice(KINDS)] if run == 1 else rng.choices(KINDS, k=2)
+    """(completed steps before the fault, kind) pairs; run 1 freezes its owner past the lease."""
+    kinds = rng.choices(KINDS, k=2)
+    if run == 1:
+        kinds[0] = "stop_supervisor"
+    elif run == 2:
+        kinds[0] = "kill_worker"  # at least one run loses only a worker
     moments = sorted(rng.sample(range(2, STEPS - 4), k=len(kinds)))
     return list(zip(moments, kinds, strict=True))
 
