@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         0.25, gt=0, description="How often a supervisor looks for sessions without an owner."
     )
     event_batch: int = Field(256, ge=1, description="Events read and checkpointed per batch.")
+    stream_keep: int = Field(
+        10_000,
+        ge=10,
+        description="Events kept in a session's stream; older ones (acknowledged and in SQL) "
+        "are trimmed, never one still pending.",
+    )
     max_deliveries: int = Field(
         5, ge=1, description="Deliveries of one event before it goes to the dead-letter stream."
     )

@@ -19,6 +19,7 @@ from core.tools import ToolRegistry, mask
 from planner.dag import to_mermaid
 from planner.plan import Plan
 from producer.client import Producer
+from producer.history import print_history, session_history
 
 STATUS_COLOURS: dict[str, str] = {
     "pending": "white",
@@ -196,6 +197,12 @@ def print_report(console: Console, report: Mapping[str, Any]) -> None:
     console.print(table)
     counts = report.get("counts") or {}
     console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    for comp in report.get("compensations") or []:
+        ok = comp.get("status") == "completed"
+        line = f"compensation of {comp.get('step')} by {comp.get('tool')}: {comp.get('status')}"
+        if not ok:
+            line = f"COMPENSATION FAILED: {line} ({comp.get('error')})"
+        console.print(Text(line, style="green" if ok else "bold red"))
 
 
 # --- show ---------------------------------------------------------------------------------
@@ -238,6 +245,7 @@ def print_show(
                 for event_id, ev in events
             ],
             "mermaid": mermaid,
+            **session_history(SqlRecord.from_url(producer.settings.database_url), sid),
         }
         print(json.dumps(doc, indent=2, default=str))  # plain stdout: no rich markup or wrapping
         return
@@ -247,6 +255,7 @@ def print_show(
         console.print(Text(event_line(ev), style=SEVERITY_COLOURS.get(ev.severity.value, "")))
     if not events:
         console.print("(no events)")
+    print_history(console, session_history(SqlRecord.from_url(producer.settings.database_url), sid))
     console.rule("report")
     if report is not None:
         print_report(console, report)

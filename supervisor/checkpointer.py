@@ -39,6 +39,7 @@ class Checkpointer:
         self._queue: asyncio.Queue[tuple[Checkpoint, list[str]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
+        self._acked_since_trim = 0
 
     def submit(self, batch: Checkpoint, acks: list[str]) -> None:
         """Queue ``batch``; its ``acks`` are acknowledged once it is committed."""
@@ -90,6 +91,11 @@ class Checkpointer:
         if batch:
             await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
         await self.ctx.store.ack(self.sid, acks)
+        self._acked_since_trim += len(acks)
+        keep = self.ctx.settings.stream_keep
+        if self._acked_since_trim >= max(1, keep // 10):
+            self._acked_since_trim = 0
+            await self.ctx.store.trim_events(self.sid, keep)
 
     async def _fill_outputs(self, batch: Checkpoint) -> None:
         """Completed attempts carry their output into SQL (what a rebuild restores)."""

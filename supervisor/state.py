@@ -181,6 +181,22 @@ class SessionStore:
         if entry_ids:
             await self.r.xack(self.keys.events(sid), EVENTS_GROUP, *entry_ids)
 
+    async def trim_events(self, sid: str, keep: int) -> int:
+        """Trim the events stream to its newest ``keep`` entries, never past a pending one.
+
+        Every entry below the cut is acknowledged and recorded in SQL already; returns how
+        many entries went.
+        """
+        key = self.keys.events(sid)
+        if await self.r.xlen(key) <= keep:
+            return 0
+        newest: Any = await self.r.xrevrange(key, count=keep)
+        cutoff = newest[-1][0]
+        pending: Any = await self.r.xpending(key, EVENTS_GROUP)
+        if pending.get("pending") and _stream_id(pending["min"]) < _stream_id(cutoff):
+            cutoff = pending["min"]
+        return int(await self.r.xtrim(key, minid=cutoff, approximate=False))
+
     async def dead_letter(self, sid: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
         """Move events delivered too often to the dead-letter stream, and acknowledge them."""
         if not entries:
@@ -227,6 +243,11 @@ class SessionStore:
         if entry_ids:
             await self.r.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
             await self.r.xdel(self.keys.inbox, *entry_ids)
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    millis, _, seq = entry_id.partition("-")
+    return int(millis), int(seq or 0)
 
 
 def _arg(value: Any) -> str:

@@ -17,6 +17,7 @@ from core.models import EventType, SessionOptions, SessionRecord, SessionStatus,
 from core.record import SqlRecord
 from planner.plan import Plan, parse_plan
 from producer.client import Producer
+from producer.history import session_history
 from tests.conftest import wait_for
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded
@@ -125,6 +126,17 @@ def test_a_failed_step_is_replaced_by_the_replanners_subgraph(
     roles = [c.role for c in llm_record.llm_calls(sid)]
     assert roles == ["decider", "replanner"]
     assert llm.pending() == 0
+    # `planloop show` tells the same story: both versions, the diff, the decision, tokens
+    history = session_history(llm_record, sid)
+    assert [v["version"] for v in history["plan_versions"]] == [1, 2]
+    assert history["plan_versions"][1]["diff"] == [
+        "+ s3b (bench.echo)",
+        "- s2 (bench.sleep)",
+        "- s3 (bench.echo)",
+    ]
+    assert history["decisions"][0]["action"] == "REPLAN_REMAINING"
+    assert history["llm"]["calls"] == 2
+    assert history["llm"]["prompt_tokens"] > 0
 
 
 def test_all_steps_succeed_without_asking_the_decider(

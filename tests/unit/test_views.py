@@ -159,3 +159,30 @@ def test_short_flattens_and_cuts() -> None:
     assert short("a\n  b", 10) == "a b"
     assert short("abcdefghijkl", 5) == "abcd…"
     assert short(None) == ""
+
+
+def test_plan_diff_names_added_removed_and_changed_steps() -> None:
+    from planner.plan import parse_plan
+    from producer.history import plan_diff
+
+    old = parse_plan(
+        """
+steps:
+  - {id: a, tool: bench.echo, params: {value: 1}}
+  - {id: b, tool: bench.echo, params: {value: 2}, dependencies: [a]}
+  - {id: c, tool: bench.echo, dependencies: [a]}
+"""
+    )
+    new = parse_plan(
+        """
+steps:
+  - {id: a, tool: bench.echo, params: {value: 1}}
+  - {id: b, tool: bench.echo, params: {value: 3}, dependencies: [a]}
+  - {id: d, tool: bench.sleep, dependencies: [a]}
+"""
+    )
+    assert plan_diff(old, new) == [
+        "+ d (bench.sleep)",
+        "- c (bench.echo)",
+        "~ b: params changed",
+    ]

@@ -1,0 +1,114 @@
+"""A session's history from the SQL record: plan versions and their diffs, decisions, LLM use."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from core.record import SqlRecord
+from planner.plan import Plan
+
+
+def plan_diff(old: Plan, new: Plan) -> list[str]:
+    """What changed from ``old`` to ``new``: ``+`` added, ``-`` removed, ``~`` changed."""
+    before, after = old.by_id, new.by_id
+    lines = [f"+ {i} ({after[i].tool})" for i in after if i not in before]
+    lines += [f"- {i} ({before[i].tool})" for i in before if i not in after]
+    for step_id in (i for i in after if i in before):
+        a, b = before[step_id], after[step_id]
+        changed = [
+            name
+            for name in ("tool", "params", "dependencies", "critical", "timeout_s", "max_retries")
+            if getattr(a, name) != getattr(b, name)
+        ]
+        if changed:
+            lines.append(f"~ {step_id}: {', '.join(changed)} changed")
+    return lines
+
+
+def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:
+    """Plan versions (with the diff to the previous one), decisions and LLM calls."""
+    versions: list[dict[str, Any]] = []
+    previous: Plan | None = None
+    for row in record.plan_versions(sid):
+        plan = Plan.model_validate_json(row.plan)
+        versions.append(
+            {
+                "version": row.version,
+                "reason": row.reason,
+                "created_at": row.created_at,
+                "steps": [s.id for s in plan.steps],
+                "diff": plan_diff(previous, plan) if previous is not None else [],
+            }
+        )
+        previous = plan
+    decisions = [
+        {
+            "at": d.created_at,
+            "action": d.action,
+            "source": d.source,
+            "reasoning": d.reasoning,
+            "confidence": json.loads(d.payload or "{}").get("confidence"),
+            "prompt_tokens": d.prompt_tokens,
+            "completion_tokens": d.completion_tokens,
+        }
+        for d in record.decisions(sid)
+    ]
+    rows = record.llm_calls(sid)
+    calls = [
+        {
+            "at": c.created_at,
+            "role": c.role,
+            "model": c.model,
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+            "latency_s": round(c.latency_s, 3),
+        }
+        for c in rows
+    ]
+    totals = {
+        "calls": len(rows),
+        "prompt_tokens": sum(c.prompt_tokens for c in rows),
+        "completion_tokens": sum(c.completion_tokens for c in rows),
+    }
+    return {"plan_versions": versions, "decisions": decisions, "llm_calls": calls, "llm": totals}
+
+
+def print_history(console: Console, history: dict[str, Any]) -> None:
+    """Plan versions with diffs, then decisions, then LLM usage."""
+    console.rule("plan versions")
+    for version in history["plan_versions"]:
+        console.print(f"v{version['version']}: {version['reason']} ({len(version['steps'])} steps)")
+        for line in version["diff"]:
+            console.print(f"    {line}", markup=False, highlight=False)
+    console.rule("decisions")
+    if not history["decisions"]:
+        console.print("(none: nothing needed deciding)")
+    for d in history["decisions"]:
+        tokens = d["prompt_tokens"] + d["completion_tokens"]
+        usage = f", {d['prompt_tokens']}+{d['completion_tokens']} tokens" if tokens else ""
+        console.print(f"{d['action']} ({d['source']}{usage}): {d['reasoning']}", markup=False)
+    console.rule("LLM calls")
+    if not history["llm_calls"]:
+        console.print("(none)")
+        return
+    table = Table()
+    for name in ("role", "model", "prompt", "completion", "latency s"):
+        table.add_column(name)
+    for c in history["llm_calls"]:
+        table.add_row(
+            c["role"],
+            c["model"],
+            str(c["prompt_tokens"]),
+            str(c["completion_tokens"]),
+            f"{c['latency_s']:.3f}",
+        )
+    console.print(table)
+    total = history["llm"]
+    console.print(
+        f"{total['calls']} calls, {total['prompt_tokens']} prompt + "
+        f"{total['completion_tokens']} completion tokens"
+    )
