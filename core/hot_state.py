@@ -18,7 +18,7 @@ import redis
 
 from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP, Keys
-from core.lua import RECORD_OUTCOME, START_ATTEMPT
+from core.lua import RECORD_EFFECT, RECORD_OUTCOME, START_ATTEMPT
 from core.models import Event, SessionOptions, SessionRecord, StepState
 
 
@@ -229,13 +229,14 @@ class BreakerPolicy:
 class RedisEffectLedger:
     """The :class:`core.tools.EffectLedger` of the bundled write tools, shared through Redis.
 
-    ``HSETNX`` decides which attempt's receipt wins; a counter per key lets tests prove an
-    effect happened exactly once.
+    ``HSETNX`` decides which attempt's receipt wins and, in the same script, a counter per key
+    lets tests prove an effect happened exactly once (a crash cannot split the two).
     """
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.r = client
         self.keys = keys
+        self._record = client.register_script(RECORD_EFFECT)
 
     def apply_once(
         self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
@@ -244,12 +245,11 @@ class RedisEffectLedger:
         if existing is not None:
             return cast(dict[str, Any], json.loads(existing))
         receipt = make_receipt()
-        if self.r.hsetnx(self.keys.effects, idempotency_key, dumps(receipt)):
-            self.r.hincrby(self.keys.effect_counts, idempotency_key, 1)
+        keys = [self.keys.effects, self.keys.effect_counts]
+        if self._record(keys=keys, args=[idempotency_key, dumps(receipt)]):
             return receipt
-        return cast(
-            dict[str, Any], json.loads(cast(str, self.r.hget(self.keys.effects, idempotency_key)))
-        )
+        stored = cast(str, self.r.hget(self.keys.effects, idempotency_key))
+        return cast(dict[str, Any], json.loads(stored))
 
     def count(self, idempotency_key: str) -> int:
         return int(cast(str | None, self.r.hget(self.keys.effect_counts, idempotency_key)) or 0)

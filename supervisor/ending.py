@@ -106,14 +106,27 @@ def _ended(st: StepState) -> bool:
 
 
 def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
-    """The tool call that undoes ``step``: its own ``compensate``, else its tool's default."""
+    """The tool call that undoes ``step``: its own ``compensate``, else its tool's default.
+
+    The default call gets what it accepts from the step's params and output (a
+    ``reservation_id`` from the receipt, the ``sku`` from the params); injected simulations
+    stay with the step they were meant for.
+    """
     if step.compensate is not None:
         return step.compensate.tool, dict(step.compensate.params)
-    if step.tool in runner.ctx.tools:
-        spec = runner.ctx.tools.get(step.tool)
-        if spec.side_effect == "write" and spec.compensate:
-            return spec.compensate, dict(step.params)
-    return None
+    if step.tool not in runner.ctx.tools:
+        return None
+    spec = runner.ctx.tools.get(step.tool)
+    if (
+        spec.side_effect != "write"
+        or not spec.compensate
+        or spec.compensate not in runner.ctx.tools
+    ):
+        return None
+    accepted = set(runner.ctx.tools.get(spec.compensate).params_model.model_fields) - {"simulate"}
+    output = runner.outputs.get(step.id)
+    known = {**step.params, **(output if isinstance(output, dict) else {})}
+    return spec.compensate, {k: v for k, v in known.items() if k in accepted}
 
 
 async def compensate(runner: SessionRunner) -> list[dict[str, Any]]:
@@ -122,10 +135,10 @@ async def compensate(runner: SessionRunner) -> list[dict[str, Any]]:
     done.sort(key=lambda s: runner.states[s.id].finished_at, reverse=True)
     results = []
     for step in done:
+        await runner.load_outputs([step.id, *step.dependencies])
         call = compensation_of(runner, step)
         if call is None:
             continue
-        await runner.load_outputs([step.id, *step.dependencies])
         tool, raw_params = call
         try:
             params = resolve_params(raw_params, runner.outputs, step_id=step.id)

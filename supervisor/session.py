@@ -41,6 +41,7 @@ OUTCOME_STATUS = {
     EventType.TASK_INTERRUPTED: StepStatus.INTERRUPTED,
 }
 USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
+IDLE_CLAIM_INTERVAL_S = 2.0
 
 
 def has_ended(st: StepState) -> bool:
@@ -76,6 +77,7 @@ class SessionRunner:
         self._dependents: dict[str, list[str]] = {}
         self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
         self._inflight: set[str] = set()  # dispatched by us; pruned lazily
+        self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
 
     # --- the loop -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -109,6 +111,7 @@ class SessionRunner:
                     block_ms=self._block_ms(),
                 )
                 await self._apply(entries)
+                await self._reclaim_idle()
                 await self._watchdog()
                 await self._think()
                 self._check_end()
@@ -231,15 +234,34 @@ class SessionRunner:
             elif st.status == StepStatus.COMPLETED:
                 self.dirty.add(step_id)  # it may have ended unwatched: its SQL row says running
             elif st.status == StepStatus.RUNNING and not st.started_at:
-                # Dispatched but maybe never queued (we died in between): send the same
-                # attempt again under the same task id; a duplicate delivery is dropped.
-                self.ctx.dispatcher.send(
-                    self._task_args(step_id, st.attempt, await self._params(step_id)).model_copy(
-                        update={"epoch": st.epoch}  # the epoch the step hash was dispatched at
-                    )
-                )
+                # Dispatched but maybe never queued (we died in between).
+                await self._resend(step_id)
+
+    async def _resend(self, step_id: str) -> None:
+        """Send a dispatched, never started attempt again under the same task id.
+
+        The copy carries the epoch the step hash was dispatched at, so the worker's claim
+        matches; whichever delivery claims first runs, any other is dropped as a duplicate.
+        """
+        st = self.states[step_id]
+        args = self._task_args(step_id, st.attempt, await self._params(step_id))
+        self.ctx.dispatcher.send(args.model_copy(update={"epoch": st.epoch}))
+        st.dispatched_at = time.time()
+        await self._write_step(step_id, dispatched_at=st.dispatched_at)
 
     # --- 3/4. events ----------------------------------------------------------------------
+    async def _reclaim_idle(self) -> None:
+        """Take events stuck in another consumer's pending list (a former owner that woke
+        up and read them before it noticed it had lost the lease)."""
+        now = time.monotonic()
+        if now < self._next_idle_claim:
+            return
+        self._next_idle_claim = now + IDLE_CLAIM_INTERVAL_S
+        idle_ms = int(IDLE_CLAIM_INTERVAL_S * 1000)
+        await self._apply(
+            await self.store.claim_pending(self.sid, self.ctx.name, min_idle_ms=idle_ms)
+        )
+
     async def _take_over_pending(self) -> list[tuple[str, dict[str, str]]]:
         """Events a former owner left unacknowledged; poison ones go to the dead letters."""
         entries = await self.store.claim_pending(self.sid, self.ctx.name)
@@ -615,7 +637,21 @@ class SessionRunner:
             if now < st.dispatched_at + limit:
                 continue
             fresh = await self.store.step(self.sid, step_id)
-            if fresh is None or not fresh.started_at or now < fresh.started_at + limit:
+            if fresh is None or fresh.status != StepStatus.RUNNING:
+                continue
+            if not fresh.started_at:
+                # Never claimed: still queued behind others, or taken by a worker that died
+                # before starting it (the broker would redeliver only after its visibility
+                # timeout). Sending the same attempt again costs no retry either way.
+                log.info(
+                    "session=%s step=%s attempt=%d unclaimed: re-sent",
+                    self.sid,
+                    step_id,
+                    st.attempt,
+                )
+                await self._resend(step_id)
+                continue
+            if now < fresh.started_at + limit:
                 continue
             await self.store.end_attempt(
                 self.sid,

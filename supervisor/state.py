@@ -152,7 +152,9 @@ class SessionStore:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def claim_pending(self, sid: str, consumer: str) -> list[tuple[str, dict[str, str]]]:
+    async def claim_pending(
+        self, sid: str, consumer: str, *, min_idle_ms: int = 0
+    ) -> list[tuple[str, dict[str, str]]]:
         """Everything delivered but not acknowledged, taken over by ``consumer``.
 
         Only the lease holder calls this, so every other consumer of the session is a former
@@ -161,7 +163,7 @@ class SessionStore:
         stream, taken, start = self.keys.events(sid), [], "0-0"
         while True:
             start, entries, _deleted = await self.r.xautoclaim(
-                stream, EVENTS_GROUP, consumer, min_idle_time=0, start_id=start, count=500
+                stream, EVENTS_GROUP, consumer, min_idle_time=min_idle_ms, start_id=start, count=500
             )
             taken += [(entry_id, fields) for entry_id, fields in entries if fields]
             if start == "0-0":

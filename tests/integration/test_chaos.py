@@ -82,7 +82,10 @@ class Chaos:
         return f"{self.runs} runs, {faults} faults survived ({detail}), seed={SEED}"
 
     def owner(self, sid: str) -> subprocess.Popen[bytes]:
-        return wait_for(lambda: self.ps.owner_process(sid), 20, f"a live owner of {sid}")
+        wait_for(lambda: self.ps.owner_process(sid) is not None, 20, f"a live owner of {sid}")
+        proc = self.ps.owner_process(sid)
+        assert proc is not None, f"the owner of {sid} vanished"
+        return proc
 
     def inject(self, sid: str, kind: str) -> None:
         ps = self.ps

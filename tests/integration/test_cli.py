@@ -187,7 +187,19 @@ def test_show_json_is_one_object(diamond_sid: str, env_overrides: dict[str, str]
     result = planloop(env_overrides, "show", diamond_sid, "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert set(doc) == {"session", "report", "events", "mermaid"}
+    assert set(doc) == {
+        "session",
+        "report",
+        "events",
+        "mermaid",
+        "plan_versions",
+        "decisions",
+        "llm_calls",
+        "llm",
+    }
+    assert [v["version"] for v in doc["plan_versions"]] == [1]
+    assert doc["decisions"] == []
+    assert doc["llm"] == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
     assert doc["session"]["status"] == "completed"
     assert [s["id"] for s in doc["report"]["steps"]] == list(DIAMOND_STEPS)
     assert doc["report"]["steps"][-1]["output"] == {"value": {"n": 21, "slept": 0.2}}

@@ -9,7 +9,7 @@ from planner.plan import parse_plan
 from supervisor.ending import COMPENSATE_SUFFIX
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps, wait_ended
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
+from workers.toolsets import bench, supply_chain  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_cancel_undoes_completed_writes_in_reverse_completion_order(
     assert finished == ["w1", "w2", "w3"]
     comps = record.report["compensations"]
     assert [c["step"] for c in comps] == ["w3", "w2", "w1"], comps
-    assert all(c["status"] == "completed" and c["tool"] == "bench.undo_write" for c in comps)
+    assert all(c["status"] == "completed" and c["tool"] == "bench.undo_write" for c in comps), comps
     assert "COMPENSATION FAILED" not in (record.error or "")
     for step_id in ("w1", "w2", "w3"):
         assert ps.effects.count(f"{sid}:{step_id}") == 1
@@ -117,3 +117,28 @@ def test_a_failed_compensation_is_reported_loudly(private_stack: MakeStack) -> N
     row = ps.record.session(sid)
     assert row is not None
     assert "COMPENSATION FAILED for doomed" in row.error
+
+
+RESERVE = """
+goal: reserve stock, then get cancelled
+steps:
+  - {id: reserve, tool: supply_chain.reserve_stock, params: {sku: SKU12345, qty: 5}}
+  - {id: hold, tool: bench.sleep, params: {seconds: 30}, dependencies: [reserve], timeout_s: 60}
+"""
+
+
+def test_cancel_releases_a_stock_reservation_with_its_default_compensation(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=1, supervisors=1)
+
+    _sid, record = cancel_when_holding(ps, RESERVE)
+
+    assert record.status == SessionStatus.CANCELLED
+    assert record.report is not None
+    comps = record.report["compensations"]
+    assert [(c["step"], c["tool"]) for c in comps] == [
+        ("reserve", "supply_chain.cancel_reservation")
+    ]
+    assert comps[0]["status"] == "completed", comps[0]["error"]
+    assert "COMPENSATION FAILED" not in (record.error or "")

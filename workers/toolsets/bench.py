@@ -120,6 +120,7 @@ class UndoWriteParams(ToolParams):
     """Params of ``bench.undo_write``."""
 
     label: str = Field(min_length=1, description="Label of the write to undo.")
+    seconds: float = Field(0, ge=0, description="Ignored: a bench.write's own params undo it.")
 
 
 class UndoReceipt(BaseModel):
