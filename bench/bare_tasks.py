@@ -1,4 +1,4 @@
-"""Bare Celery tasks for the baselines: same configuration as Planloop's workers, no Planloop.
+"""Bare Celery tasks for the baselines: Planloop's Celery settings on stock kombu, no Planloop.
 
 Started by the benchmarks as ``celery -A bench.bare_tasks worker``; reads the same
 ``PLANLOOP_*`` settings, so it uses the benchmark's Redis and queue.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from functools import lru_cache
+from typing import Any
 
 import redis
 from celery import Celery
@@ -20,9 +21,15 @@ from core.hot_state import connect
 INCR_TASK = "bench.bare.incr"
 SLEEP_TASK = "bench.bare.sleep"
 
+
+def stock_celery_config(settings: Settings) -> dict[str, Any]:
+    """Planloop's Celery settings on stock kombu: the baseline is plain Celery."""
+    return {k: v for k, v in celery_config(settings).items() if k != "broker_transport"}
+
+
 settings = Settings()
 app = Celery("planloop-bare", set_as_current=False)
-app.conf.update(celery_config(settings))
+app.conf.update(stock_celery_config(settings))
 
 
 @lru_cache(maxsize=1)

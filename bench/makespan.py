@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from celery import Celery
 
-from bench.bare_tasks import SLEEP_TASK
+from bench.bare_tasks import SLEEP_TASK, stock_celery_config
 from bench.common import (
     BenchEnv,
     bare_worker,
@@ -29,7 +29,6 @@ from bench.common import (
     planloop_stack,
     print_table,
 )
-from config.celery import celery_config
 from core.models import SessionStatus
 from planner.plan import Plan, Step
 from producer.client import Producer
@@ -225,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         bare: list[Run] = []
         if not args.no_bare:
             sender = Celery("bench-driver", set_as_current=False)
-            sender.conf.update(celery_config(bench.settings))
+            sender.conf.update(stock_celery_config(bench.settings))
             with bare_worker(bench, concurrency=WIDTH):
                 run_bare(bench, sender, dag, -1, timeout_s=120)
                 bare = [run_bare(bench, sender, dag, i, timeout_s=60) for i in range(args.reps)]

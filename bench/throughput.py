@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from celery import Celery
 
-from bench.bare_tasks import INCR_TASK
+from bench.bare_tasks import INCR_TASK, stock_celery_config
 from bench.common import (
     BenchEnv,
     bare_worker,
@@ -26,7 +26,6 @@ from bench.common import (
     print_table,
     wait_for,
 )
-from config.celery import celery_config
 from core.models import SessionStatus
 from planner.plan import Plan, Step
 from producer.client import Producer
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             ours = run_planloop(producer, n, timeout_s=600)
             console.print(f"planloop logs: {stack.log_dir}")
         sender = Celery("bench-driver", set_as_current=False)
-        sender.conf.update(celery_config(bench.settings))
+        sender.conf.update(stock_celery_config(bench.settings))
         with bare_worker(bench, concurrency=WORKER_THREADS):
             run_bare(bench, sender, WARMUP_STEPS, "warmup", timeout_s=120)
             bare = run_bare(bench, sender, n, "measured", timeout_s=600)

@@ -14,6 +14,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings every Planloop worker and dispatcher uses."""
     return {
         "broker_url": settings.redis_url,
+        # kombu's Redis transport, minus a client construction per publish and ack.
+        "broker_transport": "core.broker:Transport",
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from celery import Celery
 
@@ -25,8 +26,13 @@ class Dispatcher:
         self.celery = Celery("planloop-supervisor", set_as_current=False)
         self.celery.conf.update(celery_config(settings))
 
-    def send(self, args: StepTaskArgs) -> None:
-        """Queue one attempt under its deterministic task id."""
+    def send(self, *attempts: StepTaskArgs) -> None:
+        """Queue attempts under their deterministic task ids, through one producer."""
+        with self.celery.producer_or_acquire() as producer:
+            for args in attempts:
+                self._send(args, producer)
+
+    def _send(self, args: StepTaskArgs, producer: Any) -> None:
         sensitive = self.tools.get(args.tool).sensitive_fields() if args.tool in self.tools else ()
         shown = {
             "session": args.session_id,
@@ -42,6 +48,7 @@ class Dispatcher:
             queue=self.settings.queue,
             argsrepr=json.dumps([shown], default=str),
             kwargsrepr="{}",
+            producer=producer,
         )
 
     def revoke(self, task_ids: Iterable[str]) -> None:

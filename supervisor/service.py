@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from supervisor.state import SessionStore
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -154,4 +156,7 @@ def serve(settings: Settings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Supervisor(settings).run(stop)
 
+    # The SQL thread must not hold the event loop off for the default 5 ms GIL slice: a
+    # step's dependents are dispatched from the loop.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(main())

@@ -582,8 +582,7 @@ class SessionRunner:
             self._candidates.discard(args.step_id)
             self._inflight.add(args.step_id)
         await self.store.write(self.sid, self.epoch, ops)
-        for args in batch:
-            self.ctx.dispatcher.send(args)
+        self.ctx.dispatcher.send(*batch)
 
     async def load_outputs(self, step_ids: list[str]) -> None:
         """Fetch the stored outputs of completed steps not yet in memory."""
