@@ -228,11 +228,12 @@ def watch_session(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     changes = poll(producer, view)
     assert view.record is not None
-    if not view.record.status.ended:
-        if console.is_terminal:
-            _watch_live(producer, view, console, poll_s, deadline)
-        else:
-            _watch_plain(producer, view, changes, console, poll_s, deadline)
+    if not console.is_terminal:
+        # Plain lines even for a session that is already over: a log (or CI) shows what
+        # happened, however fast it went.
+        _watch_plain(producer, view, changes, console, poll_s, deadline)
+    elif not view.record.status.ended:
+        _watch_live(producer, view, console, poll_s, deadline)
     record = producer.session(sid)
     if record.report is not None:
         print_report(console, record.report)

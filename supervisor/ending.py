@@ -100,7 +100,7 @@ async def drain_events(runner: SessionRunner) -> None:
 
 
 def _ended(st: StepState) -> bool:
-    from supervisor.session import has_ended
+    from supervisor.session_base import has_ended
 
     return has_ended(st)
 

@@ -13,27 +13,25 @@ from core.models import (
     ErrorKind,
     Event,
     EventType,
-    SessionRecord,
     SessionStatus,
     Severity,
     StepState,
     StepStatus,
-    StepTaskArgs,
 )
 from core.record import Checkpoint
 from planner.agents import Planner
-from planner.dag import descendants
 from planner.plan import Plan, Step
-from planner.references import find_references, resolve_params
 from supervisor.checkpointer import Checkpointer
 from supervisor.context import SupervisorContext
 from supervisor.ending import finish_session
+from supervisor.plan_changes import PlanChanges
 from supervisor.policy import RuleAction, backoff_s, decide_failure
+from supervisor.scheduling import Scheduling
+from supervisor.session_base import FINAL, has_ended
 from supervisor.thinking import Deliberation
 
 log = logging.getLogger(__name__)
 
-FINAL = "final"
 OUTCOME_STATUS = {
     EventType.TASK_COMPLETED: StepStatus.COMPLETED,
     EventType.TASK_UNEXPECTED_RESULT: StepStatus.COMPLETED,
@@ -44,39 +42,13 @@ USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
 IDLE_CLAIM_INTERVAL_S = 2.0
 
 
-def has_ended(st: StepState) -> bool:
-    """True when nothing more will happen to the step in this plan version."""
-    if st.status in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
-        return True
-    return st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note == FINAL
-
-
-class SessionRunner:
+class SessionRunner(Scheduling, PlanChanges):
     """Drives one session this supervisor owns at ``epoch``."""
 
     def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
-        self.ctx = ctx
-        self.sid = sid
-        self.epoch = epoch
-        self.store = ctx.store
-        self.settings = ctx.settings
-        self.info = SessionRecord(id=sid)
-        self.plan = Plan(steps=[Step(id="_", tool="_")])
-        self.steps: dict[str, Step] = {}
-        self.states: dict[str, StepState] = {}
-        self.outputs: dict[str, Any] = {}
-        self.down_tools: set[str] = set()
-        self.batch = Checkpoint()
-        self.dirty: set[str] = set()
-        self.acks: list[str] = []
-        self.outcome: tuple[SessionStatus, str] | None = None
+        super().__init__(ctx, sid, epoch)
         self.brain = Deliberation(self, ctx.chat)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
-        # Scheduling indexes, so one loop turn costs what changed, not the plan's size.
-        self._order: dict[str, int] = {}
-        self._dependents: dict[str, list[str]] = {}
-        self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
-        self._inflight: set[str] = set()  # dispatched by us; pruned lazily
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
 
     # --- the loop -------------------------------------------------------------------------
@@ -123,7 +95,6 @@ class SessionRunner:
         finally:
             await self.checkpointer.close()
 
-    # --- 1. load --------------------------------------------------------------------------
     async def _load(self) -> None:
         info = await self.store.session(self.sid)
         if info is None:
@@ -203,30 +174,6 @@ class SessionRunner:
         self.brain.record_usage(usages)
         await self.install_plan(plan, reason="planned by the LLM planner", replan=False)
 
-    def _use_plan(self, plan: Plan) -> None:
-        self.plan = plan
-        self.steps = {s.id: s for s in plan.steps}
-        self._order = {s.id: i for i, s in enumerate(plan.steps)}
-        self._dependents = {s.id: [] for s in plan.steps}
-        for step in plan.steps:
-            for dep in step.dependencies:
-                self._dependents.setdefault(dep, []).append(step.id)
-
-    def _reindex(self) -> None:
-        """Rebuild the scheduling indexes from the step states (after load or re-plan)."""
-        open_ = (StepStatus.PENDING, StepStatus.READY)
-        self._candidates = {i for i, st in self.states.items() if st.status in open_}
-        self._inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
-
-    def _running(self) -> int:
-        self._inflight = {
-            i
-            for i in self._inflight
-            if i in self.states and self.states[i].status == StepStatus.RUNNING
-        }
-        return len(self._inflight)
-
-    # --- 2. settle what happened while nobody watched --------------------------------------
     async def _settle_recorded(self) -> None:
         for step_id, st in list(self.states.items()):
             if st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note != FINAL:
@@ -237,19 +184,6 @@ class SessionRunner:
                 # Dispatched but maybe never queued (we died in between).
                 await self._resend(step_id)
 
-    async def _resend(self, step_id: str) -> None:
-        """Send a dispatched, never started attempt again under the same task id.
-
-        The copy carries the epoch the step hash was dispatched at, so the worker's claim
-        matches; whichever delivery claims first runs, any other is dropped as a duplicate.
-        """
-        st = self.states[step_id]
-        args = self._task_args(step_id, st.attempt, await self._params(step_id))
-        self.ctx.dispatcher.send(args.model_copy(update={"epoch": st.epoch}))
-        st.dispatched_at = time.time()
-        await self._write_step(step_id, dispatched_at=st.dispatched_at)
-
-    # --- 3/4. events ----------------------------------------------------------------------
     async def _reclaim_idle(self) -> None:
         """Take events stuck in another consumer's pending list (a former owner that woke
         up and read them before it noticed it had lost the lease)."""
@@ -387,7 +321,6 @@ class SessionRunner:
             await self.append_event(event)
             self.brain.note(event)
 
-    # --- deliberation ---------------------------------------------------------------------
     async def _think(self) -> None:
         if self.outcome is not None or not self.brain.pending:
             return
@@ -423,258 +356,6 @@ class SessionRunner:
                 f"steps failed and were skipped past: {', '.join(failed)}" if failed else "",
             )
 
-    async def skip_descendants(self, step_id: str) -> None:
-        skipped = [
-            d for d in sorted(descendants(self.plan, step_id)) if not has_ended(self.states[d])
-        ]
-        for d in skipped:
-            self.states[d].status = StepStatus.SKIPPED
-            self.states[d].note = f"dependency {step_id!r} did not complete"
-            self.dirty.add(d)
-        ops = [
-            self.store.step_write(self.sid, d, status="skipped", note=self.states[d].note)
-            for d in skipped
-        ]
-        await self.store.write(self.sid, self.epoch, ops)
-        if skipped:
-            await self.append_event(
-                Event(
-                    type=EventType.DEPENDENCY_BROKEN,
-                    severity=Severity.INFO,
-                    step_id=step_id,
-                    description=f"{step_id} did not complete; skipped {', '.join(skipped)}",
-                    payload={"skipped": skipped},
-                ),
-            )
-
-    async def cancel_steps(
-        self, step_ids: list[str], reason: str = "cancelled by a re-plan"
-    ) -> None:
-        """Cancel steps that have not ended: revoke and fence running attempts."""
-        running = [i for i in step_ids if self.states[i].status == StepStatus.RUNNING]
-        self.ctx.dispatcher.revoke(self.states[i].task_id for i in running)
-        for step_id in running:
-            st = self.states[step_id]
-            await self.store.end_attempt(
-                self.sid,
-                self.epoch,
-                step_id,
-                st.attempt,
-                status=StepStatus.CANCELLED.value,
-                event=Event(
-                    type=EventType.TASK_INTERRUPTED,
-                    step_id=step_id,
-                    attempt=st.attempt,
-                    description=reason,
-                    payload={"error_kind": "cancelled"},
-                ),
-            )
-        ops = []
-        for step_id in step_ids:
-            st = self.states[step_id]
-            if step_id in running or not has_ended(st):
-                st.status, st.note = StepStatus.CANCELLED, reason
-                ops.append(self.store.step_write(self.sid, step_id, status=st.status, note=reason))
-                self.dirty.add(step_id)
-        await self.store.write(self.sid, self.epoch, ops)
-
-    async def count_replan(self) -> None:
-        self.info = self.info.model_copy(update={"replans": self.info.replans + 1})
-        await self.store.write(
-            self.sid,
-            self.epoch,
-            [("HSET", self.store.keys.session(self.sid), ["replans", self.info.replans])],
-        )
-        self.batch.session["replans"] = self.info.replans
-
-    async def install_plan(self, plan: Plan, *, reason: str, replan: bool) -> None:
-        """Store ``plan`` as the next version and run it from here on.
-
-        Steps of the old version that the new one drops are cancelled; new steps start
-        pending; a re-used id keeps counting attempts so task ids stay unique.
-        """
-        version = self.info.plan_version + 1
-        keys, raw = self.store.keys, plan.model_dump_json()
-        ops: list[tuple[str, str, list[Any]]] = [("SET", keys.plan(self.sid, version), [raw, "NX"])]
-        for step_id in [i for i in self.steps if i not in {s.id for s in plan.steps}]:
-            if not has_ended(self.states[step_id]):
-                ops.append(
-                    self.store.step_write(
-                        self.sid, step_id, status="cancelled", note="dropped by re-plan"
-                    )
-                )
-            self.states.pop(step_id, None)
-        for step in plan.steps:
-            old = self.states.get(step.id)
-            # New ids start fresh, and so do dropped steps a re-plan brings back; a step
-            # that failed for good and stays (a fallback took its place) keeps its state.
-            if old is None or old.status in (StepStatus.CANCELLED, StepStatus.SKIPPED):
-                fresh = StepState(attempt=old.attempt if old else 0)
-                self.states[step.id] = fresh
-                ops.append(self.store.step_write(self.sid, step.id, **fresh.to_fields()))
-                self.dirty.add(step.id)
-        replans = self.info.replans + (1 if replan else 0)
-        ops.append(("HSET", keys.session(self.sid), ["plan_version", version, "replans", replans]))
-        await self.store.write(self.sid, self.epoch, ops)
-        self._use_plan(plan)
-        self._reindex()
-        self.info = self.info.model_copy(update={"plan_version": version, "replans": replans})
-        self.batch.plan_versions.append(
-            {"version": version, "plan": raw, "reason": reason, "created_at": time.time()}
-        )
-        self.batch.session.update({"plan_version": version, "replans": replans})
-        log.info(
-            "session=%s plan version %d installed (%d steps): %s",
-            self.sid,
-            version,
-            len(plan.steps),
-            reason,
-        )
-
-    # --- dispatch -------------------------------------------------------------------------
-    def _ready(self, now: float) -> list[str]:
-        """Steps to dispatch now, in plan order, within the session's concurrency cap."""
-        slots = self._concurrency() - self._running()
-        ready: list[str] = []
-        for step_id in sorted(self._candidates, key=lambda i: self._order.get(i, 0)):
-            if len(ready) >= slots:
-                break
-            st = self.states.get(step_id)
-            if st is None or st.status not in (StepStatus.PENDING, StepStatus.READY):
-                self._candidates.discard(step_id)
-                continue
-            deps = self.steps[step_id].dependencies
-            if any(self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states):
-                self._candidates.discard(step_id)  # re-added when its last dependency completes
-                continue
-            if st.not_before <= now:
-                ready.append(step_id)
-        return ready
-
-    async def _dispatch_ready(self) -> None:
-        now = time.time()
-        batch: list[StepTaskArgs] = []
-        for step_id in self._ready(now):
-            try:
-                params = await self._params(step_id)
-            except PlanError as exc:
-                st = self.states[step_id]
-                st.status, st.error, st.error_kind = (
-                    StepStatus.FAILED,
-                    str(exc),
-                    ErrorKind.PERMANENT,
-                )
-                st.attempt += 1
-                await self._decide_failure(step_id)
-                continue
-            batch.append(self._task_args(step_id, self.states[step_id].attempt + 1, params))
-        if not batch:
-            return
-        ops = []
-        for args in batch:
-            st = self.states[args.step_id]
-            st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.epoch
-            st.task_id, st.dispatched_at = args.task_id, now
-            st.started_at = st.finished_at = st.not_before = 0.0
-            st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
-            ops.append(self.store.step_write(self.sid, args.step_id, **st.to_fields()))
-            self.dirty.add(args.step_id)
-            self._candidates.discard(args.step_id)
-            self._inflight.add(args.step_id)
-        await self.store.write(self.sid, self.epoch, ops)
-        self.ctx.dispatcher.send(*batch)
-
-    async def load_outputs(self, step_ids: list[str]) -> None:
-        """Fetch the stored outputs of completed steps not yet in memory."""
-        wanted = [
-            i
-            for i in step_ids
-            if i not in self.outputs and i in self.states and self.states[i].output_ref
-        ]
-        if wanted:
-            values = await self.store.outputs([self.states[i].output_ref for i in wanted])
-            self.outputs.update(
-                {i: v for i, v in zip(wanted, values, strict=True) if v is not None}
-            )
-
-    async def _params(self, step_id: str) -> dict[str, Any]:
-        step = self.steps[step_id]
-        await self.load_outputs(sorted(find_references(step.params)))
-        return resolve_params(step.params, self.outputs, step_id=step_id)
-
-    def _task_args(self, step_id: str, attempt: int, params: dict[str, Any]) -> StepTaskArgs:
-        step = self.steps[step_id]
-        return StepTaskArgs(
-            session_id=self.sid,
-            step_id=step_id,
-            attempt=attempt,
-            epoch=self.epoch,
-            tool=step.tool,
-            params=params,
-            timeout_s=self.timeout(step),
-            idempotency_key=f"{self.sid}:{step_id}",
-            critical=step.critical,
-            expect=[e.model_dump(mode="json") for e in step.expect],
-        )
-
-    # --- timers ---------------------------------------------------------------------------
-    def _block_ms(self) -> int:
-        now, wake = time.time(), time.time() + 1.0
-        for step_id in self._candidates:
-            st = self.states.get(step_id)
-            if st is not None and st.status == StepStatus.READY and st.not_before > now:
-                wake = min(wake, st.not_before)
-        return max(1, int((wake - now) * 1000))
-
-    async def _watchdog(self) -> None:
-        """End attempts whose worker vanished: started, and silent past timeout + grace."""
-        now, grace = time.time(), self.settings.watchdog_grace_s
-        self._running()
-        for step_id in sorted(self._inflight):
-            st = self.states[step_id]
-            limit = self.timeout(self.steps[step_id]) + grace
-            if now < st.dispatched_at + limit:
-                continue
-            fresh = await self.store.step(self.sid, step_id)
-            if fresh is None or fresh.status != StepStatus.RUNNING:
-                continue
-            if not fresh.started_at:
-                # Never claimed: still queued behind others, or taken by a worker that died
-                # before starting it (the broker would redeliver only after its visibility
-                # timeout). Sending the same attempt again costs no retry either way.
-                log.info(
-                    "session=%s step=%s attempt=%d unclaimed: re-sent",
-                    self.sid,
-                    step_id,
-                    st.attempt,
-                )
-                await self._resend(step_id)
-                continue
-            if now < fresh.started_at + limit:
-                continue
-            await self.store.end_attempt(
-                self.sid,
-                self.epoch,
-                step_id,
-                st.attempt,
-                status=StepStatus.INTERRUPTED.value,
-                event=Event(
-                    type=EventType.TASK_INTERRUPTED,
-                    severity=Severity.CRITICAL
-                    if self.steps[step_id].critical
-                    else Severity.WARNING,
-                    step_id=step_id,
-                    attempt=st.attempt,
-                    description=f"attempt {st.attempt} lost: silent {limit:g}s after it started",
-                    payload={
-                        "error_kind": ErrorKind.LOST.value,
-                        "worker": fresh.worker,
-                        "started_at": fresh.started_at,
-                    },
-                ),
-            )
-
-    # --- checkpoint -----------------------------------------------------------------------
     async def checkpoint(self) -> None:
         """Checkpoint what is pending and wait until it is committed and acknowledged."""
         self._checkpoint()
@@ -713,30 +394,3 @@ class SessionRunner:
             **row,
             "output": None,
         }
-
-    async def append_event(self, event: Event) -> None:
-        """Append an event of the supervisor's own and record it with this batch."""
-        entry_id = await self.store.append_event(self.sid, event)
-        self.batch.events.append((entry_id, event))
-
-    # --- helpers --------------------------------------------------------------------------
-    async def _write_step(self, step_id: str, **fields: Any) -> None:
-        self.dirty.add(step_id)
-        await self.store.write(
-            self.sid, self.epoch, [self.store.step_write(self.sid, step_id, **fields)]
-        )
-
-    def _concurrency(self) -> int:
-        return self.info.options.concurrency or self.settings.session_concurrency
-
-    def _max_retries(self, step: Step) -> int:
-        return self.settings.default_max_retries if step.max_retries is None else step.max_retries
-
-    def timeout(self, step: Step) -> float:
-        if step.timeout_s is not None:
-            return step.timeout_s
-        if step.tool in self.ctx.tools:
-            spec_timeout = self.ctx.tools.get(step.tool).timeout_s
-            if spec_timeout is not None:
-                return spec_timeout
-        return self.settings.default_step_timeout_s

@@ -160,13 +160,15 @@ def test_status_of_unknown_session_exits_2(stack: Stack, env_overrides: dict[str
     assert "no-such-session" in result.stderr
 
 
-def test_watch_of_an_ended_session_prints_the_report_at_once(
+def test_watch_of_an_ended_session_replays_its_events_then_the_report(
     diamond_sid: str, env_overrides: dict[str, str]
 ) -> None:
     result = planloop(env_overrides, "watch", diamond_sid)
     assert result.returncode == 0, result.stderr
-    assert "watching" not in result.stdout
-    assert result.stdout.startswith(f"report of {diamond_sid}: completed")
+    out = result.stdout
+    assert out.startswith(f"watching {diamond_sid} (completed)")
+    assert out.count("TASK_COMPLETED") == len(DIAMOND_STEPS)
+    assert out.index("TASK_COMPLETED") < out.index(f"report of {diamond_sid}: completed")
 
 
 def test_show_prints_timeline_report_and_mermaid(

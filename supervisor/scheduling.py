@@ -1,0 +1,158 @@
+"""Scheduling: which steps run now, sending their attempts, and the watchdog for lost ones."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from core.errors import PlanError
+from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
+from planner.references import find_references, resolve_params
+from supervisor.session_base import SessionBase
+
+log = logging.getLogger(__name__)
+
+
+class Scheduling(SessionBase):
+    """Dispatch in plan order under the concurrency cap, the moment dependencies complete."""
+
+    def _ready(self, now: float) -> list[str]:
+        """Steps to dispatch now, in plan order, within the session's concurrency cap."""
+        slots = self._concurrency() - self._running()
+        ready: list[str] = []
+        for step_id in sorted(self._candidates, key=lambda i: self._order.get(i, 0)):
+            if len(ready) >= slots:
+                break
+            st = self.states.get(step_id)
+            if st is None or st.status not in (StepStatus.PENDING, StepStatus.READY):
+                self._candidates.discard(step_id)
+                continue
+            deps = self.steps[step_id].dependencies
+            if any(self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states):
+                self._candidates.discard(step_id)  # re-added when its last dependency completes
+                continue
+            if st.not_before <= now:
+                ready.append(step_id)
+        return ready
+
+    async def _dispatch_ready(self) -> None:
+        now = time.time()
+        batch: list[StepTaskArgs] = []
+        for step_id in self._ready(now):
+            try:
+                params = await self._params(step_id)
+            except PlanError as exc:
+                st = self.states[step_id]
+                st.status, st.error, st.error_kind = (
+                    StepStatus.FAILED,
+                    str(exc),
+                    ErrorKind.PERMANENT,
+                )
+                st.attempt += 1
+                await self._decide_failure(step_id)
+                continue
+            batch.append(self._task_args(step_id, self.states[step_id].attempt + 1, params))
+        if not batch:
+            return
+        ops = []
+        for args in batch:
+            st = self.states[args.step_id]
+            st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.epoch
+            st.task_id, st.dispatched_at = args.task_id, now
+            st.started_at = st.finished_at = st.not_before = 0.0
+            st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
+            ops.append(self.store.step_write(self.sid, args.step_id, **st.to_fields()))
+            self.dirty.add(args.step_id)
+            self._candidates.discard(args.step_id)
+            self._inflight.add(args.step_id)
+        await self.store.write(self.sid, self.epoch, ops)
+        self.ctx.dispatcher.send(*batch)
+
+    async def _resend(self, step_id: str) -> None:
+        """Send a dispatched, never started attempt again under the same task id.
+
+        The copy carries the epoch the step hash was dispatched at, so the worker's claim
+        matches; whichever delivery claims first runs, any other is dropped as a duplicate.
+        """
+        st = self.states[step_id]
+        args = self._task_args(step_id, st.attempt, await self._params(step_id))
+        self.ctx.dispatcher.send(args.model_copy(update={"epoch": st.epoch}))
+        st.dispatched_at = time.time()
+        await self._write_step(step_id, dispatched_at=st.dispatched_at)
+
+    async def _params(self, step_id: str) -> dict[str, Any]:
+        step = self.steps[step_id]
+        await self.load_outputs(sorted(find_references(step.params)))
+        return resolve_params(step.params, self.outputs, step_id=step_id)
+
+    def _task_args(self, step_id: str, attempt: int, params: dict[str, Any]) -> StepTaskArgs:
+        step = self.steps[step_id]
+        return StepTaskArgs(
+            session_id=self.sid,
+            step_id=step_id,
+            attempt=attempt,
+            epoch=self.epoch,
+            tool=step.tool,
+            params=params,
+            timeout_s=self.timeout(step),
+            idempotency_key=f"{self.sid}:{step_id}",
+            critical=step.critical,
+            expect=[e.model_dump(mode="json") for e in step.expect],
+        )
+
+    def _block_ms(self) -> int:
+        now, wake = time.time(), time.time() + 1.0
+        for step_id in self._candidates:
+            st = self.states.get(step_id)
+            if st is not None and st.status == StepStatus.READY and st.not_before > now:
+                wake = min(wake, st.not_before)
+        return max(1, int((wake - now) * 1000))
+
+    async def _watchdog(self) -> None:
+        """End attempts whose worker vanished: started, and silent past timeout + grace."""
+        now, grace = time.time(), self.settings.watchdog_grace_s
+        self._running()
+        for step_id in sorted(self._inflight):
+            st = self.states[step_id]
+            limit = self.timeout(self.steps[step_id]) + grace
+            if now < st.dispatched_at + limit:
+                continue
+            fresh = await self.store.step(self.sid, step_id)
+            if fresh is None or fresh.status != StepStatus.RUNNING:
+                continue
+            if not fresh.started_at:
+                # Never claimed: still queued behind others, or taken by a worker that died
+                # before starting it (the broker would redeliver only after its visibility
+                # timeout). Sending the same attempt again costs no retry either way.
+                log.info(
+                    "session=%s step=%s attempt=%d unclaimed: re-sent",
+                    self.sid,
+                    step_id,
+                    st.attempt,
+                )
+                await self._resend(step_id)
+                continue
+            if now < fresh.started_at + limit:
+                continue
+            await self.store.end_attempt(
+                self.sid,
+                self.epoch,
+                step_id,
+                st.attempt,
+                status=StepStatus.INTERRUPTED.value,
+                event=Event(
+                    type=EventType.TASK_INTERRUPTED,
+                    severity=Severity.CRITICAL
+                    if self.steps[step_id].critical
+                    else Severity.WARNING,
+                    step_id=step_id,
+                    attempt=st.attempt,
+                    description=f"attempt {st.attempt} lost: silent {limit:g}s after it started",
+                    payload={
+                        "error_kind": ErrorKind.LOST.value,
+                        "worker": fresh.worker,
+                        "started_at": fresh.started_at,
+                    },
+                ),
+            )

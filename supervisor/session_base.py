@@ -1,0 +1,111 @@
+"""The state one session loop keeps, and the small helpers every part of the loop uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import Event, SessionRecord, SessionStatus, StepState, StepStatus
+from core.record import Checkpoint
+from planner.plan import Plan, Step
+from supervisor.context import SupervisorContext
+
+FINAL = "final"
+
+
+def has_ended(st: StepState) -> bool:
+    """True when nothing more will happen to the step in this plan version."""
+    if st.status in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
+        return True
+    return st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note == FINAL
+
+
+class SessionBase:
+    """One owned session's state: plan version, step states, what to checkpoint next."""
+
+    def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
+        self.ctx = ctx
+        self.sid = sid
+        self.epoch = epoch
+        self.store = ctx.store
+        self.settings = ctx.settings
+        self.info = SessionRecord(id=sid)
+        self.plan = Plan(steps=[Step(id="_", tool="_")])
+        self.steps: dict[str, Step] = {}
+        self.states: dict[str, StepState] = {}
+        self.outputs: dict[str, Any] = {}
+        self.down_tools: set[str] = set()
+        self.batch = Checkpoint()
+        self.dirty: set[str] = set()
+        self.acks: list[str] = []
+        self.outcome: tuple[SessionStatus, str] | None = None
+        # Scheduling indexes, so one loop turn costs what changed, not the plan's size.
+        self._order: dict[str, int] = {}
+        self._dependents: dict[str, list[str]] = {}
+        self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
+        self._inflight: set[str] = set()  # dispatched by us; pruned lazily
+
+    async def _decide_failure(self, step_id: str) -> None:
+        """Settle a failed attempt (the session loop's job)."""
+        raise NotImplementedError
+
+    def _use_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        self.steps = {s.id: s for s in plan.steps}
+        self._order = {s.id: i for i, s in enumerate(plan.steps)}
+        self._dependents = {s.id: [] for s in plan.steps}
+        for step in plan.steps:
+            for dep in step.dependencies:
+                self._dependents.setdefault(dep, []).append(step.id)
+
+    def _reindex(self) -> None:
+        """Rebuild the scheduling indexes from the step states (after load or re-plan)."""
+        open_ = (StepStatus.PENDING, StepStatus.READY)
+        self._candidates = {i for i, st in self.states.items() if st.status in open_}
+        self._inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
+
+    def _running(self) -> int:
+        self._inflight = {
+            i
+            for i in self._inflight
+            if i in self.states and self.states[i].status == StepStatus.RUNNING
+        }
+        return len(self._inflight)
+
+    async def load_outputs(self, step_ids: list[str]) -> None:
+        """Fetch the stored outputs of completed steps not yet in memory."""
+        wanted = [
+            i
+            for i in step_ids
+            if i not in self.outputs and i in self.states and self.states[i].output_ref
+        ]
+        if wanted:
+            values = await self.store.outputs([self.states[i].output_ref for i in wanted])
+            self.outputs.update(
+                {i: v for i, v in zip(wanted, values, strict=True) if v is not None}
+            )
+
+    async def append_event(self, event: Event) -> None:
+        """Append an event of the supervisor's own and record it with this batch."""
+        entry_id = await self.store.append_event(self.sid, event)
+        self.batch.events.append((entry_id, event))
+
+    async def _write_step(self, step_id: str, **fields: Any) -> None:
+        self.dirty.add(step_id)
+        await self.store.write(
+            self.sid, self.epoch, [self.store.step_write(self.sid, step_id, **fields)]
+        )
+
+    def _concurrency(self) -> int:
+        return self.info.options.concurrency or self.settings.session_concurrency
+
+    def _max_retries(self, step: Step) -> int:
+        return self.settings.default_max_retries if step.max_retries is None else step.max_retries
+
+    def timeout(self, step: Step) -> float:
+        if step.timeout_s is not None:
+            return step.timeout_s
+        if step.tool in self.ctx.tools:
+            spec_timeout = self.ctx.tools.get(step.tool).timeout_s
+            if spec_timeout is not None:
+                return spec_timeout
+        return self.settings.default_step_timeout_s
