@@ -335,14 +335,14 @@ class SessionRunner(Scheduling, PlanChanges):
     def _check_end(self) -> None:
         if self.outcome is not None:
             return
-        if self._candidates or self._running():
-            return  # cheap exit while work is obviously left
         deadline = self.info.options.deadline_s or self.settings.session_deadline_s
         if deadline and time.time() > self.info.started_at + deadline:
             self.outcome = (
                 SessionStatus.FAILED,
                 f"session deadline of {deadline:g}s passed; partial results kept",
             )
+        elif self._candidates or self._running():
+            return  # cheap exit while work is obviously left
         elif all(has_ended(s) for s in self.states.values()) and not (
             self.brain.pending or self.brain.awaiting
         ):
@@ -353,7 +353,7 @@ class SessionRunner(Scheduling, PlanChanges):
             ]
             self.outcome = (
                 SessionStatus.COMPLETED,
-                f"steps failed and were skipped past: {', '.join(failed)}" if failed else "",
+                f"completed around failed steps: {', '.join(failed)}" if failed else "",
             )
 
     async def checkpoint(self) -> None:

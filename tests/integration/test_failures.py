@@ -11,7 +11,7 @@ import redis
 from config.settings import Settings
 from core.hot_state import HotState, RedisEffectLedger
 from core.keys import Keys
-from core.models import EventType, SessionStatus
+from core.models import EventType, SessionOptions, SessionStatus
 from core.tools import REGISTRY, ToolContext
 from tests.integration.conftest import RunPlan, report_steps
 from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
@@ -150,3 +150,23 @@ def test_a_second_attempt_of_a_write_returns_the_first_receipt(
 
     assert receipts[0] == receipts[1]
     assert effects.count(key) == 1
+
+
+def test_a_session_past_its_deadline_ends_with_its_partial_results(run_plan: RunPlan) -> None:
+    plan = """
+goal: one quick step, one that would take far too long
+steps:
+  - {id: quick, tool: bench.echo, params: {value: 7}}
+  - {id: slow, tool: bench.sleep, params: {seconds: 20}, dependencies: [quick]}
+  - {id: never, tool: bench.echo, params: {value: 8}, dependencies: [slow]}
+"""
+    sid, record = run_plan(plan, SessionOptions(deadline_s=1.0), timeout_s=15)
+
+    assert record.status == SessionStatus.FAILED
+    assert "deadline of 1s passed" in record.error
+    steps = report_steps(record)
+    assert steps["quick"]["status"] == "completed"
+    assert steps["quick"]["output"] == {"value": 7}  # the partial result is kept
+    assert steps["slow"]["status"] == "cancelled"  # cut short, not left running
+    assert steps["never"]["status"] in ("cancelled", "skipped")
+    assert steps["never"]["attempts"] == 0
