@@ -189,9 +189,32 @@ class SqlRecord:
             yield db
 
     # --- ownership ------------------------------------------------------------------------
-    def claim(self, sid: str, epoch: int, *, owner: str, fields: dict[str, Any]) -> None:
-        """Record that ``owner`` took the session at ``epoch`` (creating the row if new)."""
+    def claim(
+        self,
+        sid: str,
+        epoch: int,
+        *,
+        owner: str,
+        fields: dict[str, Any],
+        plan: tuple[int, str] | None = None,
+    ) -> None:
+        """Record that ``owner`` took the session at ``epoch`` (creating the row if new).
+
+        ``plan`` (version, JSON) is the version the owner runs; it is stored if the record
+        lacks it (version 1 of a new session, or one whose owner died before recording it).
+        """
         with self._tx() as db:
+            if plan is not None and db.get(PlanVersionRow, (sid, plan[0])) is None:
+                reason = "submitted" if plan[0] == 1 else "restored on takeover"
+                db.add(
+                    PlanVersionRow(
+                        session_id=sid,
+                        version=plan[0],
+                        plan=plan[1],
+                        reason=reason,
+                        created_at=time.time(),
+                    )
+                )
             row = db.get(SessionRow, sid, with_for_update=True)
             if row is None:
                 db.add(

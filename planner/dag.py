@@ -39,17 +39,22 @@ def find_cycle(graph: Mapping[str, Iterable[str]], order: Iterable[str] = ()) ->
     return None
 
 
-def ancestors(plan: Plan, step_id: str) -> set[str]:
-    """Every step ``step_id`` depends on, directly or transitively."""
-    deps = {s.id: s.dependencies for s in plan.steps}
+def reachable(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[str]:
+    """Every node reachable from ``start`` (included) by following ``edges``."""
     seen: set[str] = set()
-    todo = list(plan.step(step_id).dependencies)
+    todo = list(start)
     while todo:
         node = todo.pop()
         if node not in seen:
             seen.add(node)
-            todo.extend(deps.get(node, ()))
+            todo.extend(edges.get(node, ()))
     return seen
+
+
+def ancestors(plan: Plan, step_id: str) -> set[str]:
+    """Every step ``step_id`` depends on, directly or transitively."""
+    deps = {s.id: s.dependencies for s in plan.steps}
+    return reachable(plan.step(step_id).dependencies, deps)
 
 
 def descendants(plan: Plan, step_id: str) -> set[str]:
@@ -59,14 +64,7 @@ def descendants(plan: Plan, step_id: str) -> set[str]:
     for s in plan.steps:
         for dep in s.dependencies:
             dependents.setdefault(dep, []).append(s.id)
-    seen: set[str] = set()
-    todo = list(dependents.get(step_id, ()))
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(dependents.get(node, ()))
-    return seen
+    return reachable(dependents.get(step_id, ()), dependents)
 
 
 def topological_order(plan: Plan) -> list[str]:

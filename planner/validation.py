@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import PlanValidationError
 from core.tools import ToolRegistry, ToolSpec
-from planner.dag import find_cycle
+from planner.dag import find_cycle, reachable
 from planner.plan import Plan, Step
 from planner.references import find_references, has_reference
 
@@ -209,7 +209,7 @@ def _accepted_names(model: type[BaseModel]) -> set[str]:
 
 def _bad_references(steps: Sequence[Step], deps: Deps) -> Iterator[PlanValidationError]:
     for step in steps:
-        allowed = _ancestors(step.dependencies, deps)
+        allowed = reachable(step.dependencies, deps)
         sources = [(step.params, allowed)]
         if step.compensate:
             # a compensation runs after its step, so it may also read the step's own output
@@ -223,17 +223,6 @@ def _bad_references(steps: Sequence[Step], deps: Deps) -> Iterator[PlanValidatio
                     f"(ancestors: {listed})",
                     step_id=step.id,
                 )
-
-
-def _ancestors(direct: Iterable[str], deps: Deps) -> set[str]:
-    seen: set[str] = set()
-    todo = list(direct)
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(deps.get(node, ()))
-    return seen
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

@@ -17,7 +17,7 @@ from core.models import (
     StepStatus,
     StepTaskArgs,
 )
-from planner.plan import Step
+from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.report import build_report
 
@@ -44,9 +44,11 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
     await runner.load_outputs(
         [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]
     )
+    # A goal whose planning failed has no plan to report steps of.
+    plan = runner.plan if runner.steps else Plan.model_construct(goal=runner.info.goal, steps=[])
     report = build_report(
         runner.sid,
-        runner.plan,
+        plan,
         runner.states,
         runner.outputs,
         status=status,
@@ -237,18 +239,11 @@ async def _await_outcome(
         await runner.checkpoint()
         if found is not None:
             return found
-    await runner.store.end_attempt(
-        runner.sid,
-        runner.epoch,
+    await runner.end_attempt(
         pseudo,
         attempt,
-        status=StepStatus.INTERRUPTED.value,
-        event=Event(
-            type=EventType.TASK_INTERRUPTED,
-            step_id=pseudo,
-            attempt=attempt,
-            description=f"compensation attempt {attempt} timed out",
-            payload={"error_kind": "timeout"},
-        ),
+        status=StepStatus.INTERRUPTED,
+        error_kind=ErrorKind.TIMEOUT.value,
+        description=f"compensation attempt {attempt} timed out",
     )
     return None

@@ -49,19 +49,12 @@ class PlanChanges(SessionBase):
         self.ctx.dispatcher.revoke(self.states[i].task_id for i in running)
         for step_id in running:
             st = self.states[step_id]
-            await self.store.end_attempt(
-                self.sid,
-                self.epoch,
+            await self.end_attempt(
                 step_id,
                 st.attempt,
-                status=StepStatus.CANCELLED.value,
-                event=Event(
-                    type=EventType.TASK_INTERRUPTED,
-                    step_id=step_id,
-                    attempt=st.attempt,
-                    description=reason,
-                    payload={"error_kind": "cancelled"},
-                ),
+                status=StepStatus.CANCELLED,
+                error_kind="cancelled",
+                description=reason,
             )
         ops = []
         for step_id in step_ids:

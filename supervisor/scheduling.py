@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from core.errors import PlanError
-from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
+from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs
 from planner.references import find_references, resolve_params
 from supervisor.session_base import SessionBase
 
@@ -135,24 +135,13 @@ class Scheduling(SessionBase):
                 continue
             if now < fresh.started_at + limit:
                 continue
-            await self.store.end_attempt(
-                self.sid,
-                self.epoch,
+            await self.end_attempt(
                 step_id,
                 st.attempt,
-                status=StepStatus.INTERRUPTED.value,
-                event=Event(
-                    type=EventType.TASK_INTERRUPTED,
-                    severity=Severity.CRITICAL
-                    if self.steps[step_id].critical
-                    else Severity.WARNING,
-                    step_id=step_id,
-                    attempt=st.attempt,
-                    description=f"attempt {st.attempt} lost: silent {limit:g}s after it started",
-                    payload={
-                        "error_kind": ErrorKind.LOST.value,
-                        "worker": fresh.worker,
-                        "started_at": fresh.started_at,
-                    },
-                ),
+                status=StepStatus.INTERRUPTED,
+                error_kind=ErrorKind.LOST.value,
+                description=f"attempt {st.attempt} lost: silent {limit:g}s after it started",
+                severity=Severity.CRITICAL if self.steps[step_id].critical else Severity.WARNING,
+                worker=fresh.worker,
+                started_at=fresh.started_at,
             )

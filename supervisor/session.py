@@ -109,8 +109,15 @@ class SessionRunner(Scheduling, PlanChanges):
             "plan_version": info.plan_version,
             "options": info.options.model_dump_json(),
         }
+        raw = await self.store.plan_json(self.sid, info.plan_version) if info.plan_version else None
         await self.ctx.sql(
-            lambda: self.ctx.record.claim(self.sid, self.epoch, owner=self.ctx.name, fields=fields)
+            lambda: self.ctx.record.claim(
+                self.sid,
+                self.epoch,
+                owner=self.ctx.name,
+                fields=fields,
+                plan=(info.plan_version, raw) if raw is not None else None,
+            )
         )
         await self.store.write(
             self.sid,
@@ -128,7 +135,6 @@ class SessionRunner(Scheduling, PlanChanges):
         if info.plan_version == 0:
             await self._plan_goal()
         else:
-            raw = await self.store.plan_json(self.sid, info.plan_version)
             if raw is None:
                 raise SessionError(
                     f"plan version {info.plan_version} is missing", session_id=self.sid
@@ -138,14 +144,6 @@ class SessionRunner(Scheduling, PlanChanges):
             for step_id in self.steps:
                 self.states.setdefault(step_id, StepState())
             self._reindex()
-            self.batch.plan_versions.append(
-                {
-                    "version": info.plan_version,
-                    "plan": raw,
-                    "reason": "submitted",
-                    "created_at": time.time(),
-                }
-            )
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
 
     async def _plan_goal(self) -> None:
@@ -169,8 +167,6 @@ class SessionRunner(Scheduling, PlanChanges):
         except (PlanError, LLMError) as exc:
             self.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
-        finally:
-            self.plan = Plan(goal=self.info.goal, steps=[Step(id="_", tool="_")])
         self.brain.record_usage(usages)
         await self.install_plan(plan, reason="planned by the LLM planner", replan=False)
 

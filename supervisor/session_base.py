@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models import Event, SessionRecord, SessionStatus, StepState, StepStatus
+from core.models import (
+    Event,
+    EventType,
+    SessionRecord,
+    SessionStatus,
+    Severity,
+    StepState,
+    StepStatus,
+)
 from core.record import Checkpoint
 from planner.plan import Plan, Step
 from supervisor.context import SupervisorContext
@@ -43,6 +51,34 @@ class SessionBase:
         self._dependents: dict[str, list[str]] = {}
         self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
         self._inflight: set[str] = set()  # dispatched by us; pruned lazily
+
+    async def end_attempt(
+        self,
+        step_id: str,
+        attempt: int,
+        *,
+        status: StepStatus,
+        error_kind: str,
+        description: str,
+        severity: Severity = Severity.INFO,
+        **payload: Any,
+    ) -> None:
+        """End a running attempt from our side (lost, cancelled, timed out).
+
+        The TASK_INTERRUPTED event goes through the stream like a worker's; the worker's own
+        late outcome for that attempt, if it ever comes, is dropped.
+        """
+        event = Event(
+            type=EventType.TASK_INTERRUPTED,
+            severity=severity,
+            step_id=step_id,
+            attempt=attempt,
+            description=description,
+            payload={"error_kind": error_kind, **payload},
+        )
+        await self.store.end_attempt(
+            self.sid, self.epoch, step_id, attempt, status=status.value, event=event
+        )
 
     async def _decide_failure(self, step_id: str) -> None:
         """Settle a failed attempt (the session loop's job)."""
