@@ -160,7 +160,7 @@ steps:
   - {id: slow, tool: bench.sleep, params: {seconds: 20}, dependencies: [quick]}
   - {id: never, tool: bench.echo, params: {value: 8}, dependencies: [slow]}
 """
-    sid, record = run_plan(plan, SessionOptions(deadline_s=1.0), timeout_s=15)
+    _sid, record = run_plan(plan, SessionOptions(deadline_s=1.0), timeout_s=15)
 
     assert record.status == SessionStatus.FAILED
     assert "deadline of 1s passed" in record.error
