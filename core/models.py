@@ -199,6 +199,7 @@ class SessionRecord(BaseModel):
     replans: int = 0
     error: str = ""
     awaiting: str = ""
+    approved: list[str] = Field(default_factory=list)
     options: SessionOptions = Field(default_factory=SessionOptions)
     report: dict[str, Any] | None = None
     deliberation: dict[str, Any] = Field(default_factory=dict)
@@ -209,5 +210,6 @@ class SessionRecord(BaseModel):
         data["id"] = sid
         for name in ("options", "deliberation"):
             data[name] = json.loads(fields.get(name) or "{}")
+        data["approved"] = json.loads(fields.get("approved") or "[]")
         data["report"] = json.loads(fields["report"]) if fields.get("report") else None
         return cls.model_validate(data)

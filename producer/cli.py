@@ -97,19 +97,23 @@ def submit(
 @click.option(
     "--action",
     type=click.Choice(["continue", "replan_remaining", "replan_full", "abort"]),
-    required=True,
-    help="What the session should do now.",
+    default=None,
+    help="What a session whose re-plan budget is spent should do now.",
 )
+@click.option("--step", default=None, help="Let this step (requires_approval) run.")
 @click.option("--note", default="", help="Why, for the record.")
-def approve(session_id: str, action: str, note: str) -> None:
-    """Answer a session that spent its re-plan budget and waits for a person."""
+def approve(session_id: str, action: str | None, step: str | None, note: str) -> None:
+    """Answer a session waiting for a person: approve a step, or choose an action."""
     from producer.client import Producer
 
+    if (action is None) == (step is None):
+        _fail("give either --step STEP_ID or --action ACTION")
+        return
     try:
-        Producer.from_settings(_settings()).approve(session_id, action, note)
+        Producer.from_settings(_settings()).approve(session_id, action, note, step=step)
     except PlanloopError as exc:
         _fail(str(exc))
-    click.echo(f"{action} sent to {session_id}")
+    click.echo(f"approval ({step or action}) sent to {session_id}")
 
 
 @cli.command()

@@ -84,16 +84,24 @@ class Producer:
         )
         return sid
 
-    def approve(self, sid: str, action: str, note: str = "") -> str:
-        """Answer a session waiting for a person (re-plan budget spent)."""
+    def approve(
+        self, sid: str, action: str | None = None, note: str = "", *, step: str | None = None
+    ) -> str:
+        """Answer a session waiting for a person: let ``step`` (``requires_approval``) run,
+        or choose the ``action`` of a session whose re-plan budget is spent."""
         self.state.session(sid)
+        payload: dict[str, str] = {"command": "approve"}
+        if step:
+            payload["step"] = step
+        if action:
+            payload["action"] = action.upper()
         return self.state.append_event(
             sid,
             Event(
                 type=EventType.EXTERNAL_SIGNAL,
                 severity=Severity.INFO,
                 description=note,
-                payload={"command": "approve", "action": action.upper()},
+                payload=payload,
             ),
         )
 

@@ -32,6 +32,9 @@ class Scheduling(SessionBase):
             if any(self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states):
                 self._candidates.discard(step_id)  # re-added when its last dependency completes
                 continue
+            if self.steps[step_id].requires_approval and step_id not in self.approved:
+                self._awaiting_approval.add(step_id)  # announced by the loop, once
+                continue
             if st.not_before <= now:
                 ready.append(step_id)
         return ready

@@ -70,6 +70,7 @@ class SessionRunner(Scheduling, PlanChanges):
             await self._apply(await self._take_over_pending())
             while self.outcome is None:
                 await self._dispatch_ready()
+                await self._announce_approvals()
                 # Checkpoint after dispatching, in the background: the next steps never
                 # wait on SQL.
                 self._checkpoint()
@@ -132,6 +133,7 @@ class SessionRunner(Scheduling, PlanChanges):
         )
         self.info = info.model_copy(update={"started_at": started, "status": SessionStatus.RUNNING})
         self.brain.restore(info.deliberation)
+        self.approved = set(info.approved)
         if info.plan_version == 0:
             await self._plan_goal()
         else:
@@ -231,10 +233,36 @@ class SessionRunner(Scheduling, PlanChanges):
         command = event.payload.get("command")
         if command == "cancel":
             self.outcome = (SessionStatus.CANCELLED, event.description or "cancelled by user")
+        elif command == "approve" and event.payload.get("step"):
+            await self._approve_step(str(event.payload["step"]), event.description)
         elif command == "approve":
             await self.brain.approve(event)
         elif event.type in USER_CHANGES:
             self.brain.note(event)
+
+    async def _approve_step(self, step_id: str, note: str) -> None:
+        if step_id not in self.steps or not self.steps[step_id].requires_approval:
+            log.info("session=%s approval of %r ignored: no such step waits", self.sid, step_id)
+            return
+        self.approved.add(step_id)
+        self._candidates.add(step_id)
+        await self.store.write(
+            self.sid,
+            self.epoch,
+            [("HSET", self.store.keys.session(self.sid), ["approved", sorted(self.approved)])],
+        )
+        self.states[step_id].note = f"approved{': ' + note if note else ''}"
+        await self._write_step(step_id, note=self.states[step_id].note)
+        log.info("session=%s step=%s approved by a person", self.sid, step_id)
+
+    async def _announce_approvals(self) -> None:
+        """Tell watchers (once per step) that a step waits for `planloop approve --step`."""
+        for step_id in sorted(self._awaiting_approval - self._announced - self.approved):
+            self._announced.add(step_id)
+            self.states[step_id].note = "awaiting approval"
+            await self._write_step(step_id, note="awaiting approval")
+            await self.store.note_progress(self.sid, "approval_required", step=step_id)
+        self._awaiting_approval.clear()
 
     async def _on_outcome(self, event: Event) -> None:
         st = self.states.get(event.step_id)

@@ -51,6 +51,9 @@ class SessionBase:
         self._dependents: dict[str, list[str]] = {}
         self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
         self._inflight: set[str] = set()  # dispatched by us; pruned lazily
+        self.approved: set[str] = set()  # steps a person approved (requires_approval)
+        self._awaiting_approval: set[str] = set()  # found waiting, not yet announced
+        self._announced: set[str] = set()
 
     async def end_attempt(
         self,

@@ -13,7 +13,11 @@ from core.hot_state import HotState, RedisEffectLedger
 from core.keys import Keys
 from core.models import EventType, SessionOptions, SessionStatus
 from core.tools import REGISTRY, ToolContext
-from tests.integration.conftest import RunPlan, report_steps
+from planner.plan import parse_plan
+from producer.client import Producer
+from producer.stack import Stack
+from tests.conftest import wait_for
+from tests.integration.conftest import RunPlan, report_steps, wait_ended
 from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
@@ -170,3 +174,34 @@ steps:
     assert steps["slow"]["status"] == "cancelled"  # cut short, not left running
     assert steps["never"]["status"] in ("cancelled", "skipped")
     assert steps["never"]["attempts"] == 0
+
+
+def test_a_step_that_requires_approval_waits_for_a_person(
+    stack: Stack, producer: Producer, hot_state: HotState
+) -> None:
+    plan = parse_plan(
+        """
+steps:
+  - {id: a, tool: bench.echo, params: {value: 1}}
+  - {id: b, tool: bench.echo, params: {value: 2}, dependencies: [a], requires_approval: true}
+  - {id: c, tool: bench.echo, params: {value: 3}, dependencies: [b]}
+"""
+    )
+    sid = producer.submit(plan)
+
+    def asked() -> bool:
+        return any(n.get("kind") == "approval_required" for _, n in hot_state.progress(sid))
+
+    wait_for(asked, 20, "the approval request")
+    b = hot_state.steps(sid, ["b"])["b"]
+    assert (b.status.value, b.attempt, b.note) == ("pending", 0, "awaiting approval")
+    assert not producer.session(sid).status.ended
+
+    producer.approve(sid, step="b", note="looks fine")
+    record = wait_ended(producer, sid, 20)
+    assert record.status == SessionStatus.COMPLETED
+    assert {s["id"]: s["status"] for s in report_steps(record).values()} == {
+        "a": "completed",
+        "b": "completed",
+        "c": "completed",
+    }
