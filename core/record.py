@@ -33,8 +33,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from core.errors import FencedOutError
 from core.models import Event
 
-UPSERT_CHUNK = 200  # rows per statement: far below SQLite's bound-parameter limit
-
 
 class Base(DeclarativeBase):
     """Declarative base of the record's tables."""
@@ -301,14 +299,16 @@ def _event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
 
 
 def _upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
-    """INSERT ... ON CONFLICT DO UPDATE in one statement (SQLite and PostgreSQL)."""
+    """INSERT ... ON CONFLICT DO UPDATE for many rows (SQLite and PostgreSQL).
+
+    One statement executed with many parameter sets: compiled once and cached, and
+    batched by SQLAlchemy's insertmanyvalues.
+    """
     if not rows:
         return
     table = model.__table__
     keys = [c.name for c in table.primary_key.columns]  # type: ignore[attr-defined]
     dialect = db.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    for start in range(0, len(rows), UPSERT_CHUNK):
-        stmt = insert(model).values(rows[start : start + UPSERT_CHUNK])
-        updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
-        db.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+    insert = pg_insert(model) if dialect == "postgresql" else sqlite_insert(model)
+    updates = {c: insert.excluded[c] for c in rows[0] if c not in keys}
+    db.execute(insert.on_conflict_do_update(index_elements=keys, set_=updates), rows)

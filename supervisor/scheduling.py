@@ -105,10 +105,13 @@ class Scheduling(SessionBase):
         )
 
     def _block_ms(self) -> int:
+        """How long to wait for events: at most 1 s, less when a retry's back-off ends."""
         now, wake = time.time(), time.time() + 1.0
-        for step_id in self._candidates:
+        for step_id in list(self._backing_off):
             st = self.states.get(step_id)
-            if st is not None and st.status == StepStatus.READY and st.not_before > now:
+            if st is None or st.status != StepStatus.READY or st.not_before <= now:
+                self._backing_off.discard(step_id)
+            else:
                 wake = min(wake, st.not_before)
         return max(1, int((wake - now) * 1000))
 

@@ -296,6 +296,7 @@ class SessionRunner(Scheduling, PlanChanges):
         action = decide_failure(step, st.attempt, st.error_kind, self._max_retries(step))
         if action == RuleAction.RETRY:
             self._candidates.add(step_id)
+            self._backing_off.add(step_id)
             st.status = StepStatus.READY
             st.not_before = time.time() + backoff_s(
                 st.attempt, self.settings.retry_backoff_s, self.settings.retry_backoff_max_s

@@ -51,6 +51,7 @@ class SessionBase:
         self._dependents: dict[str, list[str]] = {}
         self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
         self._inflight: set[str] = set()  # dispatched by us; pruned lazily
+        self._backing_off: set[str] = set()  # READY, waiting for a retry's back-off
         self.approved: set[str] = set()  # steps a person approved (requires_approval)
         self._awaiting_approval: set[str] = set()  # found waiting, not yet announced
         self._announced: set[str] = set()
@@ -101,6 +102,7 @@ class SessionBase:
         open_ = (StepStatus.PENDING, StepStatus.READY)
         self._candidates = {i for i, st in self.states.items() if st.status in open_}
         self._inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
+        self._backing_off = {i for i, st in self.states.items() if st.status == StepStatus.READY}
 
     def _running(self) -> int:
         self._inflight = {
