@@ -52,7 +52,6 @@ class HotState:
         sid: str,
         *,
         plan_json: str | None,
-        step_ids: Iterable[str],
         goal: str,
         options: SessionOptions,
         constraints: list[str] | None = None,
@@ -60,7 +59,8 @@ class HotState:
         """Store a new session and hand it to the supervisors.
 
         With ``plan_json`` the plan is version 1; without it (a goal) the plan version is 0
-        and the owning supervisor's planner writes version 1.
+        and the owning supervisor's planner writes version 1. Steps get their hashes when
+        something happens to them: a step without one is pending.
         """
         k, now = self.keys, time.time()
         pipe = self.r.pipeline(transaction=True)
@@ -79,8 +79,6 @@ class HotState:
         )
         if plan_json is not None:
             pipe.set(k.plan(sid, 1), plan_json)
-        for step_id in step_ids:
-            pipe.hset(k.step(sid, step_id), mapping=dict(StepState().to_fields()))  # type: ignore[arg-type]
         pipe.xgroup_create(k.events(sid), EVENTS_GROUP, id="0", mkstream=True)
         pipe.zadd(k.sessions, {sid: now})
         pipe.sadd(k.active, sid)
@@ -101,14 +99,14 @@ class HotState:
         return cast(str | None, self.r.get(self.keys.plan(sid, version)))
 
     def steps(self, sid: str, step_ids: Iterable[str]) -> dict[str, StepState]:
+        """The states of ``step_ids``; a step nothing has happened to yet is pending."""
         ids = list(step_ids)
         pipe = self.r.pipeline(transaction=False)
         for step_id in ids:
             pipe.hgetall(self.keys.step(sid, step_id))
         return {
-            step_id: StepState.from_fields(fields)
+            step_id: StepState.from_fields(fields) if fields else StepState()
             for step_id, fields in zip(ids, pipe.execute(), strict=True)
-            if fields
         }
 
     def output(self, ref: str) -> Any:

@@ -94,7 +94,7 @@ def _graph_errors(
     yield from _unfit_params(steps, tools)
     deps: dict[str, Sequence[str]] = {**outside, **{s.id: s.dependencies for s in steps}}
     yield from _bad_references(steps, deps)
-    for step in steps:
+    for step in (s for s in steps if s.fallback):
         for extra in step.fallback:
             if extra.id in taken:
                 yield PlanValidationError(

@@ -46,7 +46,6 @@ class Producer:
         self.state.create_session(
             sid,
             plan_json=plan.model_dump_json(),
-            step_ids=[s.id for s in plan.steps],
             goal=plan.goal,
             options=options or SessionOptions(),
         )
@@ -77,7 +76,6 @@ class Producer:
         self.state.create_session(
             sid,
             plan_json=None,
-            step_ids=[],
             goal=goal,
             options=base.model_copy(update={"tools": prefixes}),
             constraints=constraints or [],

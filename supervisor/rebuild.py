@@ -54,6 +54,8 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
             "replans": row.replans,
             "options": row.options,
             "owner": "",
+            # It ran before: the next owner must read the step states written below.
+            "started_at": repr(row.updated_at or row.created_at),
         },
     )
     pipe.set(keys.plan(sid, plan_row.version), plan_row.plan)

@@ -142,7 +142,8 @@ class SessionRunner(Scheduling, PlanChanges):
                     f"plan version {info.plan_version} is missing", session_id=self.sid
                 )
             self._use_plan(Plan.model_validate_json(raw))
-            self.states = await self.store.steps(self.sid, self.steps)
+            if info.started_at:  # taken before: read what happened so far
+                self.states = await self.store.steps(self.sid, self.steps)
             for step_id in self.steps:
                 self.states.setdefault(step_id, StepState())
             self._reindex()
