@@ -89,9 +89,6 @@ class Settings(BaseSettings):
     session_deadline_s: float | None = Field(
         None, gt=0, description="Seconds a session may run before it ends with what it has."
     )
-    situation_budget_chars: int = Field(
-        6000, ge=500, description="Size cap of the situation report shown to the LLM."
-    )
 
     # --- Circuit breakers -----------------------------------------------------------------
     breaker_failures: int = Field(
