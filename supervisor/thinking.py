@@ -261,6 +261,11 @@ class Deliberation:
             status = SessionStatus.FAILED if verdict.fail_session else SessionStatus.ABORTED
             runner.outcome = (status, d.reasoning)
             return
+        if d.action != ReplanAction.CONTINUE and self.chat is None and not self._fallbacks(changes):
+            # Without an LLM only declared fallbacks can be injected; with none to inject,
+            # a re-plan (say, one a person approved) can only go on with what is left.
+            log.info("session=%s no LLM and no fallback to inject: continuing", runner.sid)
+            d = d.model_copy(update={"action": ReplanAction.CONTINUE})
         if d.action == ReplanAction.CONTINUE:
             for event in changes:
                 if event.type in FAILURES and event.step_id in runner.steps:
@@ -282,11 +287,20 @@ class Deliberation:
             return
         await runner.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)
 
+    def _fallbacks(self, changes: list[Event]) -> list[str]:
+        """Failed steps among ``changes`` that declare a fallback sub-graph."""
+        steps = self.runner.steps
+        return [
+            e.step_id
+            for e in changes
+            if e.type in FAILURES and e.step_id in steps and steps[e.step_id].fallback
+        ]
+
     async def _new_plan(self, verdict: Verdict, changes: list[Event]) -> Plan:
         runner, d = self.runner, verdict.decision
         completed = {i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED}
         failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in runner.steps]
-        if verdict.source == "rule":
+        if verdict.source == "rule" or self.chat is None:
             plan = runner.plan
             for step_id in failed:
                 if runner.steps[step_id].fallback:
