@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -17,6 +18,7 @@ import pytest
 import redis
 
 from config.settings import Settings
+from core.errors import SessionNotFoundError
 from core.hot_state import HotState, RedisEffectLedger, connect
 from core.keys import Keys
 from core.models import SessionOptions, SessionRecord, StepState, StepStatus
@@ -193,6 +195,25 @@ class PrivateStack:
 
     def step_states(self, sid: str, step_ids: list[str]) -> dict[str, StepState]:
         return self.hot.steps(sid, step_ids)
+
+    def finish(
+        self, sid: str, step_ids: list[str], timeout_s: float = 60, context: str = ""
+    ) -> SessionRecord:
+        """Wait for the session's end; on a time-out, fail naming the steps that are stuck."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with suppress(SessionNotFoundError):
+                record = self.producer.session(sid)
+                if record.status.ended:
+                    return record
+            time.sleep(0.05)
+        stuck = {
+            i: st.model_dump(include={"status", "attempt", "epoch", "started_at", "worker", "note"})
+            for i, st in self.step_states(sid, step_ids).items()
+            if st.status != StepStatus.COMPLETED
+        }
+        where = f"{context}: " if context else ""
+        pytest.fail(f"{where}session {sid} did not end in {timeout_s:g}s; unfinished: {stuck}")
 
     def completed(self, sid: str, step_ids: list[str]) -> set[str]:
         states = self.hot.steps(sid, step_ids)

@@ -12,14 +12,11 @@ import os
 import random
 import signal
 import subprocess
-import time
 from collections import Counter
-from contextlib import suppress
 from typing import Any
 
 import pytest
 
-from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP
 from core.models import EventType, SessionRecord, SessionStatus, StepStatus
 from planner.plan import Plan
@@ -123,7 +120,7 @@ class Chaos:
             if ps.hot.session(sid).status.ended:
                 break
             self.inject(sid, kind)
-        record = finish(ps, sid, ids, f"run {run} after {self.tally()}")
+        record = ps.finish(sid, ids, 90, f"run {run} after {self.tally()}")
         check_run(ps, sid, ids, record, f"run {run} ({sid}) after {self.tally()}")
         for proc, frozen_sid in self.frozen:
             if frozen_sid == sid:
@@ -140,23 +137,6 @@ def stood_down(ps: PrivateStack, proc: subprocess.Popen[bytes], sid: str) -> boo
     return f"session={sid} lease lost" in text or (
         f"session={sid} epoch=" in text and "fenced out" in text
     )
-
-
-def finish(ps: PrivateStack, sid: str, ids: list[str], context: str) -> SessionRecord:
-    """Wait for the session's end; on a time-out, fail naming the steps that are stuck."""
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        with suppress(SessionNotFoundError):
-            record = ps.producer.session(sid)
-            if record.status.ended:
-                return record
-        time.sleep(0.05)
-    stuck = {
-        i: st.model_dump(include={"status", "attempt", "epoch", "started_at", "worker"})
-        for i, st in ps.step_states(sid, ids).items()
-        if st.status != StepStatus.COMPLETED
-    }
-    pytest.fail(f"{context}: session {sid} did not end in 90s; unfinished steps: {stuck}")
 
 
 def check_run(ps: PrivateStack, sid: str, ids: list[str], record: SessionRecord, ctx: str) -> None:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import time
-from contextlib import suppress
 from typing import Any, cast
 
 import pytest
 
-from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP
-from core.models import Event, EventType, SessionRecord, SessionStatus, Severity, StepStatus
+from core.models import Event, EventType, SessionStatus, Severity, StepStatus
 from planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
@@ -35,23 +32,6 @@ def write_chain(n: int, seconds: float = 0.15, width: int = 2) -> Plan:
             step["dependencies"] = [f"w{i - width:02d}"]
         steps.append(step)
     return Plan.model_validate({"goal": "resume test", "steps": steps})
-
-
-def finish(ps: PrivateStack, sid: str, ids: list[str], timeout_s: float = 60) -> SessionRecord:
-    """Wait for the session's end; on a time-out, fail with the steps that are stuck."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with suppress(SessionNotFoundError):
-            record = ps.producer.session(sid)
-            if record.status.ended:
-                return record
-        time.sleep(0.05)
-    stuck = {
-        i: st.model_dump(include={"status", "attempt", "epoch", "started_at", "note"})
-        for i, st in ps.step_states(sid, ids).items()
-        if st.status != StepStatus.COMPLETED
-    }
-    pytest.fail(f"session {sid} did not end in {timeout_s:g}s; unfinished steps: {stuck}")
 
 
 def step_ids(plan: Plan) -> list[str]:
@@ -96,7 +76,7 @@ def test_killed_supervisor_is_replaced_and_nothing_completed_runs_again(
     }
     ps.start_supervisor()
 
-    record = finish(ps, sid, ids)
+    record = ps.finish(sid, ids)
 
     assert record.status == SessionStatus.COMPLETED, record.error
     after = ps.hot.session(sid)
@@ -143,7 +123,7 @@ def test_lost_redis_state_is_rebuilt_from_sql_and_the_session_completes(
     ps.start_supervisor()
     wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 30, "the hot state to be rebuilt")
 
-    record = finish(ps, sid, ids, 60)
+    record = ps.finish(sid, ids, 60)
 
     assert record.status == SessionStatus.COMPLETED, record.error
     steps = report_steps(record)
@@ -175,7 +155,7 @@ def test_an_event_delivered_too_often_goes_to_the_dead_letters(
     assert [(p["message_id"], p["times_delivered"]) for p in pending] == [(poison_id, 3)]
     ps.start_supervisor()
 
-    record = finish(ps, sid, step_ids(plan))
+    record = ps.finish(sid, step_ids(plan))
 
     assert record.status == SessionStatus.COMPLETED, record.error
     dead = cast(list[tuple[str, dict[str, str]]], ps.redis.xrange(ps.keys.deadletter))

@@ -109,8 +109,8 @@ def outcomes(seed: int, attempts: int = 40) -> list[bool]:
 def test_fail_probability_is_deterministic_under_a_seed() -> None:
     first = outcomes(seed=7)
     assert first == outcomes(seed=7)
-    assert True in first
-    assert False in first
+    assert any(first)  # some attempts pass ...
+    assert not all(first)  # ... and some fail
     assert first != outcomes(seed=8)
 
 
