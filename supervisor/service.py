@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
+CRASH_COOL_OFF_S = 2.0
+CRASH_COOL_OFF_MAX_S = 60.0
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Supervisor:
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
+        self._crashes: dict[str, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -111,14 +114,23 @@ class Supervisor:
         self.owned[sid] = Owned(token, epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
+        sid = runner.sid
         try:
             await runner.run()
         except asyncio.CancelledError:
+            await self.store.release_lease(sid, token)
             raise
         except Exception:
-            log.exception("session=%s loop crashed; the lease is released for a retry", runner.sid)
-        finally:
-            await self.store.release_lease(runner.sid, token)
+            # Keep the lease a while longer instead of releasing it: a session that crashes
+            # its loop would otherwise crash every supervisor in turn, as fast as they can
+            # take it. The cool-off doubles with each crash seen here.
+            self._crashes[sid] = crashes = self._crashes.get(sid, 0) + 1
+            cool_off = min(CRASH_COOL_OFF_MAX_S, CRASH_COOL_OFF_S * 2 ** (crashes - 1))
+            log.exception("session=%s loop crashed (%d); retried in %.0fs", sid, crashes, cool_off)
+            await self.store.renew_leases([(sid, token)], cool_off)
+        else:
+            self._crashes.pop(sid, None)
+            await self.store.release_lease(sid, token)
 
     def _forget_finished(self) -> None:
         for sid in [s for s, o in self.owned.items() if o.task.done()]:

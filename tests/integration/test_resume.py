@@ -10,7 +10,7 @@ import pytest
 
 from core.keys import EVENTS_GROUP
 from core.models import Event, EventType, SessionStatus, Severity, StepStatus
-from planner.plan import Plan
+from planner.plan import Plan, parse_plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
@@ -164,3 +164,20 @@ def test_an_event_delivered_too_often_goes_to_the_dead_letters(
     assert poison_id in {e.event_id for e in ps.record.events(sid)}, "dead letter not recorded"
     assert_effects_once(ps, sid, step_ids(plan))
     assert_recorded(ps, sid, step_ids(plan))
+
+
+def test_a_session_that_crashes_its_loop_cools_off_instead_of_crashing_every_supervisor(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(supervisors=0)
+    plan = parse_plan("steps:\n  - {id: a, tool: bench.echo, params: {value: 1}}\n")
+    sid = ps.producer.submit(plan)
+    ps.redis.set(ps.keys.plan(sid, 1), "{not a plan")  # the loop cannot load it
+    sup = ps.start_supervisor()
+
+    wait_for(lambda: "loop crashed (1); retried in 2s" in ps.supervisor_log(sup), 20, "a crash")
+    ttl_ms = ps.redis.pttl(ps.keys.lease(sid))
+    assert 1_500 < ttl_ms <= 2_000  # held for the cool-off, longer than a lease TTL of 1.5 s
+    # After the cool-off the same supervisor tries again, and waits twice as long.
+    wait_for(lambda: "loop crashed (2); retried in 4s" in ps.supervisor_log(sup), 20, "a retry")
+    assert not ps.producer.session(sid).status.ended
