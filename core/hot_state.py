@@ -217,7 +217,14 @@ class HotState:
 
 @dataclass(frozen=True)
 class BreakerPolicy:
-    """When a tool's circuit breaker opens and how long it stays open."""
+    """When a tool's circuit breaker opens and how long it stays open.
+
+    Breakers are shared by every worker through Redis and checked and counted inside the
+    worker's claim and record scripts. Closed: calls run. ``failures`` transient failures
+    within ``window_s`` open it: calls fail fast with TOOL_UNAVAILABLE. After ``cooldown_s``
+    one call runs as a half-open probe: its success closes the breaker, its failure opens it
+    again.
+    """
 
     failures: int = 5
     window_s: float = 30.0

@@ -107,25 +107,6 @@ local function breaker_record(key, failures, now, ok, window, threshold, member)
 end
 """
 
-# KEYS[1] breaker hash. ARGV: now, cooldown_s.
-# Returns 'closed' (run), 'probe' (run as the half-open probe) or 'open' (fail fast).
-BREAKER_ALLOW = (
-    _BREAKER_FUNCTIONS
-    + """
-return breaker_allow(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
-"""
-)
-
-# KEYS[1] breaker hash, KEYS[2] failure times. ARGV: now, ok ('1'/'0'), window_s,
-# threshold, member. Returns the breaker's state after recording the outcome.
-BREAKER_RECORD = (
-    _BREAKER_FUNCTIONS
-    + """
-return breaker_record(KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2] == '1',
-                      tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5])
-"""
-)
-
 # KEYS[1] step hash, KEYS[2] breaker hash. ARGV: attempt, epoch, worker, started_at,
 # cooldown_s ('' = no breaker).
 # A worker claims the attempt it was handed: only the live attempt of a running step, and

@@ -20,6 +20,7 @@ from core.models import (
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.report import build_report
+from supervisor.session_base import has_ended
 
 if TYPE_CHECKING:
     from supervisor.session import SessionRunner
@@ -32,7 +33,7 @@ COMPENSATION_ATTEMPTS = 3
 
 async def finish_session(runner: SessionRunner, status: SessionStatus, error: str) -> None:
     """End the session: every step ends, compensations run if needed, the report is written."""
-    unfinished = [i for i, st in runner.states.items() if not _ended(st)]
+    unfinished = [i for i, st in runner.states.items() if not has_ended(st)]
     await runner.cancel_steps(unfinished, reason=f"session {status.value}")
     compensations: list[dict[str, Any]] = []
     if status in (SessionStatus.ABORTED, SessionStatus.CANCELLED):
@@ -99,12 +100,6 @@ async def drain_events(runner: SessionRunner) -> None:
             runner.acks.append(entry_id)
             with contextlib.suppress(ValueError, KeyError):
                 runner.batch.events.append((entry_id, Event.from_fields(fields)))
-
-
-def _ended(st: StepState) -> bool:
-    from supervisor.session_base import has_ended
-
-    return has_ended(st)
 
 
 def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
