@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         0.25, gt=0, description="How often a supervisor looks for sessions without an owner."
     )
     event_batch: int = Field(256, ge=1, description="Events read and checkpointed per batch.")
+    checkpoint_linger_s: float = Field(
+        0.05,
+        ge=0,
+        description="Seconds the background SQL writer waits to gather more changes into one "
+        "commit (group commit); keeps SQL work out of a burst of dispatches.",
+    )
     stream_keep: int = Field(
         10_000,
         ge=10,

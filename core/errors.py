@@ -127,6 +127,10 @@ class FencedOutError(SessionError):
         )
 
 
+class DispatchError(PlanloopError):
+    """A step attempt could not be turned into a Celery message."""
+
+
 class LLMError(PlanloopError):
     """The model endpoint failed, or answered something we could not use."""
 

@@ -38,7 +38,7 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return 0
 end
 local allowed = {HSET=true, SET=true, SADD=true, SREM=true, ZADD=true, XADD=true, DEL=true,
-                 HDEL=true, EXPIRE=true}
+                 HDEL=true, EXPIRE=true, LPUSH=true, PUBLISH=true}
 for _, op in ipairs(cjson.decode(ARGV[2])) do
   local cmd = op[1]
   if not allowed[cmd] then

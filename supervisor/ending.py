@@ -182,9 +182,11 @@ async def _run_compensation(
         await runner.store.write(
             runner.sid,
             runner.epoch,
-            [runner.store.step_write(runner.sid, pseudo, **state.to_fields())],
+            [
+                runner.store.step_write(runner.sid, pseudo, **state.to_fields()),
+                *runner.ctx.dispatcher.commands(args),
+            ],
         )
-        runner.ctx.dispatcher.send(args)
         outcome = await _await_outcome(
             runner, pseudo, attempt, timeout + runner.settings.watchdog_grace_s
         )

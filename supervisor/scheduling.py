@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import closing
 from typing import Any
 
 from core.errors import PlanError
@@ -13,6 +14,8 @@ from supervisor.session_base import SessionBase
 
 log = logging.getLogger(__name__)
 
+WATCHDOG_INTERVAL_S = 0.1
+
 
 class Scheduling(SessionBase):
     """Dispatch in plan order under the concurrency cap, the moment dependencies complete."""
@@ -21,22 +24,27 @@ class Scheduling(SessionBase):
         """Steps to dispatch now, in plan order, within the session's concurrency cap."""
         slots = self._concurrency() - self._running()
         ready: list[str] = []
-        for step_id in sorted(self._candidates, key=lambda i: self._order.get(i, 0)):
-            if len(ready) >= slots:
-                break
-            st = self.states.get(step_id)
-            if st is None or st.status not in (StepStatus.PENDING, StepStatus.READY):
-                self._candidates.discard(step_id)
-                continue
-            deps = self.steps[step_id].dependencies
-            if any(self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states):
-                self._candidates.discard(step_id)  # re-added when its last dependency completes
-                continue
-            if self.steps[step_id].requires_approval and step_id not in self.approved:
-                self._awaiting_approval.add(step_id)  # announced by the loop, once
-                continue
-            if st.not_before <= now:
-                ready.append(step_id)
+        if slots <= 0:
+            return ready
+        with closing(self._candidates.scan()) as candidates:
+            for step_id in candidates:
+                st = self.states.get(step_id)
+                if st is None or st.status not in (StepStatus.PENDING, StepStatus.READY):
+                    self._candidates.discard(step_id)
+                    continue
+                deps = self.steps[step_id].dependencies
+                if any(
+                    self.states[d].status != StepStatus.COMPLETED for d in deps if d in self.states
+                ):
+                    self._candidates.discard(step_id)  # re-added when its last dependency ends
+                    continue
+                if self.steps[step_id].requires_approval and step_id not in self.approved:
+                    self._awaiting_approval.add(step_id)  # announced by the loop, once
+                    continue
+                if st.not_before <= now:
+                    ready.append(step_id)
+                    if len(ready) >= slots:
+                        break
         return ready
 
     async def _dispatch_ready(self) -> None:
@@ -69,8 +77,8 @@ class Scheduling(SessionBase):
             self.dirty.add(args.step_id)
             self._candidates.discard(args.step_id)
             self._inflight.add(args.step_id)
-        await self.store.write(self.sid, self.epoch, ops)
-        self.ctx.dispatcher.send(*batch)
+        # Marked running and queued in one fenced call: both happen, or neither does.
+        await self.store.write(self.sid, self.epoch, ops + self.ctx.dispatcher.commands(*batch))
 
     async def _resend(self, step_id: str) -> None:
         """Send a dispatched, never started attempt again under the same task id.
@@ -80,9 +88,16 @@ class Scheduling(SessionBase):
         """
         st = self.states[step_id]
         args = self._task_args(step_id, st.attempt, await self._params(step_id))
-        self.ctx.dispatcher.send(args.model_copy(update={"epoch": st.epoch}))
         st.dispatched_at = time.time()
-        await self._write_step(step_id, dispatched_at=st.dispatched_at)
+        self.dirty.add(step_id)
+        await self.store.write(
+            self.sid,
+            self.epoch,
+            [
+                self.store.step_write(self.sid, step_id, dispatched_at=st.dispatched_at),
+                *self.ctx.dispatcher.commands(args.model_copy(update={"epoch": st.epoch})),
+            ],
+        )
 
     async def _params(self, step_id: str) -> dict[str, Any]:
         step = self.steps[step_id]
@@ -116,8 +131,16 @@ class Scheduling(SessionBase):
         return max(1, int((wake - now) * 1000))
 
     async def _watchdog(self) -> None:
-        """End attempts whose worker vanished: started, and silent past timeout + grace."""
+        """End attempts whose worker vanished: started, and silent past timeout + grace.
+
+        A sweep looks at every step in flight, so it runs at most every
+        ``WATCHDOG_INTERVAL_S``, not on every loop turn: attempts are declared lost seconds
+        after their timeout, never milliseconds.
+        """
         now, grace = time.time(), self.settings.watchdog_grace_s
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + WATCHDOG_INTERVAL_S
         self._running()
         for step_id in sorted(self._inflight):
             st = self.states[step_id]

@@ -15,6 +15,7 @@ from core.models import (
 )
 from core.record import Checkpoint
 from planner.plan import Plan, Step
+from supervisor.candidates import Candidates
 from supervisor.context import SupervisorContext
 
 FINAL = "final"
@@ -49,12 +50,13 @@ class SessionBase:
         # Scheduling indexes, so one loop turn costs what changed, not the plan's size.
         self._order: dict[str, int] = {}
         self._dependents: dict[str, list[str]] = {}
-        self._candidates: set[str] = set()  # may be dispatchable; re-checked on use
+        self._candidates = Candidates(self._order)  # may be dispatchable; re-checked on use
         self._inflight: set[str] = set()  # dispatched by us; pruned lazily
         self._backing_off: set[str] = set()  # READY, waiting for a retry's back-off
         self.approved: set[str] = set()  # steps a person approved (requires_approval)
         self._awaiting_approval: set[str] = set()  # found waiting, not yet announced
         self._announced: set[str] = set()
+        self._next_sweep = 0.0  # when the watchdog looks at the steps in flight next
 
     async def end_attempt(
         self,
@@ -100,7 +102,9 @@ class SessionBase:
     def _reindex(self) -> None:
         """Rebuild the scheduling indexes from the step states (after load or re-plan)."""
         open_ = (StepStatus.PENDING, StepStatus.READY)
-        self._candidates = {i for i, st in self.states.items() if st.status in open_}
+        self._candidates = Candidates(
+            self._order, (i for i, st in self.states.items() if st.status in open_)
+        )
         self._inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
         self._backing_off = {i for i, st in self.states.items() if st.status == StepStatus.READY}
 

@@ -7,9 +7,13 @@ so the executor can be driven directly by tests and benchmarks.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
@@ -35,20 +39,48 @@ class Outcome:
     error_kind: str = ""
 
 
-class _Call(threading.Thread):
-    """The tool call on a daemon thread, so a hung tool cannot keep the worker from exiting."""
+class ToolThreads:
+    """Daemon threads that run tool calls, reused from call to call.
 
-    def __init__(self, spec: ToolSpec, params: dict[str, Any], ctx: ToolContext) -> None:
-        super().__init__(name=f"tool:{spec.name}", daemon=True)
-        self.spec, self.params, self.ctx = spec, params, ctx
-        self.output: Any = None
-        self.exc: BaseException | None = None
+    A daemon thread per call keeps a hung tool from holding the worker up at exit; reusing
+    them saves starting a thread (and waiting for it to start) on every step. A call that
+    outlives its timeout keeps its thread until it returns; the next call gets another one.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[_ToolThread] = []  # list.append/pop are atomic: no lock needed
+
+    def submit(self, call: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            thread = self._idle.pop()
+        except IndexError:
+            thread = _ToolThread(self._idle)
+            thread.start()
+        thread.inbox.put((call, future))
+        return future
+
+
+class _ToolThread(threading.Thread):
+    def __init__(self, idle: list[_ToolThread]) -> None:
+        super().__init__(name="planloop-tool", daemon=True)
+        self.idle = idle
+        self.inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
 
     def run(self) -> None:
-        try:
-            self.output = self.spec.run(self.params, self.ctx)
-        except BaseException as exc:  # handed back to the executor, never lost
-            self.exc = exc
+        while True:
+            call, future = self.inbox.get()
+            failure: BaseException | None = None
+            try:
+                output = call()
+            except BaseException as exc:  # handed back to the executor, never lost
+                failure, output = exc, None
+            self.idle.append(self)  # before waking the caller: its next call reuses us
+            if failure is None:
+                future.set_result(output)
+            else:
+                future.set_exception(failure)
+            del call, future, failure, output  # hold nothing of a finished call while idle
 
 
 class StepExecutor:
@@ -67,6 +99,7 @@ class StepExecutor:
         self.effects = effects
         self.worker = worker
         self.breaker = breaker
+        self.threads = ToolThreads()
 
     def execute(self, args: StepTaskArgs) -> str:
         """Run one attempt end to end; returns what happened, for the task's result line.
@@ -157,26 +190,24 @@ class StepExecutor:
             idempotency_key=args.idempotency_key,
             effects=self.effects,
         )
-        call = _Call(spec, args.params, ctx)
-        call.start()
-        call.join(args.timeout_s)
-        if call.is_alive():
+        call = self.threads.submit(partial(spec.run, args.params, ctx))
+        try:
+            failure = call.exception(args.timeout_s)  # a tool's own exception is returned
+        except TimeoutError:
             return _failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
-        if call.exc is not None:
-            return _failed(call.exc, _classify(call.exc))
-        misses = check_expectations(
-            [Expectation.model_validate(e) for e in args.expect],
-            call.output,
-        )
+        if failure is not None:
+            return _failed(failure, _classify(failure))
+        output = call.result()
+        misses = check_expectations([Expectation.model_validate(e) for e in args.expect], output)
         if misses:
             return Outcome(
                 StepStatus.COMPLETED,
                 EventType.TASK_UNEXPECTED_RESULT,
-                call.output,
+                output,
                 "; ".join(misses),
                 "",
             )
-        return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, call.output)
+        return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, output)
 
     @staticmethod
     def _severity(args: StepTaskArgs, outcome: Outcome) -> Severity:

@@ -1,0 +1,178 @@
+"""Dispatching on real Redis: the messages are what ``Celery.send_task`` would send, and they
+are queued only by a fenced write of the session's owner, together with the step state."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from config.celery import STEP_TASK, celery_config
+from config.settings import Settings
+from core.errors import FencedOutError
+from core.keys import Keys
+from core.models import StepTaskArgs
+from core.tools import load_tools
+from supervisor.dispatch import Dispatcher, Op
+from supervisor.state import SessionStore
+
+# Differ between any two sends: a fresh delivery tag, the Lamport clock, the send time.
+PER_SEND = {"delivery_tag", "clock", "timestamp"}
+# send_task also copies argsrepr/kwargsrepr into the message properties; workers and Flower
+# read them from the headers (and the task-sent event), which both carry.
+PROPERTY_COPIES = {"argsrepr", "kwargsrepr"}
+
+
+@pytest.fixture
+def settings(test_settings: Settings, redis_client: redis.Redis) -> Iterator[Settings]:
+    queue = f"{test_settings.queue}-dispatch"
+    yield test_settings.model_copy(update={"queue": queue})
+    redis_client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+
+
+def _attempt(**changes: Any) -> StepTaskArgs:
+    args = StepTaskArgs(
+        session_id="S1",
+        step_id="reserve",
+        attempt=2,
+        epoch=3,
+        tool="supply_chain.reserve_stock",
+        params={"sku": "SKU1", "quantity": 5, "api_token": "hunter2"},
+        timeout_s=7.5,
+        idempotency_key="S1:reserve",
+        critical=True,
+    )
+    return args.model_copy(update=changes)
+
+
+def _decoded(raw: str) -> dict[str, Any]:
+    message = json.loads(raw)
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+def _without(value: Any, names: set[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, names) for k, v in value.items() if k not in names}
+    return value
+
+
+def _capture(
+    client: redis.Redis, queue: str, send: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What ``send()`` left in the queue (oldest first) and published as events."""
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe(f"/{client.connection_pool.connection_kwargs.get('db', 0)}.celeryev/*")
+    time.sleep(0.05)
+    send()
+    events = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.05)  # None also for the subscribe reply
+        if message is None:
+            continue
+        event = _decoded(message["data"])
+        body = event["body"]  # a worker's batch of events is a list: other tests'
+        if isinstance(body, dict) and str(body.get("uuid", "")).startswith("S1:"):
+            events.append(event)
+    pubsub.close()
+    queued = [_decoded(raw) for raw in reversed(client.lrange(queue, 0, -1))]
+    client.delete(queue)
+    return queued, events
+
+
+def test_batched_messages_match_celery_send_task(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    tools = load_tools()
+    attempts = [_attempt(), _attempt(step_id="order", tool="supply_chain.create_purchase_order")]
+    dispatcher = Dispatcher(settings, tools)
+    reference = Celery("planloop-supervisor", set_as_current=False)
+    reference.conf.update(celery_config(settings))
+    # The reply-to names the sending app and thread: the same for both.
+    reference._local.oid = dispatcher.celery.thread_oid
+
+    def with_send_task() -> None:
+        for args in attempts:
+            reference.send_task(
+                STEP_TASK,
+                args=[args.model_dump(mode="json")],
+                task_id=args.task_id,
+                queue=settings.queue,
+                argsrepr=dispatcher._shown(args),
+                kwargsrepr="{}",
+            )
+
+    def run(ops: list[Op]) -> None:
+        pipe = redis_client.pipeline(transaction=False)
+        for command, key, args in ops:
+            pipe.execute_command(command, key, *args)
+        pipe.execute()
+
+    try:
+        ours, our_events = _capture(
+            redis_client, settings.queue, lambda: run(dispatcher.commands(*attempts))
+        )
+        theirs, their_events = _capture(redis_client, settings.queue, with_send_task)
+    finally:
+        dispatcher.close()
+        reference.close()
+
+    assert len(ours) == len(theirs) == 2
+    for theirs_message in theirs:
+        for name in PROPERTY_COPIES:
+            del theirs_message["properties"][name]
+    assert [_without(m, PER_SEND) for m in ours] == [_without(m, PER_SEND) for m in theirs]
+    assert [m["headers"]["id"] for m in ours] == ["S1:reserve:2", "S1:order:2"]
+    assert ours[0]["body"][0] == [attempts[0].model_dump(mode="json")]
+    shown = json.loads(ours[0]["headers"]["argsrepr"])[0]
+    assert shown["params"]["api_token"] != "hunter2"  # masked for Flower
+
+    assert [e["body"]["type"] for e in our_events] == ["task-sent", "task-sent"]
+    assert [_without(e, PER_SEND) for e in our_events] == [
+        _without(e, PER_SEND) for e in their_events
+    ]
+
+
+def test_only_the_owner_queues_attempts(
+    settings: Settings, redis_client: redis.Redis, run_id: str
+) -> None:
+    keys = Keys(settings.key_prefix)
+    sid = f"{run_id}-dispatch"
+    redis_client.hset(keys.session(sid), mapping={"status": "running", "epoch": 3})
+    dispatcher = Dispatcher(settings, load_tools())
+
+    async def dispatch(epoch: int) -> None:
+        store = SessionStore.from_url(settings.redis_url, keys)
+        args = _attempt(session_id=sid, epoch=epoch)
+        try:
+            await store.write(
+                sid,
+                epoch,
+                [
+                    store.step_write(sid, "reserve", status="running", epoch=epoch),
+                    *dispatcher.commands(args),
+                ],
+            )
+        finally:
+            await store.r.aclose()
+
+    try:
+        with pytest.raises(FencedOutError):
+            asyncio.run(dispatch(2))
+        assert redis_client.llen(settings.queue) == 0, "a stale owner queued an attempt"
+        assert not redis_client.exists(keys.step(sid, "reserve"))
+        asyncio.run(dispatch(3))
+        (raw,) = redis_client.lrange(settings.queue, 0, -1)
+        assert _decoded(raw)["body"][0][0]["epoch"] == 3
+        assert redis_client.hget(keys.step(sid, "reserve"), "status") == "running"
+    finally:
+        dispatcher.close()
+        redis_client.delete(keys.session(sid), keys.step(sid, "reserve"))
