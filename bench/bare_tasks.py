@@ -22,9 +22,13 @@ INCR_TASK = "bench.bare.incr"
 SLEEP_TASK = "bench.bare.sleep"
 
 
+# Planloop's own transport and consumer classes; the baseline runs Celery's.
+PLANLOOP_CLASSES = ("broker_transport", "worker_consumer")
+
+
 def stock_celery_config(settings: Settings) -> dict[str, Any]:
-    """Planloop's Celery settings on stock kombu: the baseline is plain Celery."""
-    return {k: v for k, v in celery_config(settings).items() if k != "broker_transport"}
+    """Planloop's Celery settings on stock Celery and kombu: the baseline is plain Celery."""
+    return {k: v for k, v in celery_config(settings).items() if k not in PLANLOOP_CLASSES}
 
 
 settings = Settings()

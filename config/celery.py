@@ -27,6 +27,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_concurrency": settings.worker_concurrency,
         "worker_pool": settings.worker_pool,
         "worker_send_task_events": True,
+        # Celery's consumer, with task events published in batches (workers/consumer.py).
+        "worker_consumer": "workers.consumer:Consumer",
         "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
         "broker_connection_retry_on_startup": True,

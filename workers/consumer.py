@@ -1,0 +1,36 @@
+"""The worker's Celery consumer: Celery's own, publishing task events in batches.
+
+Celery flushes buffered task events on the loop turn after each one is sent: a Redis
+PUBLISH (and a wake-up of the consumer) for nearly every ``task-received``, ``task-started``
+and ``task-succeeded``. When several steps finish and start at once, those publishes hold
+up the consumer that should be picking up the next step. Here the first event buffered
+schedules one flush ``EVENT_BATCH_S`` later, and everything buffered by then goes out in a
+single message: Flower sees events that much later, and the worker makes a fraction of the
+round trips.
+"""
+
+from __future__ import annotations
+
+from celery.worker.consumer import Consumer as CeleryConsumer
+
+EVENT_BATCH_S = 0.05
+
+
+class Consumer(CeleryConsumer):  # type: ignore[misc]
+    """Task events go out at most every ``EVENT_BATCH_S`` seconds, batched."""
+
+    _event_flush_due = False
+
+    def on_send_event_buffered(self) -> None:
+        # Called from whichever thread sent the event; the hub's call_soon is thread-safe,
+        # its timer is not, so the flush is scheduled from the loop thread.
+        if self.hub is not None and not self._event_flush_due:
+            self._event_flush_due = True
+            self.hub.call_soon(self._schedule_event_flush)
+
+    def _schedule_event_flush(self) -> None:
+        self.hub.call_later(EVENT_BATCH_S, self._flush_event_batch)
+
+    def _flush_event_batch(self) -> None:
+        self._event_flush_due = False
+        self._flush_events()
