@@ -69,10 +69,10 @@ class Settings(BaseSettings):
     )
     event_batch: int = Field(256, ge=1, description="Events read and checkpointed per batch.")
     checkpoint_linger_s: float = Field(
-        0.05,
+        0.02,
         ge=0,
-        description="Seconds the background SQL writer waits to gather more changes into one "
-        "commit (group commit); keeps SQL work out of a burst of dispatches.",
+        description="Quiet seconds the background SQL writer waits for before a commit "
+        "(group commit, at most 0.25 s): keeps SQL work out of a burst of dispatches.",
     )
     stream_keep: int = Field(
         10_000,

@@ -3,9 +3,13 @@
 The session loop hands over each batch and goes on dispatching: SQL latency (an fsync on
 SQLite) never sits between a step's outcome and its dependents' start. Events are
 acknowledged only after the batch that applied them is committed, so a crash before the
-commit leaves them pending for the next owner. The writer lingers a moment before each
-commit (``checkpoint_linger_s``), so a burst of outcomes and dispatches is one commit that
-runs after the burst instead of several that compete with it for the process.
+commit leaves them pending for the next owner.
+
+Group commit: the writer waits until the session has been quiet for
+``checkpoint_linger_s`` (no new changes), or until ``MAX_LINGER_S`` has passed, and then
+commits everything at once. A burst of outcomes and dispatches becomes one commit after
+the burst instead of several that compete with it for the process; under sustained load
+the commits are large and few.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from core.record import Checkpoint
 from supervisor.context import SupervisorContext
 
 log = logging.getLogger(__name__)
+
+MAX_LINGER_S = 0.25  # no change waits longer than this for its commit (and its ack)
 
 
 def merge(into: Checkpoint, batch: Checkpoint) -> None:
@@ -44,6 +50,7 @@ class Checkpointer:
         self.error: BaseException | None = None
         self._acked_since_trim = 0
         self._flushing = asyncio.Event()  # set while someone waits: no lingering then
+        self._submitted = 0
 
     def submit(self, batch: Checkpoint, acks: list[str]) -> None:
         """Queue ``batch``; its ``acks`` are acknowledged once it is committed."""
@@ -52,6 +59,7 @@ class Checkpointer:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"checkpoint:{self.sid}")
         self._queue.put_nowait((batch, acks))
+        self._submitted += 1
 
     def raise_if_failed(self) -> None:
         """Re-raise a failure of the writer (a fenced-out epoch stops the session loop)."""
@@ -76,10 +84,7 @@ class Checkpointer:
     async def _run(self) -> None:
         while True:
             batch, acks = await self._queue.get()
-            linger = self.ctx.settings.checkpoint_linger_s
-            if linger > 0 and not self._flushing.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._flushing.wait(), linger)
+            await self._linger()
             taken = 1
             while not self._queue.empty():
                 more, more_acks = self._queue.get_nowait()
@@ -97,6 +102,20 @@ class Checkpointer:
             finally:
                 for _ in range(taken):
                     self._queue.task_done()
+
+    async def _linger(self) -> None:
+        """Wait for a quiet spell of ``checkpoint_linger_s``, at most ``MAX_LINGER_S``."""
+        quiet = self.ctx.settings.checkpoint_linger_s
+        if quiet <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + MAX_LINGER_S
+        while not self._flushing.is_set() and loop.time() < give_up:
+            seen = self._submitted
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flushing.wait(), quiet)
+            if self._submitted == seen:
+                return
 
     async def _write(self, batch: Checkpoint, acks: list[str]) -> None:
         await self._fill_outputs(batch)
