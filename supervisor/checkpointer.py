@@ -110,10 +110,13 @@ class Checkpointer:
             return
         loop = asyncio.get_running_loop()
         give_up = loop.time() + MAX_LINGER_S
-        while not self._flushing.is_set() and loop.time() < give_up:
+        while not self._flushing.is_set():
+            left = give_up - loop.time()
+            if left <= 0:
+                return
             seen = self._submitted
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flushing.wait(), quiet)
+                await asyncio.wait_for(self._flushing.wait(), min(quiet, left))
             if self._submitted == seen:
                 return
 
