@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import redis
 from rich.console import Console
@@ -175,6 +176,47 @@ def wait_for(
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
         time.sleep(poll_s)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (Linux ``/proc``; else None)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds that named processes spend between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._start: dict[str, float | None] = {}
+        self.used: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> None:
+        for name, pid in self.pids.items():
+            before, after = self._start.get(name), cpu_seconds(pid)
+            if before is not None and after is not None:
+                self.used[name] = after - before
+
+    def per_item_ms(self, n: int) -> str:
+        """E.g. ``supervisor 0.91 + worker 1.50 + redis 0.37 = 2.78``; '' without /proc."""
+        if not self.used:
+            return ""
+        used = self.used.items()
+        parts = " + ".join(f"{name} {seconds / n * 1000:.2f}" for name, seconds in used)
+        return f"{parts} = {sum(self.used.values()) / n * 1000:.2f}"
+
+
+def redis_pid(client: redis.Redis) -> int | None:
+    """The Redis server's pid when it runs on this machine (its /proc entry is visible)."""
+    pid = int(cast(dict[str, Any], client.info("server")).get("process_id", 0))
+    return pid if pid and Path(f"/proc/{pid}").exists() else None
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -6,6 +6,8 @@ Run from the repo root: ``python bench/throughput.py`` or ``python -m bench.thro
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -18,12 +20,14 @@ from celery import Celery
 from bench.bare_tasks import INCR_TASK, stock_celery_config
 from bench.common import (
     BenchEnv,
+    CpuMeter,
     bare_worker,
     bench_env,
     console,
     percentile,
     planloop_stack,
     print_table,
+    redis_pid,
     wait_for,
 )
 from core.models import SessionStatus
@@ -44,6 +48,7 @@ class Timing:
     seconds: float
     send_s: float  # of which: submitting (validation + hot state) or sending the tasks
     notes: str = ""
+    cpu: str = ""  # CPU ms per item, by process
 
     @property
     def rate(self) -> float:
@@ -57,13 +62,19 @@ def trivial_plan(n: int) -> Plan:
     )
 
 
-def run_planloop(producer: Producer, n: int, timeout_s: float) -> Timing:
+def run_planloop(
+    producer: Producer, n: int, timeout_s: float, meter: CpuMeter | None = None
+) -> Timing:
     """Submit one session of ``n`` independent steps; time submit -> session finished_at."""
     plan = trivial_plan(n)
+    if meter:
+        meter.start()
     t0 = time.time()
     sid = producer.submit(plan)
     send_s = time.time() - t0
     record = producer.wait(sid, timeout_s=timeout_s, poll_s=0.05)
+    if meter:
+        meter.stop()
     if record.status != SessionStatus.COMPLETED:
         console.print(
             f"[red]session {sid} did not complete: status={record.status.value} "
@@ -80,19 +91,44 @@ def run_planloop(producer: Producer, n: int, timeout_s: float) -> Timing:
         f"last step->session end {record.finished_at - last_finish:.2f}s, "
         f"dispatch->start p50 {percentile(pickup, 50) * 1000:.0f}ms"
     )
-    return Timing(n, record.finished_at - t0, send_s, notes)
+    return Timing(n, record.finished_at - t0, send_s, notes, meter.per_item_ms(n) if meter else "")
 
 
-def run_bare(bench: BenchEnv, sender: Celery, n: int, label: str, timeout_s: float) -> Timing:
+def run_bare(
+    bench: BenchEnv,
+    sender: Celery,
+    n: int,
+    label: str,
+    timeout_s: float,
+    meter: CpuMeter | None = None,
+) -> Timing:
     """Send ``n`` INCR tasks; time first send -> the task that counts to ``n``."""
     counter = f"{bench.settings.key_prefix}:bare:count:{label}"
+    if meter:
+        meter.start()
     t0 = time.time()
     for _ in range(n):
         sender.send_task(INCR_TASK, args=[counter, n], queue=bench.settings.queue)
     send_s = time.time() - t0
     wait_for(lambda: bench.redis.exists(f"{counter}:done_at"), timeout_s, f"{n} bare tasks", 0.01)
+    if meter:
+        meter.stop()
     done_at = float(bench.redis.get(f"{counter}:done_at") or 0)
-    return Timing(n, done_at - t0, send_s)
+    return Timing(n, done_at - t0, send_s, cpu=meter.per_item_ms(n) if meter else "")
+
+
+def _meter(
+    bench: BenchEnv, processes: list[subprocess.Popen[bytes]], pids: dict[str, int] | None = None
+) -> CpuMeter:
+    """CPU of the stack's supervisor and worker (or the given pids) and of a local Redis."""
+    named = dict(pids or {})
+    for proc in processes:
+        role = "supervisor" if "supervisor" in proc.args else "worker"  # type: ignore[operator]
+        named[role] = proc.pid
+    server = redis_pid(bench.redis)
+    if server is not None:
+        named["redis"] = server
+    return CpuMeter(named)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,18 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     ) as bench:
         with planloop_stack(bench, concurrency=WORKER_THREADS) as (stack, producer):
             run_planloop(producer, WARMUP_STEPS, timeout_s=120)
-            ours = run_planloop(producer, n, timeout_s=600)
+            ours = run_planloop(producer, n, timeout_s=600, meter=_meter(bench, stack.processes))
             console.print(f"planloop logs: {stack.log_dir}")
         sender = Celery("bench-driver", set_as_current=False)
         sender.conf.update(stock_celery_config(bench.settings))
-        with bare_worker(bench, concurrency=WORKER_THREADS):
+        with bare_worker(bench, concurrency=WORKER_THREADS) as worker:
             run_bare(bench, sender, WARMUP_STEPS, "warmup", timeout_s=120)
-            bare = run_bare(bench, sender, n, "measured", timeout_s=600)
+            pids = {"sender": os.getpid(), "worker": worker.pid}
+            meter = _meter(bench, [], pids)
+            bare = run_bare(bench, sender, n, "measured", timeout_s=600, meter=meter)
         sender.close()
     print_table(
         f"Throughput: {n} trivial steps, 1 worker process x {WORKER_THREADS} threads "
         f"(session concurrency {SESSION_CONCURRENCY})",
-        ["side", "items", "seconds", "per second", "submit/send s", "notes"],
+        ["side", "items", "seconds", "per second", "submit/send s", "CPU ms per item", "notes"],
         [
             [
                 "planloop (one session)",
@@ -124,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{ours.seconds:.2f}",
                 f"{ours.rate:.0f}",
                 f"{ours.send_s:.2f}",
+                ours.cpu,
                 ours.notes,
             ],
             [
@@ -132,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{bare.seconds:.2f}",
                 f"{bare.rate:.0f}",
                 f"{bare.send_s:.2f}",
-                "first send -> 2,000th INCR",
+                bare.cpu,
+                f"first send -> {n:,}th INCR",
             ],
         ],
     )
