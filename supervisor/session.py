@@ -180,7 +180,9 @@ class SessionRunner(Scheduling, PlanChanges):
             elif st.status == StepStatus.COMPLETED:
                 self.dirty.add(step_id)  # it may have ended unwatched: its SQL row says running
             elif st.status == StepStatus.RUNNING and not st.started_at:
-                # Dispatched but maybe never queued (we died in between).
+                # Queued, but perhaps taken by a worker that died before claiming it (the
+                # broker would give it back only after its visibility timeout). A second
+                # copy costs nothing: the claim runs one.
                 await self._resend(step_id)
 
     async def _reclaim_idle(self) -> None:
