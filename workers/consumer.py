@@ -11,7 +11,12 @@ round trips.
 
 from __future__ import annotations
 
+import logging
+import time
+
 from celery.worker.consumer import Consumer as CeleryConsumer
+
+log = logging.getLogger(__name__)
 
 EVENT_BATCH_S = 0.05
 
@@ -19,18 +24,31 @@ EVENT_BATCH_S = 0.05
 class Consumer(CeleryConsumer):  # type: ignore[misc]
     """Task events go out at most every ``EVENT_BATCH_S`` seconds, batched."""
 
-    _event_flush_due = False
+    _event_flush_at = 0.0  # when the scheduled flush is due; 0: none is
 
     def on_send_event_buffered(self) -> None:
-        # Called from whichever thread sent the event; the hub's call_soon is thread-safe,
+        if self.hub is None:
+            return
+        now = time.monotonic()
+        # A flush that is due takes this event too. One overdue by a whole batch period was
+        # lost with the loop's timers (a reconnect): schedule another.
+        if self._event_flush_at and now < self._event_flush_at + EVENT_BATCH_S:
+            return
+        self._event_flush_at = now + EVENT_BATCH_S
+        # Called from whichever thread sent the event: the hub's call_soon is thread-safe,
         # its timer is not, so the flush is scheduled from the loop thread.
-        if self.hub is not None and not self._event_flush_due:
-            self._event_flush_due = True
-            self.hub.call_soon(self._schedule_event_flush)
+        self.hub.call_soon(self._schedule_event_flush)
 
     def _schedule_event_flush(self) -> None:
         self.hub.call_later(EVENT_BATCH_S, self._flush_event_batch)
 
     def _flush_event_batch(self) -> None:
-        self._event_flush_due = False
+        self._event_flush_at = 0.0
         self._flush_events()
+
+    def shutdown(self) -> None:
+        try:
+            self._flush_events()  # what is still buffered, before the dispatcher closes
+        except Exception:
+            log.warning("could not publish the last task events", exc_info=True)
+        super().shutdown()

@@ -21,7 +21,7 @@ from core.models import SessionStatus, StepStatus
 from producer.client import Producer
 from producer.stack import Stack, free_port
 from tests.conftest import wait_for
-from tests.integration.conftest import wait_ended
+from tests.integration.conftest import RunPlan, wait_ended
 
 pytestmark = pytest.mark.integration
 
@@ -255,6 +255,16 @@ def flower_url(env_overrides: dict[str, str], tmp_path: Path) -> Iterator[str]:
         assert "s3cret-pw" not in log.read_text()
 
 
+def _get_json(url: str, auth: str) -> object:
+    request = urllib.request.Request(url)
+    request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+    except (urllib.error.URLError, ConnectionError, ValueError):
+        return None
+
+
 def _get(url: str, auth: str | None = None) -> int:
     request = urllib.request.Request(url)
     if auth is not None:
@@ -273,3 +283,32 @@ def test_flower_asks_for_basic_auth(stack: Stack, flower_url: str) -> None:
     assert status == 401
     assert _get(flower_url, "tester:wrong") == 401
     assert _get(flower_url, "tester:s3cret-pw") == 200
+
+
+def test_flower_shows_steps_by_name_with_their_state(
+    stack: Stack, flower_url: str, run_plan: RunPlan
+) -> None:
+    """Dispatch's task-sent event and the worker's batched task events both reach Flower."""
+    wait_for(lambda: _get(flower_url, "tester:s3cret-pw") == 200, 60, "Flower to listen")
+    plan = {
+        "goal": "seen in Flower",
+        "steps": [
+            {"id": "a", "tool": "bench.sleep", "params": {"seconds": 0}},
+            {"id": "b", "tool": "bench.sleep", "params": {"seconds": 0}, "dependencies": ["a"]},
+        ],
+    }
+    sid, record = run_plan(plan)
+    assert record.status == SessionStatus.COMPLETED
+
+    def flower_tasks() -> dict[str, dict[str, object]] | None:
+        tasks = _get_json(f"{flower_url}api/tasks", "tester:s3cret-pw")
+        if not isinstance(tasks, dict):
+            return None
+        ours = {k: v for k, v in tasks.items() if k.startswith(f"{sid}:")}
+        done = all(ours.get(f"{sid}:{s}:1", {}).get("state") == "SUCCESS" for s in "ab")
+        return ours if done else None
+
+    tasks = wait_for(flower_tasks, 30, "Flower to see both steps succeed")
+    task = tasks[f"{sid}:b:1"]
+    assert task["name"] == "planloop.step"
+    assert '"step": "b"' in str(task["args"])
