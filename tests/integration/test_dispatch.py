@@ -149,9 +149,13 @@ def test_only_the_owner_queues_attempts(
     redis_client.hset(keys.session(sid), mapping={"status": "running", "epoch": 3})
     dispatcher = Dispatcher(settings, load_tools())
 
+    # Text that JSON escapes, carried through the fenced write's Lua (cjson) unchanged.
+    note = 'restock 库存 "quoted" \\ back\\slash, emoji 😀, tab\t'
+    params = {"sku": "SKU1", "quantity": 5, "note": note}
+
     async def dispatch(epoch: int) -> None:
         store = SessionStore.from_url(settings.redis_url, keys)
-        args = _attempt(session_id=sid, epoch=epoch)
+        args = _attempt(session_id=sid, epoch=epoch, params=params)
         try:
             await store.write(
                 sid,
@@ -171,7 +175,9 @@ def test_only_the_owner_queues_attempts(
         assert not redis_client.exists(keys.step(sid, "reserve"))
         asyncio.run(dispatch(3))
         (raw,) = redis_client.lrange(settings.queue, 0, -1)
-        assert _decoded(raw)["body"][0][0]["epoch"] == 3
+        queued = _decoded(raw)["body"][0][0]
+        assert queued["epoch"] == 3
+        assert queued["params"] == params
         assert redis_client.hget(keys.step(sid, "reserve"), "status") == "running"
     finally:
         dispatcher.close()
