@@ -65,9 +65,9 @@ def _without(value: Any, names: set[str]) -> Any:
 
 
 def _capture(
-    client: redis.Redis, queue: str, send: Any
+    client: redis.Redis, queue: str, sid: str, send: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """What ``send()`` left in the queue (oldest first) and published as events."""
+    """What ``send()`` left in the queue (oldest first) and published as events of ``sid``."""
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.psubscribe(f"/{client.connection_pool.connection_kwargs.get('db', 0)}.celeryev/*")
     time.sleep(0.05)
@@ -80,7 +80,7 @@ def _capture(
             continue
         event = _decoded(message["data"])
         body = event["body"]  # a worker's batch of events is a list: other tests'
-        if isinstance(body, dict) and str(body.get("uuid", "")).startswith("S1:"):
+        if isinstance(body, dict) and str(body.get("uuid", "")).startswith(f"{sid}:"):
             events.append(event)
     pubsub.close()
     queued = [_decoded(raw) for raw in reversed(client.lrange(queue, 0, -1))]
@@ -88,11 +88,15 @@ def _capture(
     return queued, events
 
 
-def test_batched_messages_match_celery_send_task(
-    settings: Settings, redis_client: redis.Redis
+def test_dispatch_commands_queue_what_send_task_would(
+    settings: Settings, redis_client: redis.Redis, run_id: str
 ) -> None:
     tools = load_tools()
-    attempts = [_attempt(), _attempt(step_id="order", tool="supply_chain.create_purchase_order")]
+    sid = f"{run_id}-S1"
+    attempts = [
+        _attempt(session_id=sid),
+        _attempt(session_id=sid, step_id="order", tool="supply_chain.create_purchase_order"),
+    ]
     dispatcher = Dispatcher(settings, tools)
     reference = Celery("planloop-supervisor", set_as_current=False)
     reference.conf.update(celery_config(settings))
@@ -118,9 +122,9 @@ def test_batched_messages_match_celery_send_task(
 
     try:
         ours, our_events = _capture(
-            redis_client, settings.queue, lambda: run(dispatcher.commands(*attempts))
+            redis_client, settings.queue, sid, lambda: run(dispatcher.commands(*attempts))
         )
-        theirs, their_events = _capture(redis_client, settings.queue, with_send_task)
+        theirs, their_events = _capture(redis_client, settings.queue, sid, with_send_task)
     finally:
         dispatcher.close()
         reference.close()
@@ -130,7 +134,7 @@ def test_batched_messages_match_celery_send_task(
         for name in PROPERTY_COPIES:
             del theirs_message["properties"][name]
     assert [_without(m, PER_SEND) for m in ours] == [_without(m, PER_SEND) for m in theirs]
-    assert [m["headers"]["id"] for m in ours] == ["S1:reserve:2", "S1:order:2"]
+    assert [m["headers"]["id"] for m in ours] == [f"{sid}:reserve:2", f"{sid}:order:2"]
     assert ours[0]["body"][0] == [attempts[0].model_dump(mode="json")]
     shown = json.loads(ours[0]["headers"]["argsrepr"])[0]
     assert shown["params"]["api_token"] != "hunter2"  # masked for Flower
