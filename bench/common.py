@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -45,20 +44,7 @@ class BenchEnv:
     @property
     def env(self) -> dict[str, str]:
         """The environment of child processes that share these settings."""
-        return settings_env(self.settings)
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The ``PLANLOOP_*`` variables that recreate ``settings`` in a child process."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if value is None:
-            continue
-        raw = getattr(settings, name)
-        if hasattr(raw, "get_secret_value"):
-            value = raw.get_secret_value()
-        env[f"PLANLOOP_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
-    return env
+        return self.settings.to_env()
 
 
 @contextmanager

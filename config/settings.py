@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Literal
 
@@ -150,6 +151,18 @@ class Settings(BaseSettings):
     def visibility_timeout_s(self) -> int:
         """Broker visibility timeout: above the longest step timeout, so no early redelivery."""
         return int(self.max_step_timeout_s + self.watchdog_grace_s + 60)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``PLANLOOP_*`` variables that recreate these settings in a child process."""
+        env: dict[str, str] = {}
+        for name, value in self.model_dump(mode="json").items():
+            if value is None:
+                continue
+            raw = getattr(self, name)
+            if isinstance(raw, SecretStr):
+                value = raw.get_secret_value()
+            env[f"PLANLOOP_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+        return env
 
 
 @lru_cache(maxsize=1)

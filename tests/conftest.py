@@ -59,23 +59,9 @@ def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Sett
     )
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The ``PLANLOOP_*`` variables that recreate ``settings`` in a child process."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if value is None:
-            continue
-        if hasattr(getattr(settings, name), "get_secret_value"):
-            value = getattr(settings, name).get_secret_value()
-        env[f"PLANLOOP_{name.upper()}"] = (
-            value if isinstance(value, str) else __import__("json").dumps(value)
-        )
-    return env
-
-
 @pytest.fixture(scope="session")
 def env_overrides(test_settings: Settings) -> dict[str, str]:
-    return settings_env(test_settings)
+    return test_settings.to_env()
 
 
 @pytest.fixture(autouse=True)

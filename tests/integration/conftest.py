@@ -26,7 +26,7 @@ from core.record import SqlRecord
 from planner.plan import Plan, parse_plan
 from producer.client import Producer
 from producer.stack import Stack, local_stack, redis_answers
-from tests.conftest import settings_env, wait_for
+from tests.conftest import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -252,7 +252,7 @@ def private_stack(
                 **overrides,
             }
         )
-        env = {**os.environ, **settings_env(settings)}
+        env = {**os.environ, **settings.to_env()}
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p
         )

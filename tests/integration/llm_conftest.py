@@ -21,7 +21,7 @@ from core.models import SessionRecord, SessionStatus
 from core.record import SqlRecord
 from producer.client import Producer
 from producer.stack import Stack, local_stack
-from tests.conftest import settings_env, wait_for
+from tests.conftest import wait_for
 from tests.llm_server import ScriptedLLMServer
 
 ENDED = frozenset(s.value for s in SessionStatus if s.ended)
@@ -75,7 +75,7 @@ def llm_stack(
     log_dir: Path = tmp_path_factory.mktemp("llm-logs")
     try:
         with local_stack(
-            settings_env(llm_settings), workers=1, supervisors=1, log_dir=log_dir
+            llm_settings.to_env(), workers=1, supervisors=1, log_dir=log_dir
         ) as running:
             yield running
     finally:

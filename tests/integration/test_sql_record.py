@@ -29,7 +29,7 @@ from core.record import (
 from planner.plan import parse_plan
 from producer.client import Producer
 from producer.stack import local_stack
-from tests.conftest import TEST_PG_URL, settings_env, wait_for
+from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import RunPlan, _delete_prefix, report_steps, wait_ended
 
 pytestmark = pytest.mark.integration
@@ -192,7 +192,7 @@ def pg_stack(
     record = SqlRecord.from_url(TEST_PG_URL)
     running = PgStack(Producer.from_settings(settings), record, [])
     try:
-        with local_stack(settings_env(settings), log_dir=tmp_path_factory.mktemp("pglogs")):
+        with local_stack(settings.to_env(), log_dir=tmp_path_factory.mktemp("pglogs")):
             yield running
     finally:
         with record.engine.begin() as db:

@@ -7,7 +7,6 @@ from pydantic import ValidationError
 
 from config.celery import STEP_TASK, celery_config
 from config.settings import Settings
-from tests.conftest import settings_env
 
 
 def test_defaults_need_no_environment() -> None:
@@ -101,9 +100,9 @@ def test_celery_config_is_json_only_with_late_acks_and_prefetch_one() -> None:
 def test_settings_survive_the_trip_through_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What tests hand to child processes must rebuild the same settings there."""
+    """What a parent hands to child processes must rebuild the same settings there."""
     original = Settings(key_prefix="t1", queue="t1", tool_modules=["x.y"], lease_ttl_s=0.75)
-    for name, value in settings_env(original).items():
+    for name, value in original.to_env().items():
         monkeypatch.setenv(name, value)
 
     assert Settings() == original
