@@ -87,13 +87,12 @@ class Producer:
     ) -> str:
         """Answer a session waiting for a person: let ``step`` (``requires_approval``) run,
         or choose the ``action`` of a session whose re-plan budget is spent."""
-        self.state.session(sid)
         payload: dict[str, str] = {"command": "approve"}
         if step:
             payload["step"] = step
         if action:
             payload["action"] = action.upper()
-        return self.state.append_event(
+        return self._tell(
             sid,
             Event(
                 type=EventType.EXTERNAL_SIGNAL,
@@ -107,8 +106,7 @@ class Producer:
         return self.state.session(sid)
 
     def cancel(self, sid: str, reason: str = "cancelled by user") -> str:
-        self.state.session(sid)  # raises SessionNotFoundError
-        return self.state.append_event(
+        return self._tell(
             sid,
             Event(
                 type=EventType.EXTERNAL_SIGNAL,
@@ -120,13 +118,17 @@ class Producer:
 
     def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
         """Tell a running session something new (a constraint or a plain signal)."""
-        self.state.session(sid)
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
         # A person spoke: the session should think about it at once, not in a batch.
-        return self.state.append_event(
+        return self._tell(
             sid,
             Event(type=kind, severity=Severity.CRITICAL, description=text, payload={"text": text}),
         )
+
+    def _tell(self, sid: str, event: Event) -> str:
+        """Append a person's event to an existing session's stream; its entry id."""
+        self.state.session(sid)  # raises SessionNotFoundError: nothing is appended
+        return self.state.append_event(sid, event)
 
     def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:
         """Block until the session ends (or ``timeout_s`` passes); returns its record."""
