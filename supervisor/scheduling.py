@@ -89,15 +89,8 @@ class Scheduling(SessionBase):
         st = self.states[step_id]
         args = self._task_args(step_id, st.attempt, await self._params(step_id))
         st.dispatched_at = time.time()
-        self.dirty.add(step_id)
-        await self.store.write(
-            self.sid,
-            self.epoch,
-            [
-                self.store.step_write(self.sid, step_id, dispatched_at=st.dispatched_at),
-                *self.ctx.dispatcher.commands(args.model_copy(update={"epoch": st.epoch})),
-            ],
-        )
+        queue = self.ctx.dispatcher.commands(args.model_copy(update={"epoch": st.epoch}))
+        await self._write_step(step_id, along=queue, dispatched_at=st.dispatched_at)
 
     async def _params(self, step_id: str) -> dict[str, Any]:
         step = self.steps[step_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from core.models import (
@@ -17,6 +18,7 @@ from core.record import Checkpoint
 from planner.plan import Plan, Step
 from supervisor.candidates import Candidates
 from supervisor.context import SupervisorContext
+from supervisor.dispatch import Op
 
 FINAL = "final"
 
@@ -134,10 +136,11 @@ class SessionBase:
         entry_id = await self.store.append_event(self.sid, event)
         self.batch.events.append((entry_id, event))
 
-    async def _write_step(self, step_id: str, **fields: Any) -> None:
+    async def _write_step(self, step_id: str, *, along: Sequence[Op] = (), **fields: Any) -> None:
+        """Set fields of a step's hash (and run ``along`` in the same fenced write)."""
         self.dirty.add(step_id)
         await self.store.write(
-            self.sid, self.epoch, [self.store.step_write(self.sid, step_id, **fields)]
+            self.sid, self.epoch, [self.store.step_write(self.sid, step_id, **fields), *along]
         )
 
     def _concurrency(self) -> int:
