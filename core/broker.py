@@ -1,22 +1,171 @@
-"""The Celery broker transport: kombu's Redis transport, reusing one client per channel.
+"""The Celery broker transport: kombu's Redis transport, with step messages held by our scripts.
 
-Stock kombu builds a new ``redis.Redis`` client for every publish and every ack (with
-redis-py 8 that is a ~170-entry callbacks table, about 0.3 ms each). The client is a thin,
-thread-safe wrapper around the channel's connection pool, so one per pool is enough; a new
-pool (after a reconnect) gets a new client.
+Two changes to kombu's Redis transport, both about round trips on the worker:
+
+* **One client per channel.** Stock kombu builds a new ``redis.Redis`` client for every
+  publish and every ack (with redis-py 8 that is a ~170-entry callbacks table, about 0.3 ms
+  each). The client is a thin, thread-safe wrapper around the channel's connection pool, so
+  one per pool is enough; a new pool (after a reconnect) gets a new client.
+
+* **Step messages are held and settled by the attempt's own scripts.** kombu emulates late
+  acks with an "unacked" hash and index: on receipt it writes the message there (a round
+  trip on the consumer's thread, before the next message can be fetched), on ack it deletes
+  it (another, before the prefetch slot frees). For ``planloop.step`` messages the entry
+  instead goes along with the claim script, and its removal along with the outcome script
+  (see :class:`Receipt`). So a step costs the worker two round trips fewer, and the outcome
+  and the ack happen together or not at all.
+
+  Until its claim has written the entry, a received step message is *parked* here, in
+  memory. A worker that stops takes parked messages back to the queue with the rest of its
+  unacked ones; one killed in that sub-millisecond window loses the message, as stock kombu
+  does between its pop and its write, and the supervisor's watchdog sends the attempt again.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+
+from config.celery import STEP_TASK
+
+# kombu's default names of its unacked hash and index (transport options can change them).
+KOMBU_UNACKED: str = kombu_redis.Channel.unacked_key
+KOMBU_UNACKED_INDEX: str = kombu_redis.Channel.unacked_index_key
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A received step message, as kombu's unacked entry that the attempt's scripts hold.
+
+    The claim script writes ``entry`` under ``tag`` (hash ``unacked_key``, index
+    ``index_key``, scored by time, as kombu does); the outcome script deletes it.
+    """
+
+    tag: str
+    unacked_key: str
+    index_key: str
+    message: dict[str, Any]
+    exchange: str
+    routing_key: str
+
+    @property
+    def entry(self) -> str:
+        """kombu's unacked format: JSON of [message, exchange, routing key]."""
+        return json.dumps([self.message, self.exchange, self.routing_key])
+
+
+class Receipts:
+    """The worker's step messages between receipt and ack, by delivery tag.
+
+    Written by the consumer's thread and read by the task threads; each operation is a
+    single dict or set call, and a lock keeps them whole across interpreters without a GIL.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parked: dict[str, Receipt] = {}  # received; the claim has not written the entry
+        self._settled: set[str] = set()  # the outcome script deleted the entry
+
+    def park(self, receipt: Receipt) -> None:
+        with self._lock:
+            self._parked[receipt.tag] = receipt
+
+    def parked(self, tag: str) -> Receipt | None:
+        """The receipt the claim should write, or None (not a parked step message)."""
+        with self._lock:
+            return self._parked.get(tag)
+
+    def held(self, tag: str) -> None:
+        """The claim script wrote the entry: the broker holds the message again."""
+        with self._lock:
+            self._parked.pop(tag, None)
+
+    def settle(self, tag: str) -> None:
+        """The outcome script deleted the entry: the coming ack has nothing left to delete."""
+        with self._lock:
+            self._settled.add(tag)
+
+    def on_ack(self, tag: str) -> bool:
+        """Forget ``tag``; True when the ack's deletion was already done by a script."""
+        with self._lock:
+            self._parked.pop(tag, None)
+            if tag in self._settled:
+                self._settled.discard(tag)
+                return True
+            return False
+
+    def unpark(self, tags: list[str]) -> list[Receipt]:
+        """Take the parked receipts among ``tags`` (to write them back before a restore)."""
+        with self._lock:
+            return [r for r in (self._parked.pop(t, None) for t in tags) if r is not None]
+
+
+receipts = Receipts()
+"""This process's receipts: one worker process consumes through one transport."""
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's Redis ack emulation, except that step messages are parked on receipt."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        if message.headers.get("task") != STEP_TASK:
+            super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        delivery = message.delivery_info
+        receipts.park(
+            Receipt(
+                tag=delivery_tag,
+                unacked_key=self.unacked_key,
+                index_key=self.unacked_index_key,
+                message=message._raw,
+                exchange=delivery["exchange"],
+                routing_key=delivery["routing_key"],
+            )
+        )
+        virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def ack(self, delivery_tag: str) -> None:
+        if receipts.on_ack(delivery_tag):
+            virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+        else:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if requeue:
+            self.hold([delivery_tag])
+        receipts.on_ack(delivery_tag)
+        super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+
+    def restore_unacked(self, client: Any = None) -> None:
+        self.hold(list(self._delivered), client)
+        super().restore_unacked(client)  # type: ignore[no-untyped-call]
+
+    def hold(self, tags: list[str], client: Any = None) -> None:
+        """Write still-parked step messages into the unacked entries kombu restores from."""
+        parked = receipts.unpark(tags)
+        if not parked:
+            return
+        with self.pipe_or_acquire(client=client) as pipe:
+            for r in parked:
+                pipe.zadd(r.index_key, {r.tag: time.time()}).hset(r.unacked_key, r.tag, r.entry)
+            pipe.execute()
 
 
 class Channel(kombu_redis.Channel):
     """A Redis channel whose synchronous client is built once per connection pool."""
 
+    QoS = QoS
     _sync_client: Any = None
+
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        self.qos.hold([message.delivery_tag])
+        super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import redis
 
+from core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP, Keys
 from core.lua import RECORD_EFFECT, RECORD_OUTCOME, START_ATTEMPT
@@ -146,16 +147,27 @@ class HotState:
         worker: str,
         tool: str = "",
         breaker: BreakerPolicy | None = None,
+        receipt: Receipt | None = None,
     ) -> int:
         """Claim a dispatched attempt (and check its tool's breaker) in one round trip.
 
+        A ``receipt`` is written back to the broker's unacked entries in the same call.
         Returns 1 claimed, 2 claimed but the breaker is open, 0 stale, -1 already started.
         """
         cooldown = "" if breaker is None else breaker.cooldown_s
+        unacked, index = _unacked_keys(receipt)
         return int(
             self._start(
-                keys=[self.keys.step(sid, step_id), self.keys.breaker(tool)],
-                args=[attempt, epoch, worker, repr(time.time()), cooldown],
+                keys=[self.keys.step(sid, step_id), self.keys.breaker(tool), unacked, index],
+                args=[
+                    attempt,
+                    epoch,
+                    worker,
+                    repr(time.time()),
+                    cooldown,
+                    receipt.tag if receipt else "",
+                    receipt.entry if receipt else "",
+                ],
             )
         )
 
@@ -174,9 +186,11 @@ class HotState:
         tool: str = "",
         breaker: BreakerPolicy | None = None,
         tool_ok: bool | None = None,
+        receipt: Receipt | None = None,
     ) -> str | None:
         """Record an attempt's outcome, count it on the tool's breaker (unless ``tool_ok`` is
-        None) and append its event, atomically; None when the attempt is stale."""
+        None), append its event and delete the ``receipt``'s unacked entry (the ack),
+        atomically; None when the attempt is stale (the ack happens all the same)."""
         blob = dumps(output) if output is not None else ""
         ref = blob_digest(blob) if blob else ""
         event = event.model_copy(update={"payload": {**event.payload, "output_ref": ref}})
@@ -188,6 +202,7 @@ class HotState:
         window = breaker.window_s if breaker else 0
         threshold = breaker.failures if breaker else 0
         breaker_key = self.keys.breaker(tool)
+        unacked, index = _unacked_keys(receipt)
         result = self._record(
             keys=[
                 self.keys.step(sid, step_id),
@@ -195,6 +210,8 @@ class HotState:
                 self.keys.blob(ref),
                 breaker_key,
                 f"{breaker_key}:failures",
+                unacked,
+                index,
             ],
             args=[
                 attempt,
@@ -209,10 +226,18 @@ class HotState:
                 window,
                 threshold,
                 uuid.uuid4().hex,
+                receipt.tag if receipt else "",
                 *flat,
             ],
         )
         return cast(str | None, result or None)
+
+
+def _unacked_keys(receipt: Receipt | None) -> tuple[str, str]:
+    """The broker's unacked hash and index for a script (kombu's names when there is none)."""
+    if receipt is None:
+        return KOMBU_UNACKED, KOMBU_UNACKED_INDEX
+    return receipt.unacked_key, receipt.index_key
 
 
 @dataclass(frozen=True)

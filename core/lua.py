@@ -107,14 +107,20 @@ local function breaker_record(key, failures, now, ok, window, threshold, member)
 end
 """
 
-# KEYS[1] step hash, KEYS[2] breaker hash. ARGV: attempt, epoch, worker, started_at,
-# cooldown_s ('' = no breaker).
+# KEYS[1] step hash, KEYS[2] breaker hash, KEYS[3] and KEYS[4] the broker's unacked hash and
+# index. ARGV: attempt, epoch, worker, started_at, cooldown_s ('' = no breaker), delivery tag
+# ('' = none), unacked entry.
 # A worker claims the attempt it was handed: only the live attempt of a running step, and
 # only once. Returns 1 claimed, 2 claimed but the tool's breaker is open (fail fast),
-# 0 stale, -1 already started elsewhere (a duplicate delivery).
+# 0 stale, -1 already started elsewhere (a duplicate delivery). Either way the broker holds
+# the message again from here until the outcome (core/broker.py).
 START_ATTEMPT = (
     _BREAKER_FUNCTIONS
     + """
+if ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[4], ARGV[6])
+  redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+end
 local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch', 'started_at')
 if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return 0
@@ -131,16 +137,21 @@ return 1
 )
 
 # KEYS[1] step hash, KEYS[2] events stream, KEYS[3] blob key, KEYS[4] breaker hash,
-# KEYS[5] breaker failure times.
+# KEYS[5] breaker failure times, KEYS[6] and KEYS[7] the broker's unacked hash and index.
 # ARGV: attempt, epoch, status, finished_at, error, error_kind, output_ref, blob,
 #       breaker ('' = leave it, 'ok', 'fail'), window_s, threshold, member,
-#       then the event's field/value pairs.
+#       delivery tag ('' = none), then the event's field/value pairs.
 # Records one attempt's outcome, counts it on the tool's breaker and appends its event in
 # one step; an outcome of a stale attempt (or of a step no longer running) is dropped.
+# Either way the message is acknowledged to the broker in the same step.
 # Returns the event id, or false.
 RECORD_OUTCOME = (
     _BREAKER_FUNCTIONS
     + """
+if ARGV[13] ~= '' then
+  redis.call('ZREM', KEYS[7], ARGV[13])
+  redis.call('HDEL', KEYS[6], ARGV[13])
+end
 local cur = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'epoch')
 if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return false
@@ -155,7 +166,7 @@ if ARGV[9] ~= '' then
                  tonumber(ARGV[11]), ARGV[12])
 end
 local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
 )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from core.broker import receipts
 from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
 from core.hot_state import BreakerPolicy, HotState
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
@@ -101,7 +102,7 @@ class StepExecutor:
         self.breaker = breaker
         self.threads = ToolThreads()
 
-    def execute(self, args: StepTaskArgs) -> str:
+    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> str:
         """Run one attempt end to end; returns what happened, for the task's result line.
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
@@ -110,8 +111,13 @@ class StepExecutor:
         3. Classify the result: completed, unexpected, failed (transient/permanent), timed out.
         4. Record the outcome, count it on the breaker and append its event, in one atomic
            Redis call.
+
+        The message that brought the attempt (``delivery_tag``) is written back to the
+        broker's unacked entries by the claim and acknowledged by the outcome, inside the
+        same two calls (core/broker.py).
         """
         sid, step = args.session_id, args.step_id
+        receipt = receipts.parked(delivery_tag) if delivery_tag else None
         claim = self.state.start_attempt(
             sid,
             step,
@@ -120,7 +126,10 @@ class StepExecutor:
             worker=self.worker,
             tool=args.tool,
             breaker=self.breaker,
+            receipt=receipt,
         )
+        if receipt:
+            receipts.held(receipt.tag)
         if claim not in (CLAIMED, BREAKER_OPEN):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
@@ -156,7 +165,10 @@ class StepExecutor:
             tool=args.tool,
             breaker=self.breaker,
             tool_ok=_tool_health(outcome),
+            receipt=receipt,
         )
+        if receipt:
+            receipts.settle(receipt.tag)
         log.info(
             "session=%s step=%s attempt=%d %s in %.3fs%s",
             sid,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 
 from config.celery import STEP_TASK
 from core.models import StepTaskArgs
@@ -18,8 +18,11 @@ def register_tasks(celery_app: Celery) -> None:
         acks_late=True,
         reject_on_worker_lost=True,
         ignore_result=True,
+        bind=True,
     )
-    def run_step(args: dict[str, Any]) -> str:
+    def run_step(task: Task, args: dict[str, Any]) -> str:
         from workers.app import executor
 
-        return executor().execute(StepTaskArgs.model_validate(args))
+        # kombu's delivery tag: the claim and outcome scripts hold and ack the message.
+        tag = (task.request.properties or {}).get("delivery_tag")
+        return executor().execute(StepTaskArgs.model_validate(args), delivery_tag=tag)
