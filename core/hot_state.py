@@ -187,10 +187,14 @@ class HotState:
         breaker: BreakerPolicy | None = None,
         tool_ok: bool | None = None,
         receipt: Receipt | None = None,
+        finished_at: float | None = None,
     ) -> str | None:
         """Record an attempt's outcome, count it on the tool's breaker (unless ``tool_ok`` is
         None), append its event and delete the ``receipt``'s unacked entry (the ack),
-        atomically; None when the attempt is stale (the ack happens all the same)."""
+        atomically; None when the attempt is stale (the ack happens all the same).
+
+        ``finished_at`` is when the tool returned (default: now).
+        """
         blob = dumps(output) if output is not None else ""
         ref = blob_digest(blob) if blob else ""
         event = event.model_copy(update={"payload": {**event.payload, "output_ref": ref}})
@@ -217,7 +221,7 @@ class HotState:
                 attempt,
                 epoch,
                 status,
-                repr(time.time()),
+                repr(time.time() if finished_at is None else finished_at),
                 error,
                 error_kind,
                 ref,

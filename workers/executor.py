@@ -166,6 +166,7 @@ class StepExecutor:
             breaker=self.breaker,
             tool_ok=_tool_health(outcome),
             receipt=receipt,
+            finished_at=finished,
         )
         if receipt:
             receipts.settle(receipt.tag)
