@@ -19,7 +19,7 @@ from kombu import Connection
 
 from config.celery import STEP_TASK
 from config.settings import Settings
-from core.broker import receipts
+from core.broker import Receipt, receipts
 from core.hot_state import HotState
 from core.models import Event, EventType, StepStatus, StepTaskArgs
 from core.tools import load_tools
@@ -93,6 +93,23 @@ def _running(hot_state: HotState, args: StepTaskArgs) -> None:
     )
 
 
+def _receive_and_claim(
+    settings: Settings, client: redis.Redis, channel: Any, hot_state: HotState, sid: str
+) -> tuple[StepTaskArgs, Any, Receipt, int]:
+    """Queue an attempt, receive it on ``channel`` and claim it with its receipt, as a worker
+    does; returns the attempt, the message, its receipt and the claim's result."""
+    args = _queue_step(settings, client, sid)
+    _running(hot_state, args)
+    message = channel.basic_get(settings.queue)
+    receipt = receipts.parked(message.delivery_tag)
+    assert receipt is not None
+    claimed = hot_state.start_attempt(
+        args.session_id, args.step_id, attempt=1, epoch=1, worker="w1", receipt=receipt
+    )
+    receipts.held(receipt.tag)
+    return args, message, receipt, claimed
+
+
 def _event(args: StepTaskArgs) -> Event:
     return Event(
         type=EventType.TASK_COMPLETED,
@@ -134,17 +151,10 @@ def test_the_claim_holds_the_message_and_the_outcome_acks_it(
     hot_state: HotState,
     run_id: str,
 ) -> None:
-    args = _queue_step(settings, redis_client, f"{run_id}-hold")
-    _running(hot_state, args)
-    message = channel.basic_get(settings.queue)
-    receipt = receipts.parked(message.delivery_tag)
-    assert receipt is not None
     hash_key, index_key = unacked
-
-    claimed = hot_state.start_attempt(
-        args.session_id, args.step_id, attempt=1, epoch=1, worker="w1", receipt=receipt
+    args, message, receipt, claimed = _receive_and_claim(
+        settings, redis_client, channel, hot_state, f"{run_id}-hold"
     )
-    receipts.held(receipt.tag)
 
     assert claimed == 1
     entry, _exchange, routing_key = json.loads(redis_client.hget(hash_key, receipt.tag) or "")
@@ -180,15 +190,9 @@ def test_a_stale_outcome_still_acks_its_message(
     hot_state: HotState,
     run_id: str,
 ) -> None:
-    args = _queue_step(settings, redis_client, f"{run_id}-stale")
-    _running(hot_state, args)
-    message = channel.basic_get(settings.queue)
-    receipt = receipts.parked(message.delivery_tag)
-    assert receipt is not None
-    hot_state.start_attempt(
-        args.session_id, args.step_id, attempt=1, epoch=1, worker="w1", receipt=receipt
+    args, message, receipt, _ = _receive_and_claim(
+        settings, redis_client, channel, hot_state, f"{run_id}-stale"
     )
-    receipts.held(receipt.tag)
 
     event_id = hot_state.record_outcome(  # a takeover moved the session to epoch 2 meanwhile
         args.session_id,
