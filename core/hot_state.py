@@ -155,7 +155,7 @@ class HotState:
         Returns 1 claimed, 2 claimed but the breaker is open, 0 stale, -1 already started.
         """
         cooldown = "" if breaker is None else breaker.cooldown_s
-        unacked, index = _unacked_keys(receipt)
+        unacked, index, tag = _receipt_args(receipt)
         return int(
             self._start(
                 keys=[self.keys.step(sid, step_id), self.keys.breaker(tool), unacked, index],
@@ -165,7 +165,7 @@ class HotState:
                     worker,
                     repr(time.time()),
                     cooldown,
-                    receipt.tag if receipt else "",
+                    tag,
                     receipt.entry if receipt else "",
                 ],
             )
@@ -206,7 +206,7 @@ class HotState:
         window = breaker.window_s if breaker else 0
         threshold = breaker.failures if breaker else 0
         breaker_key = self.keys.breaker(tool)
-        unacked, index = _unacked_keys(receipt)
+        unacked, index, tag = _receipt_args(receipt)
         result = self._record(
             keys=[
                 self.keys.step(sid, step_id),
@@ -230,18 +230,19 @@ class HotState:
                 window,
                 threshold,
                 uuid.uuid4().hex,
-                receipt.tag if receipt else "",
+                tag,
                 *flat,
             ],
         )
         return cast(str | None, result or None)
 
 
-def _unacked_keys(receipt: Receipt | None) -> tuple[str, str]:
-    """The broker's unacked hash and index for a script (kombu's names when there is none)."""
+def _receipt_args(receipt: Receipt | None) -> tuple[str, str, str]:
+    """The broker's unacked hash and index and the delivery tag, for a script; with no
+    receipt, kombu's names and an empty tag (the script leaves the broker alone)."""
     if receipt is None:
-        return KOMBU_UNACKED, KOMBU_UNACKED_INDEX
-    return receipt.unacked_key, receipt.index_key
+        return KOMBU_UNACKED, KOMBU_UNACKED_INDEX, ""
+    return receipt.unacked_key, receipt.index_key, receipt.tag
 
 
 @dataclass(frozen=True)
