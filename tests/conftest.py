@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from config.settings import Settings
+from producer.stack import EmbeddedRedis, redis_server_binary
 
 T = TypeVar("T")
 
 # Tests use their own Redis database number and key prefix, and clean up after themselves.
 TEST_REDIS_URL = os.environ.get("PLANLOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 TEST_REDIS_DB = int(os.environ.get("PLANLOOP_TEST_REDIS_DB", "13"))
+# The redis-server binary fault tests start on private ports: the same line as the shared one.
+TEST_REDIS_SERVER = os.environ.get("PLANLOOP_TEST_REDIS_SERVER", "")
 TEST_PG_URL = os.environ.get(
     "PLANLOOP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -70,3 +73,26 @@ def _no_planloop_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("PLANLOOP_") and not name.startswith("PLANLOOP_TEST_"):
             monkeypatch.delenv(name)
+
+
+MakeRedis = Callable[[], EmbeddedRedis]
+
+
+@pytest.fixture
+def private_redis() -> Iterator[MakeRedis]:
+    """A factory of private Redis servers (free port, own directory) that a fault test may
+    kill, flush or restart (``restart(keep_data=...)``); all stopped after the test.
+
+    The binary is ``PLANLOOP_TEST_REDIS_SERVER`` when set (the suite runs once per Redis
+    line), else the one the demo would embed.
+    """
+    started: list[EmbeddedRedis] = []
+
+    def make() -> EmbeddedRedis:
+        server = EmbeddedRedis(binary=TEST_REDIS_SERVER or redis_server_binary()).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
