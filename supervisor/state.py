@@ -162,9 +162,13 @@ class SessionStore:
         """
         stream, taken, start = self.keys.events(sid), [], "0-0"
         while True:
-            start, entries, _deleted = await self.r.xautoclaim(
+            # Redis 6.2 replies [next start, entries]; Redis 7 adds a third element (the ids
+            # of entries deleted from the stream), and redis-py passes either shape through.
+            reply: Any = await self.r.xautoclaim(
                 stream, EVENTS_GROUP, consumer, min_idle_time=min_idle_ms, start_id=start, count=500
             )
+            start, entries = reply[0], reply[1]
+            # 6.2 lists a deleted entry as a nil (redis-py: (None, None)); 7 drops it
             taken += [(entry_id, fields) for entry_id, fields in entries if fields]
             if start == "0-0":
                 return taken
