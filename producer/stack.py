@@ -7,7 +7,6 @@ same real processes.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -24,6 +23,7 @@ from urllib.parse import urlparse
 import redis
 
 from core.errors import ConfigError
+from core.redis_version import MIN_REDIS_VERSION, parse_redis_version
 
 
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
@@ -57,10 +57,6 @@ def wait_until(predicate: object, timeout_s: float, what: str, poll_s: float = 0
     raise ConfigError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
-# The oldest Redis Planloop runs on: XAUTOCLAIM and XTRIM MINID came with 6.2.
-MIN_REDIS_VERSION = (6, 2)
-
-
 def redis_server_version(binary: str) -> tuple[int, ...] | None:
     """The version ``binary --version`` reports (``v=7.0.15`` -> (7, 0, 15)); None if unknown."""
     try:
@@ -69,8 +65,7 @@ def redis_server_version(binary: str) -> tuple[int, ...] | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", done.stdout)
-    return tuple(int(part) for part in match.groups()) if match else None
+    return parse_redis_version(done.stdout.partition("v=")[2])
 
 
 def redis_server_binary() -> str:

