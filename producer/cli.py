@@ -219,7 +219,9 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     # Threads pass the GIL between the consumer and the pool: a shorter slice than the
     # default 5 ms keeps a received task from waiting on it.
     sys.setswitchinterval(0.0005)
-    app.worker_main(argv)
+    # Celery's worker_main drops the exit code: a worker that stops on a broker failure
+    # must exit non-zero, so `restart: on-failure` brings it back.
+    sys.exit(app.start(argv) or 0)
 
 
 @cli.command()
