@@ -24,18 +24,16 @@ Two changes to kombu's Redis transport, both about round trips on the worker:
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from config.celery import STEP_TASK
-
-log = logging.getLogger(__name__)
 
 # kombu's default names of its unacked hash and index (transport options can change them).
 KOMBU_UNACKED: str = kombu_redis.Channel.unacked_key
@@ -146,13 +144,6 @@ class QoS(kombu_redis.QoS):
         super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
 
     def restore_unacked(self, client: Any = None) -> None:
-        if client is None and self.channel.connection.client is None:
-            # Celery closes a channel after its broker connection was lost, when the
-            # transport is already detached: kombu would fail building a client with an
-            # AttributeError that ends the worker (exit 0). The unacked entries stay in
-            # Redis; the supervisor's watchdog sends again whatever they held.
-            log.warning("broker connection lost: unacked messages left for the watchdog")
-            return
         self.hold(list(self._delivered), client)
         super().restore_unacked(client)  # type: ignore[no-untyped-call]
 
@@ -178,6 +169,12 @@ class Channel(kombu_redis.Channel):
         super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            # Closed after its broker connection was lost: Celery still acks a finished
+            # task's message, and restores unacked ones, through it. kombu would fail with
+            # an AttributeError that ends the worker; a connection error is what Celery
+            # expects and ignores there (the supervisor sends lost attempts again).
+            raise redis.ConnectionError("broker channel closed after a lost connection")
         if asynchronous:
             return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         client = self._sync_client

@@ -36,7 +36,8 @@ def create_app(settings: Settings) -> Celery:
 def executor() -> StepExecutor:
     """This worker process's executor (built on first use, after any fork)."""
     settings = get_settings()
-    client = connect(settings.redis_url)
+    # Retries ride out a Redis outage, so an outcome is not lost to a blip.
+    client = connect(settings.redis_url, retry_s=settings.worker_redis_retry_s)
     keys = Keys(settings.key_prefix)
     tools = load_tools(settings.tool_modules)
     worker = f"{socket.gethostname()}:{os.getpid()}"
