@@ -13,6 +13,7 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.exceptions import AuthenticationError, AuthorizationError
 
 # Replies that mean "the stream or group is gone": NOGROUP, or UNBLOCKED for a blocked read
 # whose stream was deleted under it (Redis 7).
@@ -23,6 +24,10 @@ _TRANSIENT_REPLIES = (*_GONE_REPLIES, "LOADING", "MASTERDOWN", "TRYAGAIN")
 
 def is_redis_fault(exc: BaseException) -> bool:
     """True when ``exc`` is a Redis fault to wait out (see the module docstring)."""
+    # A wrong password or missing permission is a configuration error, not a fault: the
+    # process exits (code 1) with the message. They derive from ConnectionError.
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return False
     # BusyLoadingError (Redis loading its dump) is a ConnectionError.
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return True

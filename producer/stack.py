@@ -185,7 +185,7 @@ class Stack:
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
 
-    def restart_dead(self) -> list[str]:
+    def restart_dead(self, now: float | None = None) -> list[str]:
         """Start again each child that exited, once its back-off has passed.
 
         The back-off starts at ``RESTART_FIRST_S`` and doubles per death up to
@@ -193,7 +193,7 @@ class Stack:
         keeps its log file (appended to). Returns one line per restart, for the user.
         """
         lines: list[str] = []
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         for index, child in enumerate(self.children):
             if child.process.poll() is None:
                 continue
