@@ -10,15 +10,20 @@ printed, not asserted.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
 
 import pytest
 
 from core.models import SessionStatus
 from planner.plan import Plan
-from producer.stack import EmbeddedRedis, Stack
+from producer.stack import EmbeddedRedis
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
@@ -158,25 +163,51 @@ def test_supervisor_frozen_past_its_lease(
     run_with_fault(ps, "sigstop", freeze, keeps_data=True)
 
 
-def test_up_restarts_dead_children(private_redis: MakeRedis, private_stack: MakeStack) -> None:
-    """`planloop up`'s stack brings back a SIGKILLed worker and supervisor (with back-off)."""
+def children_of(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
+
+
+def test_up_restarts_dead_children(
+    private_redis: MakeRedis, private_stack: MakeStack, tmp_path: Path
+) -> None:
+    """`planloop up` starts again a SIGKILLed worker and supervisor, then runs a session."""
     server = private_redis()
-    ps = private_stack(redis_url=server.url)
-    stack: Stack = ps.stack
-    old = [p.pid for p in stack.processes]
-    for proc in list(stack.processes):
-        ps.signal(proc, signal.SIGKILL)
-    lines: list[str] = []
-
-    def restarted() -> bool:
-        lines.extend(stack.restart_dead())
-        return all(p.poll() is None and p.pid not in old for p in stack.processes)
-
-    wait_for(restarted, 30, "the stack to restart its dead children")
-    assert len(lines) == 2, lines
-    assert all("exited with code -9" in line for line in lines), lines
-    plan = write_plan("restarted")
-    ids = [s.id for s in plan.steps]
-    sid = ps.producer.submit(plan)
-    record = ps.finish(sid, ids, 60, "after the restarts")
-    assert record.status == SessionStatus.COMPLETED
+    ps = private_stack(redis_url=server.url, workers=0, supervisors=0)
+    out = tmp_path / "up.out"
+    with out.open("wb") as sink:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "producer.cli", "up"],
+            env=ps.stack.env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "stack ready" in out.read_text(), 60, "planloop up to be ready")
+        old = children_of(up.pid)
+        assert len(old) == 2, old
+        for pid in old:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: out.read_text().count("restarted as pid") == 2,
+            30,
+            f"planloop up to restart its children; output:\n{out.read_text()}",
+        )
+        assert up.poll() is None, out.read_text()
+        assert not set(children_of(up.pid)) & set(old)
+        plan = write_plan("restarted")
+        ids = [s.id for s in plan.steps]
+        sid = ps.producer.submit(plan)
+        record = ps.finish(sid, ids, 60, "after the restarts")
+        assert record.status == SessionStatus.COMPLETED
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(30)
+    assert up.returncode == 0, out.read_text()
