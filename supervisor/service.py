@@ -212,7 +212,13 @@ class Supervisor:
 
 
 def serve(settings: Settings) -> None:
-    """Run a supervisor until SIGINT or SIGTERM."""
+    """Run a supervisor until SIGINT or SIGTERM (exit code 0).
+
+    Redis unreachable, restarting, loading or losing its data is never a reason to exit.
+    The process exits with code 1 (and the traceback) only when it cannot go on: Redis
+    refuses its credentials or permissions, Redis answers an error that is not a fault (a
+    script or type error: a bug or a foreign key in our prefix), or the lease keeper died.
+    """
     import signal
 
     async def main() -> None:
