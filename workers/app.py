@@ -50,4 +50,21 @@ def executor() -> StepExecutor:
     )
 
 
+def run_worker(argv: list[str]) -> int:
+    """Run ``celery worker`` with ``argv``; its exit code.
+
+    Celery's ``worker_main`` and ``start`` drop the code (click hands it back as a return
+    value they ignore), so a worker that stopped on a broker failure would exit 0 and a
+    ``restart: on-failure`` policy would never bring it back.
+    """
+    from celery.bin.celery import celery as command
+
+    command.params[0].default = app  # the --app option, as Celery.start sets it
+    try:
+        code = command.main(args=argv, standalone_mode=False)
+    finally:
+        command.params[0].default = None
+    return code if isinstance(code, int) else 0
+
+
 app = create_app(get_settings())
