@@ -237,3 +237,27 @@ def test_up_restarts_dead_children(
         up.send_signal(signal.SIGTERM)
         up.wait(30)
     assert up.returncode == 0, out.read_text()
+
+
+def test_worker_that_must_stop_exits_non_zero(private_stack: MakeStack, tmp_path: Path) -> None:
+    """A worker stopped by an unrecoverable broker failure exits 1, so a `restart:
+    on-failure` policy brings it back (Celery's worker_main used to turn it into 0)."""
+    ps = private_stack(workers=0, supervisors=0)
+    broken = (
+        "import celery.worker.consumer.consumer as c\n"
+        "def start(self):\n"
+        "    raise RuntimeError('broker gone for good (simulated)')\n"
+        "c.Consumer.start = start\n"
+        "from producer.cli import main\n"
+        "main(['worker', '--loglevel', 'WARNING'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", broken],
+        env=ps.stack.env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert b"broker gone for good" in done.stderr + done.stdout
+    assert done.returncode == 1, done.stderr[-2000:]
