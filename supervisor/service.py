@@ -177,13 +177,13 @@ class Supervisor:
         renewed_at = time.monotonic()
         while not stop.is_set():
             sent = time.monotonic()
-            owned = [(sid, o.token) for sid, o in self.owned.items() if not o.task.done()]
-            try:
-                renewed = await self.store.renew_leases(owned, ttl)
-            except redis.RedisError as exc:
-                if not is_redis_fault(exc):
-                    raise
-                self.outage.failed(exc)
+            owned = [
+                (sid, o.token)
+                for sid, o in self.owned.items()
+                if not o.task.done() and not o.task.cancelling()  # not the ones let go
+            ]
+            renewed = await self._renew(owned, ttl)
+            if renewed is None:
                 if time.monotonic() - renewed_at >= ttl:
                     self._stop_loops("redis unreachable for longer than the lease TTL")
             else:
@@ -195,10 +195,23 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
 
+    async def _renew(self, owned: list[tuple[str, str]], ttl: float) -> list[bool] | None:
+        """Renew ``owned``; None when Redis did not answer within the TTL (a fault, or a
+        Redis that hangs: frozen, or cut off without the connection being closed)."""
+        try:
+            return await asyncio.wait_for(self.store.renew_leases(owned, ttl), ttl)
+        except TimeoutError:
+            self.outage.failed(TimeoutError(f"no answer within {ttl:g}s"))
+        except redis.RedisError as exc:
+            if not is_redis_fault(exc):
+                raise
+            self.outage.failed(exc)
+        return None
+
     def _stop_loops(self, why: str) -> None:
         """Stop every session loop: their leases are taken as lost (reclaimed later)."""
         for sid, owned in self.owned.items():
-            if not owned.task.done():
+            if not owned.task.done() and not owned.task.cancelling():
                 log.warning("session=%s leases taken as lost (%s); stopping its loop", sid, why)
                 owned.task.cancel()
 

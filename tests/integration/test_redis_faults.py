@@ -148,6 +148,22 @@ def test_unreachable_for_a_while(private_redis: MakeRedis, private_stack: MakeSt
     assert "redis back after" in log, log[-3000:]
 
 
+def test_redis_frozen_for_a_while(private_redis: MakeRedis, private_stack: MakeStack) -> None:
+    """Redis hangs (SIGSTOP) past the lease TTL, connections open: processes wait it out."""
+    server, ps = faulty_stack(private_redis, private_stack)
+
+    def freeze() -> None:
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            until = time.monotonic() + ps.settings.lease_ttl_s * 3
+            wait_for(lambda: alive(ps) is None and time.monotonic() > until, 30, "the freeze")
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+
+    run_with_fault(ps, "redis-frozen", freeze, keeps_data=True)
+
+
 @pytest.mark.parametrize("supervisors", [1, 2])
 def test_supervisor_frozen_past_its_lease(
     private_redis: MakeRedis, private_stack: MakeStack, supervisors: int
