@@ -31,7 +31,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_consumer": "workers.consumer:Consumer",
         "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
+        # A lost broker connection is re-established with Celery's back-off (2 s more per
+        # try, at most 30 s apart; 100 tries ride out far more than a minute). Tasks in
+        # flight go on and record their outcomes through the executor's own client
+        # (core/hot_state.py connect); only when the tries run out does the worker stop,
+        # with exit code 1.
+        "broker_connection_retry": True,
         "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": 100,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
         "task_default_queue": settings.queue,
         "task_routes": {

@@ -138,6 +138,16 @@ class Settings(BaseSettings):
         SecretStr("admin:planloop"), description="user:password Flower asks for."
     )
 
+    # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
+    worker_redis_retry_s: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds a worker keeps retrying a Redis call (claiming an attempt, "
+        "recording its outcome) while Redis is unreachable, default 60; past it the "
+        "outcome is dropped and the supervisor's watchdog runs the attempt again after "
+        "its timeout + grace.",
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

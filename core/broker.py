@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
@@ -168,6 +169,12 @@ class Channel(kombu_redis.Channel):
         super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            # Closed after its broker connection was lost: Celery still acks a finished
+            # task's message, and restores unacked ones, through it. kombu would fail with
+            # an AttributeError that ends the worker; a connection error is what Celery
+            # expects and ignores there (the supervisor sends lost attempts again).
+            raise redis.ConnectionError("broker channel closed after a lost connection")
         if asynchronous:
             return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         client = self._sync_client

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from core.errors import SessionNotFoundError
@@ -22,10 +25,22 @@ from core.keys import EVENTS_GROUP, Keys
 from core.lua import RECORD_EFFECT, RECORD_OUTCOME, START_ATTEMPT
 from core.models import Event, SessionOptions, SessionRecord, StepState
 
+RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
 
-def connect(url: str) -> redis.Redis:
-    """A Redis client that answers ``str``."""
-    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+
+def connect(url: str, *, retry_s: float = 0) -> redis.Redis:
+    """A Redis client that answers ``str``.
+
+    With ``retry_s``, a command that meets a Redis fault (connection refused or dropped, a
+    time-out, Redis loading its dump) is tried again with back-off (up to ``RETRY_CAP_S``
+    apart) for about ``retry_s`` seconds before the fault is raised.
+    """
+    if not retry_s:
+        return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+    retry = Retry(
+        ExponentialBackoff(cap=RETRY_CAP_S, base=0.05), math.ceil(retry_s / RETRY_CAP_S) + 5
+    )
+    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30, retry=retry)
 
 
 def blob_digest(data: str) -> str:

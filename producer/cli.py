@@ -199,7 +199,7 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
-    from workers.app import app
+    from workers.app import run_worker
 
     argv = [
         "worker",
@@ -219,7 +219,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     # Threads pass the GIL between the consumer and the pool: a shorter slice than the
     # default 5 ms keeps a received task from waiting on it.
     sys.setswitchinterval(0.0005)
-    app.worker_main(argv)
+    sys.exit(run_worker(argv))
 
 
 @cli.command()

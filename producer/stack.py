@@ -158,25 +158,51 @@ class EmbeddedRedis:
         self.process.wait(10)
 
 
+RESTART_FIRST_S = 1.0  # first wait before a dead child is started again
+RESTART_MAX_S = 30.0  # the wait doubles per death, up to this
+RESTART_RESET_AFTER_S = 60.0  # a child that ran this long starts over at RESTART_FIRST_S
+
+
+@dataclass
+class Child:
+    """A process of the stack, and how to start it again when it dies."""
+
+    name: str
+    args: list[str]
+    process: subprocess.Popen[bytes]
+    started_at: float = field(default_factory=time.monotonic)
+    delay_s: float = RESTART_FIRST_S
+    due: float | None = None  # when it is started again (set once it is seen dead)
+
+
 @dataclass
 class Stack:
-    """Worker and supervisor processes sharing one environment."""
+    """Worker and supervisor processes sharing one environment.
+
+    ``processes`` lists the live process of each child in start order; :meth:`restart_dead`
+    replaces a dead one in place.
+    """
 
     env: dict[str, str]
     log_dir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        with open(self.log_dir / f"{name}-{len(self.processes)}.log", "wb") as log:
-            proc = subprocess.Popen(
+        proc = self._popen(f"{name}-{len(self.processes)}", args)
+        self.processes.append(proc)
+        self.children.append(Child(name, args, proc))
+        return proc
+
+    def _popen(self, log_name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        with open(self.log_dir / f"{log_name}.log", "ab") as log:
+            return subprocess.Popen(
                 [sys.executable, "-m", "producer.cli", *args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.processes.append(proc)
-        return proc
 
     def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
         return self._spawn(
@@ -186,6 +212,35 @@ class Stack:
 
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
+
+    def restart_dead(self, now: float | None = None) -> list[str]:
+        """Start again each child that exited, once its back-off has passed.
+
+        The back-off starts at ``RESTART_FIRST_S`` and doubles per death up to
+        ``RESTART_MAX_S``; a child that ran ``RESTART_RESET_AFTER_S`` starts over. A child
+        keeps its log file (appended to). Returns one line per restart, for the user.
+        """
+        lines: list[str] = []
+        now = time.monotonic() if now is None else now
+        for index, child in enumerate(self.children):
+            if child.process.poll() is None:
+                continue
+            if child.due is None:
+                if now - child.started_at >= RESTART_RESET_AFTER_S:
+                    child.delay_s = RESTART_FIRST_S
+                child.due = now + child.delay_s
+            if now < child.due:
+                continue
+            old = child.process
+            child.process = self.processes[index] = self._popen(f"{child.name}-{index}", child.args)
+            lines.append(
+                f"{child.name} pid {old.pid} exited with code {old.returncode} after "
+                f"{child.due - child.delay_s - child.started_at:.0f}s; restarted as pid "
+                f"{child.process.pid} (waited {child.delay_s:g}s)"
+            )
+            child.started_at, child.due = now, None
+            child.delay_s = min(RESTART_MAX_S, child.delay_s * 2)
+        return lines
 
     def stop(self, timeout_s: float = 10) -> None:
         for proc in self.processes:
@@ -199,6 +254,7 @@ class Stack:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait(5)
         self.processes.clear()
+        self.children.clear()
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

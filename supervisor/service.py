@@ -12,9 +12,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import redis
+
 from config.settings import Settings
 from core.keys import Keys
 from core.record import SqlRecord
+from core.redis_faults import Outage, is_missing_group, is_redis_fault
 from core.redis_version import require_supported_redis
 from core.tools import load_tools
 from planner.llm import build_chat_model
@@ -30,6 +33,7 @@ REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 CRASH_COOL_OFF_S = 2.0
 CRASH_COOL_OFF_MAX_S = 60.0
+OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 
 
 @dataclass
@@ -61,36 +65,61 @@ class Supervisor:
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
         self._crashes: dict[str, int] = {}
+        self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
+        self._inbox_ready = False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
 
-        1. Make sure the inbox consumer group exists.
-        2. Keep the leases of owned sessions alive (a task of its own; a lease that cannot
-           be renewed stops its session loop at once).
-        3. Until told to stop: take sessions announced on the inbox, and every reclaim
+        1. Keep the leases of owned sessions alive (a task of its own; a lease that cannot
+           be renewed stops its session loop at once, and so does Redis staying out of
+           reach for longer than the lease TTL: the leases are taken as lost).
+        2. Until told to stop: make sure the inbox consumer group exists (again after Redis
+           lost its data), take sessions announced on the inbox, and every reclaim
            interval take over active sessions whose lease expired.
+        3. A Redis fault in step 2 is waited out with a back-off and logged once per
+           outage; sessions whose leases were lost come back through the reclaim of step 2.
+           Any other error, or the lease keeper dying, ends the process (exit code 1).
         4. On stop: cancel the session loops and release their leases, so a peer resumes
            them without waiting for the leases to expire.
         """
         await require_supported_redis(self.store.r, self.settings.redis_url)
-        await self.store.ensure_inbox()
         keeper = asyncio.create_task(self._keep_leases(stop), name="leases")
         log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
         try:
-            await self._reclaim()
             while not stop.is_set():
-                block_ms = int(self.settings.reclaim_interval_s * 1000)
-                entries = await self.store.read_inbox(self.name, block_ms)
-                for _entry, sid in entries:
-                    await self._take(sid)
-                await self.store.ack_inbox([entry for entry, _ in entries])
-                await self._reclaim()
+                if keeper.done():
+                    keeper.result()  # the keeper never ends by itself: raise why it did
+                try:
+                    await self._serve_once()
+                except redis.RedisError as exc:
+                    if is_missing_group(exc) and self._inbox_ready:
+                        log.warning("inbox group gone (redis lost its data): creating it again")
+                        self._inbox_ready = False
+                        continue
+                    if not is_redis_fault(exc):
+                        raise
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+                else:
+                    self.outage.over()
         finally:
             keeper.cancel()
             await self._let_go()
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
+
+    async def _serve_once(self) -> None:
+        """One turn: (re)create the inbox group if needed, reclaim, take what was announced."""
+        if not self._inbox_ready:
+            await self.store.ensure_inbox()
+            self._inbox_ready = True
+        await self._reclaim()
+        block_ms = int(self.settings.reclaim_interval_s * 1000)
+        entries = await self.store.read_inbox(self.name, block_ms)
+        for _entry, sid in entries:
+            await self._take(sid)
+        await self.store.ack_inbox([entry for entry, _ in entries])
 
     async def _reclaim(self) -> None:
         """Take over active sessions nobody holds (their owner died or never came)."""
@@ -139,16 +168,54 @@ class Supervisor:
             del self.owned[sid]
 
     async def _keep_leases(self, stop: asyncio.Event) -> None:
-        interval = self.settings.lease_ttl_s / 3
+        """Renew the owned leases every third of their TTL.
+
+        A lease is good for ``lease_ttl_s`` from when its last renewal was *sent*: when
+        Redis has not answered for that long, every lease may have expired and been taken
+        by a peer, so every session loop stops (its writes would be fenced out anyway).
+        """
+        ttl = self.settings.lease_ttl_s
+        interval = ttl / 3
+        renewed_at = time.monotonic()
         while not stop.is_set():
-            owned = [(sid, o.token) for sid, o in self.owned.items() if not o.task.done()]
-            renewed = await self.store.renew_leases(owned, self.settings.lease_ttl_s)
-            for (sid, _token), ok in zip(owned, renewed, strict=True):
-                if not ok:
-                    log.error("session=%s lease lost; stopping its loop at once", sid)
-                    self.owned[sid].task.cancel()
+            sent = time.monotonic()
+            owned = [
+                (sid, o.token)
+                for sid, o in self.owned.items()
+                if not o.task.done() and not o.task.cancelling()  # not the ones let go
+            ]
+            renewed = await self._renew(owned, ttl)
+            if renewed is None:
+                if time.monotonic() - renewed_at >= ttl:
+                    self._stop_loops("redis unreachable for longer than the lease TTL")
+            else:
+                renewed_at = sent
+                for (sid, _token), ok in zip(owned, renewed, strict=True):
+                    if not ok:
+                        log.error("session=%s lease lost; stopping its loop at once", sid)
+                        self.owned[sid].task.cancel()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
+
+    async def _renew(self, owned: list[tuple[str, str]], ttl: float) -> list[bool] | None:
+        """Renew ``owned``; None when Redis did not answer within the TTL (a fault, or a
+        Redis that hangs: frozen, or cut off without the connection being closed)."""
+        try:
+            return await asyncio.wait_for(self.store.renew_leases(owned, ttl), ttl)
+        except TimeoutError:
+            self.outage.failed(TimeoutError(f"no answer within {ttl:g}s"))
+        except redis.RedisError as exc:
+            if not is_redis_fault(exc):
+                raise
+            self.outage.failed(exc)
+        return None
+
+    def _stop_loops(self, why: str) -> None:
+        """Stop every session loop: their leases are taken as lost (reclaimed later)."""
+        for sid, owned in self.owned.items():
+            if not owned.task.done() and not owned.task.cancelling():
+                log.warning("session=%s leases taken as lost (%s); stopping its loop", sid, why)
+                owned.task.cancel()
 
     async def _let_go(self) -> None:
         for owned in self.owned.values():
@@ -160,7 +227,13 @@ class Supervisor:
 
 
 def serve(settings: Settings) -> None:
-    """Run a supervisor until SIGINT or SIGTERM."""
+    """Run a supervisor until SIGINT or SIGTERM (exit code 0).
+
+    Redis unreachable, restarting, loading or losing its data is never a reason to exit.
+    The process exits with code 1 (and the traceback) only when it cannot go on: Redis
+    refuses its credentials or permissions, Redis answers an error that is not a fault (a
+    script or type error: a bug or a foreign key in our prefix), or the lease keeper died.
+    """
     import signal
 
     async def main() -> None:

@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any
 
+import redis
+
 from core.errors import FencedOutError, LLMError, PlanError, SessionError
 from core.models import (
     ErrorKind,
@@ -19,6 +21,7 @@ from core.models import (
     StepStatus,
 )
 from core.record import Checkpoint
+from core.redis_faults import is_redis_fault
 from planner.agents import Planner
 from planner.plan import Plan, Step
 from supervisor.checkpointer import Checkpointer
@@ -92,6 +95,20 @@ class SessionRunner(Scheduling, PlanChanges):
         except FencedOutError:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
+            )
+        except redis.RedisError as exc:
+            if not is_redis_fault(exc):
+                raise
+            # Not the session's fault: no crash counted. It is taken again (a new epoch)
+            # through the reclaim path once Redis answers, or rebuilt from SQL if Redis
+            # lost it.
+            log.warning(
+                "session=%s epoch=%d loop stopped by a redis fault (%s: %s); taken again "
+                "when redis answers",
+                self.sid,
+                self.epoch,
+                type(exc).__name__,
+                exc,
             )
         finally:
             await self.checkpointer.close()

@@ -8,14 +8,18 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from core.errors import FencedOutError
 from core.hot_state import dumps
 from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
 from core.lua import ACQUIRE_LEASE, END_ATTEMPT, FENCED_WRITE, RELEASE_LEASE, RENEW_LEASE
 from core.models import Event, SessionRecord, StepState
+from core.redis_faults import is_redis_fault
 
 Op = list[Any]
+CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller
 
 
 class SessionStore:
@@ -32,7 +36,12 @@ class SessionStore:
 
     @classmethod
     def from_url(cls, url: str, keys: Keys) -> SessionStore:
-        client = aioredis.Redis.from_url(url, decode_responses=True, max_connections=512)
+        # A few quick retries absorb a dropped connection; a longer outage reaches the
+        # supervisor's own back-off within a second, so the lease keeper notices it in time.
+        retry = Retry(ExponentialWithJitterBackoff(base=0.02, cap=0.25), CLIENT_RETRIES)
+        client = aioredis.Redis.from_url(
+            url, decode_responses=True, max_connections=512, retry=retry
+        )
         return cls(client, keys)
 
     # --- leases ---------------------------------------------------------------------------
@@ -53,7 +62,14 @@ class SessionStore:
         return [bool(ok) for ok in await pipe.execute()]
 
     async def release_lease(self, sid: str, token: str) -> bool:
-        return bool(await self._release(keys=[self.keys.lease(sid)], args=[token]))
+        """Compare-and-delete; False when not ours, or Redis is unreachable (the lease then
+        expires by itself after its TTL)."""
+        try:
+            return bool(await self._release(keys=[self.keys.lease(sid)], args=[token]))
+        except aioredis.RedisError as exc:
+            if not is_redis_fault(exc):
+                raise
+            return False
 
     async def unowned(self, sids: Iterable[str]) -> list[str]:
         """Those of ``sids`` whose lease is not held by anyone."""

@@ -36,7 +36,8 @@ def create_app(settings: Settings) -> Celery:
 def executor() -> StepExecutor:
     """This worker process's executor (built on first use, after any fork)."""
     settings = get_settings()
-    client = connect(settings.redis_url)
+    # Retries ride out a Redis outage, so an outcome is not lost to a blip.
+    client = connect(settings.redis_url, retry_s=settings.worker_redis_retry_s)
     keys = Keys(settings.key_prefix)
     tools = load_tools(settings.tool_modules)
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -47,6 +48,23 @@ def executor() -> StepExecutor:
     return StepExecutor(
         HotState(client, keys), tools, RedisEffectLedger(client, keys), worker, policy
     )
+
+
+def run_worker(argv: list[str]) -> int:
+    """Run ``celery worker`` with ``argv``; its exit code.
+
+    Celery's ``worker_main`` and ``start`` drop the code (click hands it back as a return
+    value they ignore), so a worker that stopped on a broker failure would exit 0 and a
+    ``restart: on-failure`` policy would never bring it back.
+    """
+    from celery.bin.celery import celery as command
+
+    command.params[0].default = app  # the --app option, as Celery.start sets it
+    try:
+        code = command.main(args=argv, standalone_mode=False)
+    finally:
+        command.params[0].default = None
+    return code if isinstance(code, int) else 0
 
 
 app = create_app(get_settings())

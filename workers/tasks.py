@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import redis
 from celery import Celery, Task
 
 from config.celery import STEP_TASK
 from core.models import StepTaskArgs
+from core.redis_faults import is_redis_fault
+
+log = logging.getLogger(__name__)
 
 
 def register_tasks(celery_app: Celery) -> None:
@@ -25,4 +30,19 @@ def register_tasks(celery_app: Celery) -> None:
 
         # kombu's delivery tag: the claim and outcome scripts hold and ack the message.
         tag = (task.request.properties or {}).get("delivery_tag")
-        return executor().execute(StepTaskArgs.model_validate(args), delivery_tag=tag)
+        step = StepTaskArgs.model_validate(args)
+        try:
+            return executor().execute(step, delivery_tag=tag)
+        except redis.RedisError as exc:
+            if not is_redis_fault(exc):
+                raise
+            log.error(
+                "session=%s step=%s attempt=%d: redis unreachable past the worker's retries "
+                "(%s), outcome not recorded; the supervisor's watchdog runs the attempt again "
+                "after its timeout + grace",
+                step.session_id,
+                step.step_id,
+                step.attempt,
+                exc,
+            )
+            return "unrecorded"

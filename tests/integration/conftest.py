@@ -239,8 +239,17 @@ def private_stack(
     made: list[PrivateStack] = []
 
     def make(
-        *, workers: int = 1, supervisors: int = 1, concurrency: int = 8, **overrides: Any
+        *,
+        workers: int = 1,
+        supervisors: int = 1,
+        concurrency: int = 8,
+        redis_url: str | None = None,
+        **overrides: Any,
     ) -> PrivateStack:
+        """``redis_url``: a private Redis (``private_redis``) instead of the shared one."""
+        client = connect(redis_url) if redis_url else redis_client
+        if redis_url:
+            overrides["redis_url"] = redis_url
         prefix = f"{test_settings.key_prefix}x{uuid.uuid4().hex[:6]}"
         directory = tmp_path_factory.mktemp(prefix)
         settings = Settings(
@@ -263,10 +272,10 @@ def private_stack(
             settings=settings,
             stack=Stack(env=env, log_dir=log_dir),
             producer=Producer.from_settings(settings),
-            hot=HotState(redis_client, keys),
-            effects=RedisEffectLedger(redis_client, keys),
+            hot=HotState(client, keys),
+            effects=RedisEffectLedger(client, keys),
             record=SqlRecord.from_url(settings.database_url),
-            redis=redis_client,
+            redis=client,
         )
         made.append(built)
         for _ in range(workers):
@@ -279,6 +288,8 @@ def private_stack(
     for built in made:
         built.stop()
         built.producer.state.r.close()
+        if built.redis is not redis_client:
+            built.redis.close()
         built.record.engine.dispose()
         _delete_prefix(redis_client, built.settings.key_prefix)
 
