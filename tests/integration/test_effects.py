@@ -1,0 +1,217 @@
+"""The durable effect ledger on SQLite and PostgreSQL: the first receipt wins, racers apply an
+effect once, and the receipt outlives the Redis that cached it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from core.effects import EFFECTS, EffectAudit, SqlEffectLedger
+from core.errors import TransientToolError
+from core.hot_state import RedisEffectCache, connect
+from core.keys import Keys
+from core.tools import ToolContext
+from tests.conftest import TEST_PG_URL, MakeRedis
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MakeLedger = Callable[..., SqlEffectLedger]
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'record.db'}" if request.param == "sqlite" else TEST_PG_URL
+
+
+@pytest.fixture
+def audit(tmp_path: Path) -> EffectAudit:
+    return EffectAudit(tmp_path / "effects.jsonl")
+
+
+@pytest.fixture
+def ledger(database_url: str, audit: EffectAudit) -> Iterator[MakeLedger]:
+    """A factory of ledgers on one database and one audit file (each its own engine)."""
+    made: list[SqlEffectLedger] = []
+
+    def make(**kwargs: Any) -> SqlEffectLedger:
+        built = SqlEffectLedger(database_url, audit=audit, **kwargs)
+        made.append(built)
+        return built
+
+    yield make
+    for built in made:
+        built.dispose()
+
+
+@pytest.fixture
+def key() -> str:
+    """A key no other run of the suite uses (PostgreSQL's database is shared)."""
+    return f"fx{uuid.uuid4().hex[:12]}:write"
+
+
+def receipt_maker(n: int, calls: list[int] | None = None) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        if calls is not None:
+            calls.append(n)
+        return {"receipt_id": f"R-{n}", "n": n}
+
+    return make
+
+
+def test_the_first_receipt_wins_and_the_row_names_its_attempt(
+    ledger: MakeLedger, audit: EffectAudit, key: str
+) -> None:
+    effects, calls = ledger(), []
+    ctx = ToolContext(session_id="S", step_id="w", attempt=1, idempotency_key=key, tool="t.w")
+
+    first = effects.apply_once(key, receipt_maker(1, calls), ctx)
+    again = effects.apply_once(key, receipt_maker(2, calls))
+
+    assert first == again == {"receipt_id": "R-1", "n": 1}
+    assert calls == [1]
+    assert effects.count(key) == audit.count(key) == 1
+    with effects.engine.connect() as conn:
+        row = conn.execute(select(EFFECTS).where(EFFECTS.c.idempotency_key == key)).one()
+    assert (row.session_id, row.step_id, row.attempt, row.tool) == ("S", "w", 1, "t.w")
+    assert json.loads(row.receipt) == first
+
+
+def test_an_effect_that_raises_leaves_no_row_and_the_next_attempt_applies_it(
+    ledger: MakeLedger, audit: EffectAudit, key: str
+) -> None:
+    effects = ledger()
+
+    def fail() -> dict[str, Any]:
+        raise TransientToolError("the outside system said 503")
+
+    with pytest.raises(TransientToolError):
+        effects.apply_once(key, fail)
+
+    assert effects.receipt(key) is None
+    assert effects.apply_once(key, receipt_maker(2)) == {"receipt_id": "R-2", "n": 2}
+    assert audit.count(key) == 1
+
+
+def test_racing_threads_apply_an_effect_once(
+    ledger: MakeLedger, audit: EffectAudit, key: str
+) -> None:
+    """Eight attempts of one key at once (half sharing an engine, half on their own): one
+    application, one receipt for all."""
+    shared = ledger()
+    ledgers = [shared] * 4 + [ledger() for _ in range(4)]
+    for each in ledgers:
+        assert each.receipt(key) is None  # engines and table ready before the race
+    start = threading.Barrier(len(ledgers))
+    calls: list[int] = []
+    results: dict[int, dict[str, Any]] = {}
+
+    def attempt(n: int) -> None:
+        def slow_receipt() -> dict[str, Any]:
+            time.sleep(0.05)  # the effect takes a while: the racers pile up on the claim
+            return receipt_maker(n, calls)()
+
+        start.wait(10)
+        results[n] = ledgers[n].apply_once(key, slow_receipt)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(len(ledgers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert len(calls) == 1, calls
+    assert len(results) == len(ledgers)
+    assert all(r == results[calls[0]] for r in results.values()), results
+    assert audit.duplicates() == {}
+    assert audit.count(key) == 1
+
+
+RACER = """
+import json, sys, time
+from pathlib import Path
+from core.effects import EffectAudit, SqlEffectLedger
+
+url, audit, go, keys = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
+effects = SqlEffectLedger(url, audit=EffectAudit(audit))
+effects.receipt(keys[0])  # engine and table ready before the race
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+pid = __import__("os").getpid()
+out = {k: effects.apply_once(k, lambda k=k: {"key": k, "pid": pid}) for k in keys}
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_racing_processes_apply_each_effect_once(
+    database_url: str, audit: EffectAudit, tmp_path: Path
+) -> None:
+    """Two worker-like processes run the same 30 keys at once: each applied once, and both
+    processes got the same receipt for each key."""
+    keys = [f"fx{uuid.uuid4().hex[:12]}:w{i}" for i in range(30)]
+    go = tmp_path / "go"
+    argv = [sys.executable, "-c", RACER, database_url, str(audit.path), str(go), *keys]
+    racers = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for racer in racers:
+            assert racer.stdout is not None
+            assert racer.stdout.readline().strip() == "ready"
+        go.touch()
+        answers = [json.loads(racer.communicate(timeout=60)[0]) for racer in racers]
+    finally:
+        for racer in racers:
+            racer.kill()
+            racer.communicate()
+
+    assert all(racer.returncode == 0 for racer in racers)
+    assert answers[0] == answers[1]
+    assert audit.duplicates() == {}
+    assert set(audit.counts()) == set(keys)
+
+
+def test_a_receipt_outlives_the_redis_that_cached_it(
+    ledger: MakeLedger, audit: EffectAudit, key: str, private_redis: MakeRedis
+) -> None:
+    server = private_redis()
+    client = connect(server.url)
+    keys = Keys(f"fx{uuid.uuid4().hex[:6]}")
+    cache = RedisEffectCache(client, keys)
+    first = ledger(cache=cache).apply_once(key, receipt_maker(1))
+    assert cache.get(key) == first
+
+    server.restart(keep_data=False)  # a brand-new, empty Redis on the same address
+    assert cache.get(key) is None
+    again = ledger(cache=cache).apply_once(key, receipt_maker(2))
+
+    assert again == first
+    assert audit.count(key) == 1
+    assert cache.get(key) == first, "the cache is filled again from SQL"
+    client.close()
+
+
+def test_an_unreachable_cache_costs_a_sql_read_not_the_effect(
+    ledger: MakeLedger, audit: EffectAudit, key: str, private_redis: MakeRedis
+) -> None:
+    server = private_redis()
+    client = connect(server.url)
+    effects = ledger(cache=RedisEffectCache(client, Keys("fx")))
+    first = effects.apply_once(key, receipt_maker(1))
+    server.stop()
+
+    assert effects.apply_once(key, receipt_maker(2)) == first
+    assert audit.count(key) == 1
+    client.close()
