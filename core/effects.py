@@ -160,13 +160,14 @@ class SqlEffectLedger:
         ctx: ToolContext | None = None,
     ) -> dict[str, Any]:
         """Run ``make_receipt`` once per key and return the first receipt ever recorded."""
-        known = self.cache.get(idempotency_key) if self.cache else None
-        if known is None:
-            known = self.receipt(idempotency_key)
+        cached = self.cache.get(idempotency_key) if self.cache else None
+        if cached is not None:
+            return cached
+        known = self.receipt(idempotency_key)
         if known is None:
             known = self._claim_and_apply(idempotency_key, make_receipt, ctx)
         if self.cache:
-            self.cache.put(idempotency_key, known)
+            self.cache.put(idempotency_key, known)  # after the commit: the cache never leads
         return known
 
     def receipt(self, idempotency_key: str) -> dict[str, Any] | None:
@@ -203,13 +204,20 @@ class SqlEffectLedger:
                         .where(EFFECTS.c.idempotency_key == key)
                         .values(receipt=json.dumps(made), created_at=time.time())
                     )
+            if made is not None:
+                return made  # committed: the first receipt of this key
         except DBAPIError:
             if made is None:
                 raise
             # The effect happened but its commit failed: record it in a new transaction.
-            log.warning("effect=%s receipt not committed, recording it again", key)
+            log.warning(
+                "session=%s step=%s effect=%s receipt not committed: recording it again",
+                row["session_id"],
+                row["step_id"],
+                key,
+            )
             self._record_made(row, made)
-        stored = self.receipt(key)
+        stored = self.receipt(key)  # a racer's, or ours once recorded again
         if stored is None:
             raise EffectNotRecordedError(key)
         return stored

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from core.effects import EFFECTS, EffectAudit, SqlEffectLedger
 from core.errors import TransientToolError
@@ -215,3 +215,39 @@ def test_an_unreachable_cache_costs_a_sql_read_not_the_effect(
     assert effects.apply_once(key, receipt_maker(2)) == first
     assert audit.count(key) == 1
     client.close()
+
+
+@pytest.mark.postgres
+def test_a_receipt_whose_connection_dies_before_the_commit_is_recorded_again(
+    audit: EffectAudit, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL drops the connection right after the effect: no second application, and
+    the receipt is recorded on a new connection."""
+    name = f"fx{uuid.uuid4().hex[:10]}"
+    effects = SqlEffectLedger(f"{TEST_PG_URL}?application_name={name}", audit=audit)
+    effects.receipt(key)
+    killer = SqlEffectLedger(TEST_PG_URL)
+
+    def effect_then_connection_lost() -> dict[str, Any]:
+        with killer.engine.connect() as conn:
+            killed = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = :name AND state = 'idle in transaction'"
+                ),
+                {"name": name},
+            ).scalar_one()
+        assert killed == 1
+        return {"receipt_id": "R-1"}
+
+    try:
+        first = effects.apply_once(key, effect_then_connection_lost)
+
+        assert first == {"receipt_id": "R-1"}
+        assert effects.receipt(key) == first
+        assert effects.apply_once(key, receipt_maker(2)) == first
+        assert audit.count(key) == 1
+        assert "receipt not committed: recording it again" in caplog.text
+    finally:
+        effects.dispose()
+        killer.dispose()
