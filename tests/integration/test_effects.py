@@ -20,8 +20,11 @@ from core.effects import EFFECTS, EffectAudit, SqlEffectLedger
 from core.errors import TransientToolError
 from core.hot_state import RedisEffectCache, connect
 from core.keys import Keys
+from core.models import SessionStatus
 from core.tools import ToolContext
+from planner.plan import Plan
 from tests.conftest import TEST_PG_URL, MakeRedis
+from tests.integration.conftest import MakeStack
 
 pytestmark = pytest.mark.integration
 
@@ -251,3 +254,28 @@ def test_a_receipt_whose_connection_dies_before_the_commit_is_recorded_again(
     finally:
         effects.dispose()
         killer.dispose()
+
+
+def test_prefork_workers_record_effects_in_sql(private_stack: MakeStack) -> None:
+    """Each forked worker process builds its own engine on first use and records there."""
+    ps = private_stack(workers=0, supervisors=1, worker_pool="prefork")
+    ps.workers.append(ps.stack.start_worker(2, pool="prefork"))
+    steps = [
+        {"id": f"w{i}", "tool": "bench.write", "params": {"label": f"w{i}", "seconds": 0.2}}
+        for i in range(6)
+    ]
+    plan = Plan.model_validate({"goal": "prefork writes", "steps": steps})
+    sid = ps.producer.submit(plan)
+
+    record = ps.finish(sid, [s["id"] for s in steps])
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    keys = {f"{sid}:{s['id']}" for s in steps}
+    assert all(ps.effects.receipt(k) is not None for k in keys)
+    audit = ps.effects.audit
+    assert audit is not None
+    assert audit.duplicates() == {}
+    assert set(audit.counts()) == keys
+    lines = [json.loads(line) for line in audit.path.read_text().splitlines()]
+    main_pid = ps.workers[0].pid
+    assert main_pid not in {line["pid"] for line in lines}, "effects applied in the parent"
