@@ -74,9 +74,11 @@ def hot_state(test_settings: Settings, redis_client: redis.Redis) -> HotState:
 
 
 @pytest.fixture(scope="session")
-def effects(test_settings: Settings, redis_client: redis.Redis) -> SqlEffectLedger:
+def effects(test_settings: Settings, redis_client: redis.Redis) -> Iterator[SqlEffectLedger]:
     cache = RedisEffectCache(redis_client, Keys(test_settings.key_prefix))
-    return SqlEffectLedger.from_settings(test_settings, cache)
+    ledger = SqlEffectLedger.from_settings(test_settings, cache)
+    yield ledger
+    ledger.dispose()
 
 
 @pytest.fixture(scope="session")

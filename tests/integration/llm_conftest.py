@@ -96,9 +96,11 @@ def llm_hot(llm_settings: Settings, redis_client: redis.Redis) -> HotState:
 
 
 @pytest.fixture(scope="session")
-def llm_effects(llm_settings: Settings, redis_client: redis.Redis) -> SqlEffectLedger:
+def llm_effects(llm_settings: Settings, redis_client: redis.Redis) -> Iterator[SqlEffectLedger]:
     cache = RedisEffectCache(redis_client, Keys(llm_settings.key_prefix))
-    return SqlEffectLedger.from_settings(llm_settings, cache)
+    ledger = SqlEffectLedger.from_settings(llm_settings, cache)
+    yield ledger
+    ledger.dispose()
 
 
 @pytest.fixture(scope="session")
