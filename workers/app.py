@@ -45,7 +45,10 @@ def executor() -> StepExecutor:
     policy = BreakerPolicy(
         settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
     )
-    effects = SqlEffectLedger.from_settings(settings, cache=RedisEffectCache(client, keys))
+    # The cache has a client of its own: it answers or fails at once, never waits out an
+    # outage (SQL has the answer).
+    cache = RedisEffectCache(connect(settings.redis_url), keys)
+    effects = SqlEffectLedger.from_settings(settings, cache=cache)
     return StepExecutor(HotState(client, keys), tools, effects, worker, policy)
 
 
