@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
 from bench.common import BenchEnv, bench_env, console, median, percentile, print_table, wait_for
-from core.hot_state import HotState, RedisEffectLedger
+from core.effects import SqlEffectLedger
+from core.hot_state import HotState
 from core.keys import Keys
 from core.models import SessionOptions, StepState, StepStatus
 from planner.plan import Plan, Step
@@ -61,7 +63,7 @@ class Failover:
         keys = Keys(bench.settings.key_prefix)
         self.keys = keys
         self.hot = HotState(bench.redis, keys)
-        self.effects = RedisEffectLedger(bench.redis, keys)
+        self.effects = SqlEffectLedger.from_settings(bench.settings)  # counts from the audit
         self.producer = Producer.from_settings(bench.settings)
         self.supervisors = [p for p in stack.processes if _is_supervisor(p)]
         self.sid = ""
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=10, help="supervisor kills (default 10)")
     args = parser.parse_args(argv)
-    with bench_env("failover") as bench:
+    audit = Path(tempfile.mkdtemp(prefix="planloop-failover-")) / "effects.jsonl"
+    with bench_env("failover", effect_audit_path=str(audit)) as bench:
         settings = bench.settings
         console.print(
             f"lease TTL {settings.lease_ttl_s:g}s, reclaim every {settings.reclaim_interval_s:g}s, "

@@ -148,6 +148,14 @@ class Settings(BaseSettings):
         "its timeout + grace.",
     )
 
+    # --- Effects (issue 9: effects survive a Redis loss) ----------------------------------
+    effect_audit_path: str | None = Field(
+        None,
+        description="Test and benchmark aid: a file that gets one JSON line per real "
+        "application of a bundled write tool's effect (duplicates = keys seen twice); "
+        "unset (the default) writes nothing.",
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

@@ -13,6 +13,7 @@
     ├── ToolError                   raised by or about a tool
     │   ├── UnknownToolError        no tool registered under that name
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
+    │   │   └── EffectNotRecordedError  a write's key was claimed but holds no receipt
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
     │   └── ToolTimeoutError        the tool ran past its timeout
     ├── SessionError                about one session
@@ -86,6 +87,17 @@ class UnknownToolError(ToolError):
 
 class TransientToolError(ToolError):
     """A failure worth retrying."""
+
+
+class EffectNotRecordedError(TransientToolError):
+    """The effect ledger found ``idempotency_key`` claimed by another attempt but no receipt."""
+
+    def __init__(self, idempotency_key: str) -> None:
+        self.idempotency_key = idempotency_key
+        super().__init__(
+            f"effect {idempotency_key!r}: another attempt claimed it but committed no receipt; "
+            "the step will be retried"
+        )
 
 
 class PermanentToolError(ToolError):

@@ -11,7 +11,8 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,7 +23,7 @@ from redis.retry import Retry
 from core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP, Keys
-from core.lua import RECORD_EFFECT, RECORD_OUTCOME, START_ATTEMPT
+from core.lua import RECORD_OUTCOME, START_ATTEMPT
 from core.models import Event, SessionOptions, SessionRecord, StepState
 
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
@@ -276,30 +277,25 @@ class BreakerPolicy:
     cooldown_s: float = 10.0
 
 
-class RedisEffectLedger:
-    """The :class:`core.tools.EffectLedger` of the bundled write tools, shared through Redis.
+class RedisEffectCache:
+    """Receipts of recorded effects in Redis, read before the SQL effect ledger.
 
-    ``HSETNX`` decides which attempt's receipt wins and, in the same script, a counter per key
-    lets tests prove an effect happened exactly once (a crash cannot split the two).
+    Only a cache (:class:`core.effects.SqlEffectLedger` holds the truth): a receipt is put
+    here after its SQL row is committed, so whatever this cache answers is in the record too,
+    and a lost, flushed or unreachable Redis only costs a SQL read.
     """
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.r = client
         self.keys = keys
-        self._record = client.register_script(RECORD_EFFECT)
 
-    def apply_once(
-        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
-    ) -> dict[str, Any]:
-        existing = cast(str | None, self.r.hget(self.keys.effects, idempotency_key))
-        if existing is not None:
-            return cast(dict[str, Any], json.loads(existing))
-        receipt = make_receipt()
-        keys = [self.keys.effects, self.keys.effect_counts]
-        if self._record(keys=keys, args=[idempotency_key, dumps(receipt)]):
-            return receipt
-        stored = cast(str, self.r.hget(self.keys.effects, idempotency_key))
-        return cast(dict[str, Any], json.loads(stored))
+    def get(self, idempotency_key: str) -> dict[str, Any] | None:
+        try:
+            stored = cast(str | None, self.r.hget(self.keys.effects, idempotency_key))
+        except redis.RedisError:
+            return None
+        return cast(dict[str, Any], json.loads(stored)) if stored is not None else None
 
-    def count(self, idempotency_key: str) -> int:
-        return int(cast(str | None, self.r.hget(self.keys.effect_counts, idempotency_key)) or 0)
+    def put(self, idempotency_key: str, receipt: dict[str, Any]) -> None:
+        with suppress(redis.RedisError):
+            self.r.hset(self.keys.effects, idempotency_key, dumps(receipt))

@@ -13,8 +13,7 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:inbox``                           stream: new session ids for supervisors
 ``pl:sessions``                        zset: every session id, scored by creation time
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)
-``pl:effects``                         hash: idempotency key -> receipt (bundled write tools)
-``pl:effects:count``                   hash: idempotency key -> times the effect happened
+``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
 ``pl:deadletter``                      stream: events delivered too often
 =====================================  ======================================================
 """
@@ -72,10 +71,6 @@ class Keys:
     @property
     def effects(self) -> str:
         return f"{self.prefix}:effects"
-
-    @property
-    def effect_counts(self) -> str:
-        return f"{self.prefix}:effects:count"
 
     @property
     def deadletter(self) -> str:

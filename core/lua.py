@@ -170,13 +170,3 @@ for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
 )
-
-# KEYS[1] receipts hash, KEYS[2] counts hash. ARGV: idempotency key, receipt.
-# The first receipt for a key wins and is counted, in one step; returns 1 for the winner.
-RECORD_EFFECT = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-  return 1
-end
-return 0
-"""

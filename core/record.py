@@ -121,6 +121,20 @@ class LlmCallRow(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class EffectRow(Base):
+    """One effect of a write tool, by idempotency key: the durable side of the effect ledger
+    (:mod:`core.effects`). The primary key decides which attempt's receipt wins."""
+
+    __tablename__ = "effects"
+    idempotency_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(64), default="", index=True)
+    step_id: Mapped[str] = mapped_column(String(64), default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    tool: Mapped[str] = mapped_column(String(128), default="")
+    receipt: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON; set before commit
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 @dataclass
 class Checkpoint:
     """What one batch of applied events changed, written in one fenced transaction."""

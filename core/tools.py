@@ -12,7 +12,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol
 
@@ -27,10 +27,18 @@ SideEffect = Literal["read", "write"]
 
 
 class EffectLedger(Protocol):
-    """Where write tools record effects, keyed by idempotency key, so each happens once."""
+    """Where write tools record effects, keyed by idempotency key, so each happens once.
+
+    ``make_receipt`` performs the effect and describes it; ``ctx`` (optional) says which
+    attempt of which tool asks, for the record. The workers' ledger is
+    :class:`core.effects.SqlEffectLedger` (durable, Redis in front as a cache).
+    """
 
     def apply_once(
-        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
+        self,
+        idempotency_key: str,
+        make_receipt: Callable[[], dict[str, Any]],
+        ctx: ToolContext | None = None,
     ) -> dict[str, Any]:
         """Run ``make_receipt`` once per key and return the first receipt ever recorded."""
         ...
@@ -44,7 +52,10 @@ class MemoryEffectLedger:
         self.counts: dict[str, int] = {}
 
     def apply_once(
-        self, idempotency_key: str, make_receipt: Callable[[], dict[str, Any]]
+        self,
+        idempotency_key: str,
+        make_receipt: Callable[[], dict[str, Any]],
+        ctx: ToolContext | None = None,
     ) -> dict[str, Any]:
         if idempotency_key not in self.receipts:
             self.receipts[idempotency_key] = make_receipt()
@@ -61,6 +72,7 @@ class ToolContext:
     attempt: int
     idempotency_key: str
     effects: EffectLedger = field(default_factory=MemoryEffectLedger)
+    tool: str = ""  # the running tool's name (ToolSpec.run fills it in)
 
 
 class Simulation(BaseModel):
@@ -128,7 +140,7 @@ class ToolSpec:
             parsed = self.params_model.model_validate(dict(params))
         except ValueError as exc:
             raise PermanentToolError(f"tool {self.name!r}: params do not fit: {exc}") from exc
-        result = self.func(parsed, ctx)
+        result = self.func(parsed, ctx if ctx.tool else replace(ctx, tool=self.name))
         if isinstance(result, BaseModel):
             dumped: dict[str, Any] = result.model_dump(mode="json")
             return dumped

@@ -52,6 +52,8 @@ def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Sett
         key_prefix=run_id,
         queue=run_id,
         database_url=f"sqlite:///{db_file}",
+        # Write tools log each real application here: tests count effects outside Redis.
+        effect_audit_path=str(db_file.parent / "effects.jsonl"),
         default_step_timeout_s=30,
         retry_backoff_s=0.05,
         watchdog_grace_s=1.0,

@@ -14,7 +14,8 @@ from celery import Celery
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
-from core.hot_state import BreakerPolicy, HotState, RedisEffectLedger, connect
+from core.effects import SqlEffectLedger
+from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.tools import load_tools
 from workers.executor import StepExecutor
@@ -45,9 +46,11 @@ def executor() -> StepExecutor:
     policy = BreakerPolicy(
         settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
     )
-    return StepExecutor(
-        HotState(client, keys), tools, RedisEffectLedger(client, keys), worker, policy
-    )
+    # The cache has a client of its own: it answers or fails at once, never waits out an
+    # outage (SQL has the answer).
+    cache = RedisEffectCache(connect(settings.redis_url), keys)
+    effects = SqlEffectLedger.from_settings(settings, cache=cache)
+    return StepExecutor(HotState(client, keys), tools, effects, worker, policy)
 
 
 def run_worker(argv: list[str]) -> int:

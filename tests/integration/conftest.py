@@ -18,8 +18,9 @@ import pytest
 import redis
 
 from config.settings import Settings
+from core.effects import SqlEffectLedger
 from core.errors import SessionNotFoundError
-from core.hot_state import HotState, RedisEffectLedger, connect
+from core.hot_state import HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.models import SessionOptions, SessionRecord, StepState, StepStatus
 from core.record import SqlRecord
@@ -73,8 +74,11 @@ def hot_state(test_settings: Settings, redis_client: redis.Redis) -> HotState:
 
 
 @pytest.fixture(scope="session")
-def effects(test_settings: Settings, redis_client: redis.Redis) -> RedisEffectLedger:
-    return RedisEffectLedger(redis_client, Keys(test_settings.key_prefix))
+def effects(test_settings: Settings, redis_client: redis.Redis) -> Iterator[SqlEffectLedger]:
+    cache = RedisEffectCache(redis_client, Keys(test_settings.key_prefix))
+    ledger = SqlEffectLedger.from_settings(test_settings, cache)
+    yield ledger
+    ledger.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +140,7 @@ class PrivateStack:
     stack: Stack
     producer: Producer
     hot: HotState
-    effects: RedisEffectLedger
+    effects: SqlEffectLedger
     record: SqlRecord
     redis: redis.Redis
     supervisors: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -258,6 +262,7 @@ def private_stack(
                 "key_prefix": prefix,
                 "queue": prefix,
                 "database_url": f"sqlite:///{directory / 'planloop.db'}",
+                "effect_audit_path": str(directory / "effects.jsonl"),
                 **overrides,
             }
         )
@@ -268,12 +273,14 @@ def private_stack(
         log_dir = directory / "logs"
         log_dir.mkdir()
         keys = Keys(prefix)
+        # redis_url=... points the stack at a private Redis (a fault test's own server).
+        client = connect(settings.redis_url) if "redis_url" in overrides else redis_client
         built = PrivateStack(
             settings=settings,
             stack=Stack(env=env, log_dir=log_dir),
             producer=Producer.from_settings(settings),
             hot=HotState(client, keys),
-            effects=RedisEffectLedger(client, keys),
+            effects=SqlEffectLedger.from_settings(settings, RedisEffectCache(client, keys)),
             record=SqlRecord.from_url(settings.database_url),
             redis=client,
         )
@@ -288,9 +295,10 @@ def private_stack(
     for built in made:
         built.stop()
         built.producer.state.r.close()
+        built.record.engine.dispose()
+        built.effects.dispose()
         if built.redis is not redis_client:
             built.redis.close()
-        built.record.engine.dispose()
         _delete_prefix(redis_client, built.settings.key_prefix)
 
 

@@ -15,7 +15,8 @@ import redis
 from pydantic import SecretStr
 
 from config.settings import Settings
-from core.hot_state import HotState, RedisEffectLedger, connect
+from core.effects import SqlEffectLedger
+from core.hot_state import HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.models import SessionRecord, SessionStatus
 from core.record import SqlRecord
@@ -95,8 +96,11 @@ def llm_hot(llm_settings: Settings, redis_client: redis.Redis) -> HotState:
 
 
 @pytest.fixture(scope="session")
-def llm_effects(llm_settings: Settings, redis_client: redis.Redis) -> RedisEffectLedger:
-    return RedisEffectLedger(redis_client, Keys(llm_settings.key_prefix))
+def llm_effects(llm_settings: Settings, redis_client: redis.Redis) -> Iterator[SqlEffectLedger]:
+    cache = RedisEffectCache(redis_client, Keys(llm_settings.key_prefix))
+    ledger = SqlEffectLedger.from_settings(llm_settings, cache)
+    yield ledger
+    ledger.dispose()
 
 
 @pytest.fixture(scope="session")

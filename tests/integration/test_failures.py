@@ -9,7 +9,8 @@ import pytest
 import redis
 
 from config.settings import Settings
-from core.hot_state import HotState, RedisEffectLedger
+from core.effects import SqlEffectLedger
+from core.hot_state import HotState
 from core.keys import Keys
 from core.models import EventType, SessionOptions, SessionStatus
 from core.tools import REGISTRY, ToolContext
@@ -107,7 +108,7 @@ steps:
 
 def test_retry_succeeds_on_attempt_2_with_exactly_one_effect(
     run_plan: RunPlan,
-    effects: RedisEffectLedger,
+    effects: SqlEffectLedger,
     redis_client: redis.Redis,
     test_settings: Settings,
 ) -> None:
@@ -133,7 +134,7 @@ steps:
 
 
 def test_a_second_attempt_of_a_write_returns_the_first_receipt(
-    effects: RedisEffectLedger, run_id: str
+    effects: SqlEffectLedger, run_id: str
 ) -> None:
     """The worker's tool path twice under one idempotency key: one effect, one receipt."""
     spec = REGISTRY.get("bench.write")

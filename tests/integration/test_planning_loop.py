@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.hot_state import HotState, RedisEffectLedger
+from core.effects import SqlEffectLedger
+from core.hot_state import HotState
 from core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
 from core.record import SqlRecord
 from planner.plan import Plan, parse_plan
@@ -260,7 +261,7 @@ def test_completed_steps_never_run_again_and_their_results_reach_the_replanner(
     llm: ScriptedLLMServer,
     llm_producer: Producer,
     llm_record: SqlRecord,
-    llm_effects: RedisEffectLedger,
+    llm_effects: SqlEffectLedger,
 ) -> None:
     plan = f"""
 goal: writes before a failure

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from core.hot_state import HotState, RedisEffectLedger
+from core.effects import SqlEffectLedger
+from core.hot_state import HotState
 from core.models import EventType, SessionRecord, SessionStatus
 from core.record import SqlRecord
 from planner.plan import Plan, load_plan, parse_plan
@@ -32,7 +33,7 @@ def test_supply_chain_switches_to_the_alternative_supplier_by_rule(
     producer: Producer,
     record: SqlRecord,
     hot_state: HotState,
-    effects: RedisEffectLedger,
+    effects: SqlEffectLedger,
 ) -> None:
     sid, session = run(producer, record, load_plan(SUPPLY_CHAIN))
 

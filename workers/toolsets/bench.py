@@ -113,7 +113,9 @@ def write(params: WriteParams, ctx: ToolContext) -> WriteReceipt:
             idempotency_key=ctx.idempotency_key,
         ).model_dump(mode="json")
 
-    return WriteReceipt.model_validate(ctx.effects.apply_once(ctx.idempotency_key, make_receipt))
+    return WriteReceipt.model_validate(
+        ctx.effects.apply_once(ctx.idempotency_key, make_receipt, ctx)
+    )
 
 
 class UndoWriteParams(ToolParams):
@@ -148,4 +150,4 @@ def undo_write(params: UndoWriteParams, ctx: ToolContext) -> UndoReceipt:
             mode="json"
         )
 
-    return UndoReceipt.model_validate(ctx.effects.apply_once(key, make_receipt))
+    return UndoReceipt.model_validate(ctx.effects.apply_once(key, make_receipt, ctx))

@@ -215,7 +215,9 @@ def reserve_stock(params: ReserveStockParams, ctx: ToolContext) -> Reservation:
             warehouse=params.warehouse,
         ).model_dump(mode="json")
 
-    return Reservation.model_validate(ctx.effects.apply_once(ctx.idempotency_key, make_receipt))
+    return Reservation.model_validate(
+        ctx.effects.apply_once(ctx.idempotency_key, make_receipt, ctx)
+    )
 
 
 class CancelReservationParams(ToolParams):
@@ -256,7 +258,7 @@ def cancel_reservation(params: CancelReservationParams, ctx: ToolContext) -> Can
             cancelled=True, reservation_id=params.reservation_id, sku=params.sku
         ).model_dump(mode="json")
 
-    receipt = ctx.effects.apply_once(undo_key(ctx), make_receipt)
+    receipt = ctx.effects.apply_once(undo_key(ctx), make_receipt, ctx)
     return CancelledReservation.model_validate(receipt)
 
 
@@ -308,7 +310,9 @@ def create_purchase_order(params: PurchaseOrderParams, ctx: ToolContext) -> Purc
             total=round(params.qty * unit_cost, 2),
         ).model_dump(mode="json")
 
-    return PurchaseOrder.model_validate(ctx.effects.apply_once(ctx.idempotency_key, make_receipt))
+    return PurchaseOrder.model_validate(
+        ctx.effects.apply_once(ctx.idempotency_key, make_receipt, ctx)
+    )
 
 
 class CancelPurchaseOrderParams(ToolParams):
@@ -342,7 +346,7 @@ def cancel_purchase_order(
             cancelled=params.po_id is not None, po_id=params.po_id
         ).model_dump(mode="json")
 
-    receipt = ctx.effects.apply_once(undo_key(ctx), make_receipt)
+    receipt = ctx.effects.apply_once(undo_key(ctx), make_receipt, ctx)
     return CancelledPurchaseOrder.model_validate(receipt)
 
 
@@ -391,4 +395,4 @@ def request_approval(params: ApprovalParams, ctx: ToolContext) -> Approval:
             amount=params.amount,
         ).model_dump(mode="json")
 
-    return Approval.model_validate(ctx.effects.apply_once(ctx.idempotency_key, make_receipt))
+    return Approval.model_validate(ctx.effects.apply_once(ctx.idempotency_key, make_receipt, ctx))

@@ -1,0 +1,259 @@
+"""The durable effect ledger: each write tool's effect happens once per idempotency key, even
+across a Redis loss.
+
+``SqlEffectLedger.apply_once(key, make_receipt)``:
+
+1. Ask the Redis cache (:class:`core.hot_state.RedisEffectCache`); a hit is a receipt already
+   committed to SQL.
+2. Ask the SQL ``effects`` table (:class:`core.record.EffectRow`); a row is returned (and
+   put in the cache).
+3. Claim the key: ``INSERT ... ON CONFLICT DO NOTHING`` in a transaction. The primary key
+   decides the winner; a racer's insert waits on the winner's uncommitted row (PostgreSQL:
+   the row; SQLite: the database's write lock) until that transaction ends.
+4. The winner runs ``make_receipt`` (the effect), stores the receipt in its row and commits;
+   only then is the receipt returned and the tool's outcome can count. A loser reads the
+   committed receipt back. If ``make_receipt`` raises, the transaction rolls back and a later
+   attempt may apply the effect.
+
+The remaining window: a worker killed after the external effect happened and before its
+transaction committed (the database rolls the claim back when the connection dies, and the
+next attempt applies the effect again). For the bundled simulated tools the receipt *is* the
+effect, so the window is empty for them; a tool that calls an outside system should pass it
+the idempotency key too. On SQLite the effect runs holding the database's write lock, which
+suits short effects (PostgreSQL locks only the one row).
+
+:class:`EffectAudit` is a test and benchmark aid: an append-only JSON-lines file with one
+line per real application, so duplicates are counted outside both Redis and SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from config.settings import Settings
+from core.errors import EffectNotRecordedError
+from core.record import EffectRow, make_engine
+from core.tools import ToolContext
+
+log = logging.getLogger(__name__)
+
+EFFECTS = cast(Table, EffectRow.__table__)
+
+
+class ReceiptCache(Protocol):
+    """A fast, lossy copy of committed receipts (Redis in the workers)."""
+
+    def get(self, idempotency_key: str) -> dict[str, Any] | None: ...
+
+    def put(self, idempotency_key: str, receipt: dict[str, Any]) -> None: ...
+
+
+class EffectAudit:
+    """One JSON line ``{"key", "tool", "pid", "at"}`` per real application of an effect.
+
+    A test and benchmark aid (``PLANLOOP_EFFECT_AUDIT_PATH``): lines are appended with
+    ``O_APPEND`` in one ``write`` each, which local filesystems keep whole across processes,
+    so a key seen twice is an effect applied twice.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def append(self, idempotency_key: str, tool: str) -> None:
+        line = json.dumps(
+            {"key": idempotency_key, "tool": tool, "pid": os.getpid(), "at": time.time()}
+        )
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{line}\n".encode())
+        finally:
+            os.close(fd)
+
+    def counts(self) -> Counter[str]:
+        """Applications per key."""
+        if not self.path.exists():
+            return Counter()
+        lines = self.path.read_text().splitlines()
+        return Counter(json.loads(line)["key"] for line in lines if line.strip())
+
+    def count(self, idempotency_key: str) -> int:
+        return self.counts()[idempotency_key]
+
+    def duplicates(self) -> dict[str, int]:
+        """Keys applied more than once, with their counts."""
+        return {key: n for key, n in self.counts().items() if n > 1}
+
+
+# A receipt already made must reach SQL: retry a dropped connection for a while.
+_retry_db = retry(
+    retry=retry_if_exception_type(DBAPIError),
+    wait=wait_exponential(multiplier=0.05, max=1.0),
+    stop=stop_after_delay(10),
+    reraise=True,
+)
+
+
+class SqlEffectLedger:
+    """The :class:`core.tools.EffectLedger` of the workers: SQL rows, Redis in front.
+
+    The engine is made on first use in each process (after a prefork pool forks), so one
+    ledger may be built anywhere.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        cache: ReceiptCache | None = None,
+        audit: EffectAudit | None = None,
+    ) -> None:
+        self.database_url = database_url
+        self.cache = cache
+        self.audit = audit
+        self._engine: Engine | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, cache: ReceiptCache | None = None
+    ) -> SqlEffectLedger:
+        """The ledger on ``settings.database_url``, auditing to ``effect_audit_path`` if set."""
+        path = settings.effect_audit_path
+        return cls(settings.database_url, cache=cache, audit=EffectAudit(path) if path else None)
+
+    @property
+    def engine(self) -> Engine:
+        """This process's engine (the table is created if missing)."""
+        with self._lock:
+            if self._engine is None or self._pid != os.getpid():
+                engine = make_engine(self.database_url)
+                _ensure_table(engine)
+                self._engine, self._pid = engine, os.getpid()
+            return self._engine
+
+    def dispose(self) -> None:
+        with self._lock:
+            if self._engine is not None and self._pid == os.getpid():
+                self._engine.dispose()
+            self._engine = None
+
+    def apply_once(
+        self,
+        idempotency_key: str,
+        make_receipt: Callable[[], dict[str, Any]],
+        ctx: ToolContext | None = None,
+    ) -> dict[str, Any]:
+        """Run ``make_receipt`` once per key and return the first receipt ever recorded."""
+        cached = self.cache.get(idempotency_key) if self.cache else None
+        if cached is not None:
+            return cached
+        known = self.receipt(idempotency_key)
+        if known is None:
+            known = self._claim_and_apply(idempotency_key, make_receipt, ctx)
+        if self.cache:
+            self.cache.put(idempotency_key, known)  # after the commit: the cache never leads
+        return known
+
+    def receipt(self, idempotency_key: str) -> dict[str, Any] | None:
+        """The committed receipt of ``idempotency_key``, if any."""
+        with self.engine.connect() as conn:
+            stored = conn.execute(
+                select(EFFECTS.c.receipt).where(EFFECTS.c.idempotency_key == idempotency_key)
+            ).scalar_one_or_none()
+        return cast(dict[str, Any], json.loads(stored)) if stored is not None else None
+
+    def count(self, idempotency_key: str) -> int:
+        """Times the effect was applied: from the audit file when there is one, else 1 when
+        SQL holds its receipt (which cannot tell a duplicate)."""
+        if self.audit is not None:
+            return self.audit.count(idempotency_key)
+        return int(self.receipt(idempotency_key) is not None)
+
+    def _claim_and_apply(
+        self,
+        key: str,
+        make_receipt: Callable[[], dict[str, Any]],
+        ctx: ToolContext | None,
+    ) -> dict[str, Any]:
+        row = _row(key, ctx)
+        made: dict[str, Any] | None = None
+        try:
+            with self.engine.begin() as conn:
+                if _insert_ignore(conn, row):  # waits while a racer's claim is uncommitted
+                    made = make_receipt()
+                    if self.audit is not None:
+                        self.audit.append(key, row["tool"])
+                    conn.execute(
+                        update(EFFECTS)
+                        .where(EFFECTS.c.idempotency_key == key)
+                        .values(receipt=json.dumps(made), created_at=time.time())
+                    )
+            if made is not None:
+                return made  # committed: the first receipt of this key
+        except DBAPIError:
+            if made is None:
+                raise
+            # The effect happened but its commit failed: record it in a new transaction.
+            log.warning(
+                "session=%s step=%s effect=%s receipt not committed: recording it again",
+                row["session_id"],
+                row["step_id"],
+                key,
+            )
+            self._record_made(row, made)
+        stored = self.receipt(key)  # a racer's, or ours once recorded again
+        if stored is None:
+            raise EffectNotRecordedError(key)
+        return stored
+
+    @_retry_db
+    def _record_made(self, row: dict[str, Any], receipt: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            _insert_ignore(conn, {**row, "receipt": json.dumps(receipt)})
+
+
+def _row(key: str, ctx: ToolContext | None) -> dict[str, Any]:
+    return {
+        "idempotency_key": key,
+        "session_id": ctx.session_id if ctx else "",
+        "step_id": ctx.step_id if ctx else "",
+        "attempt": ctx.attempt if ctx else 0,
+        "tool": ctx.tool if ctx else "",
+        "receipt": None,
+        "created_at": time.time(),
+    }
+
+
+def _insert_ignore(conn: Connection, row: dict[str, Any]) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING; True when this row went in."""
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    statement = insert(EFFECTS).values(**row).on_conflict_do_nothing()
+    # RETURNING, not rowcount: psycopg answers -1 for a rowcount here.
+    return conn.execute(statement.returning(EFFECTS.c.idempotency_key)).first() is not None
+
+
+def _ensure_table(engine: Engine) -> None:
+    """Create the ``effects`` table if missing; another process creating it at the same time
+    (PostgreSQL answers with a duplicate-type error) is fine."""
+    try:
+        EFFECTS.create(engine, checkfirst=True)
+    except DBAPIError:
+        with engine.connect() as conn:
+            if not engine.dialect.has_table(conn, EFFECTS.name):
+                raise
