@@ -138,6 +138,23 @@ class Settings(BaseSettings):
         SecretStr("admin:planloop"), description="user:password Flower asks for."
     )
 
+    # --- Poison sessions (issue 9: a session whose loop keeps crashing ends) --------------
+    max_session_crashes: int = Field(
+        5,
+        ge=1,
+        description="Crashes of one session's loop (counted across supervisors) after which "
+        "it ends failed, its completed writes compensated. Default 5.",
+    )
+    session_crash_cool_off_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds the first crash of a session's loop waits before it is retried; "
+        "doubles with each crash. Default 2.",
+    )
+    session_crash_cool_off_max_s: float = Field(
+        60.0, gt=0, description="Longest wait between two crashes of one session, seconds."
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

@@ -20,7 +20,7 @@ from core.models import (
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.report import build_report
-from supervisor.session_base import has_ended
+from supervisor.session_base import describe_error, has_ended, read_event
 
 if TYPE_CHECKING:
     from supervisor.session import SessionRunner
@@ -31,12 +31,20 @@ COMPENSATE_SUFFIX = "~compensate"
 COMPENSATION_ATTEMPTS = 3
 
 
-async def finish_session(runner: SessionRunner, status: SessionStatus, error: str) -> None:
-    """End the session: every step ends, compensations run if needed, the report is written."""
+async def finish_session(
+    runner: SessionRunner, status: SessionStatus, error: str, *, undo: bool | None = None
+) -> None:
+    """End the session: every step ends, compensations run if needed, the report is written.
+
+    ``undo`` (compensate completed writes) defaults to aborted and cancelled sessions; a
+    poison session that ends failed asks for it too.
+    """
     unfinished = [i for i, st in runner.states.items() if not has_ended(st)]
     await runner.cancel_steps(unfinished, reason=f"session {status.value}")
     compensations: list[dict[str, Any]] = []
-    if status in (SessionStatus.ABORTED, SessionStatus.CANCELLED):
+    if undo is None:
+        undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
+    if undo:
         compensations = await compensate(runner)
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
@@ -99,7 +107,7 @@ async def drain_events(runner: SessionRunner) -> None:
         for entry_id, fields in entries:
             runner.acks.append(entry_id)
             with contextlib.suppress(ValueError, KeyError):
-                runner.batch.events.append((entry_id, Event.from_fields(fields)))
+                runner.batch.events.append((entry_id, read_event(fields)))
 
 
 def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
@@ -128,6 +136,8 @@ def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, A
 
 async def compensate(runner: SessionRunner) -> list[dict[str, Any]]:
     """Undo completed write steps in reverse completion order, each a Celery task with retries."""
+    if not runner.steps:  # a plan that never loaded: nothing is known to undo
+        return []
     done = [s for s in runner.plan.steps if runner.states[s.id].status == StepStatus.COMPLETED]
     done.sort(key=lambda s: runner.states[s.id].finished_at, reverse=True)
     results = []
@@ -229,7 +239,12 @@ async def _await_outcome(
         found = None
         for entry_id, fields in entries:
             runner.acks.append(entry_id)
-            event = Event.from_fields(fields)
+            try:
+                event = read_event(fields)
+            except (ValueError, KeyError) as exc:
+                cause = f"unreadable event: {describe_error(exc)}"
+                await runner.store.dead_letter(runner.sid, [(entry_id, fields)], cause=cause)
+                continue
             runner.batch.events.append((entry_id, event))
             if event.step_id == pseudo and event.attempt == attempt:
                 found = event

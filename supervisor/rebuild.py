@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from core.hot_state import blob_digest
-from core.models import StepState, StepStatus
+from core.models import SessionStatus, StepState, StepStatus
 from planner.plan import Plan
 from supervisor.context import SupervisorContext
 
@@ -34,6 +34,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     row = await ctx.sql(lambda: ctx.record.session(sid))
     versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
     if row is None or not versions:
+        return False
+    if SessionStatus(row.status).ended:  # ended is final: never back to running
+        log.info("session=%s ended %s; not rebuilt", sid, row.status)
         return False
     attempts = await ctx.sql(lambda: ctx.record.attempts(sid))
     plan_row = versions[-1]

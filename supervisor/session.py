@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
-from core.errors import FencedOutError, LLMError, PlanError, SessionError
+from core.errors import FencedOutError, LLMError, PlanError, SessionEndedError, SessionError
 from core.models import (
     ErrorKind,
     Event,
@@ -27,7 +27,13 @@ from supervisor.ending import finish_session
 from supervisor.plan_changes import PlanChanges
 from supervisor.policy import RuleAction, backoff_s, decide_failure
 from supervisor.scheduling import Scheduling
-from supervisor.session_base import FINAL, has_ended
+from supervisor.session_base import (
+    CANCEL_FIELD,
+    FINAL,
+    describe_error,
+    has_ended,
+    read_event,
+)
 from supervisor.thinking import Deliberation
 
 log = logging.getLogger(__name__)
@@ -50,13 +56,15 @@ class SessionRunner(Scheduling, PlanChanges):
         self.brain = Deliberation(self, ctx.chat)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
+        self.applying: tuple[str, dict[str, str]] | None = None
 
     # --- the loop -------------------------------------------------------------------------
     async def run(self) -> None:
         """Drive the session to its end, or until another supervisor fences us out.
 
-        1. Load the plan version and step states (planning the goal first if there is no
-           plan yet); record the takeover in SQL.
+        1. Refuse a session that has ended (ended is final); note a cancel asked for before
+           anything else is loaded. Load the plan version and step states (planning the
+           goal first if there is no plan yet, unless cancelled); record the takeover in SQL.
         2. Settle outcomes recorded while nobody watched; re-send attempts never started.
         3. Take over events a former owner left unacknowledged and apply them.
         4. Until the session has an outcome: dispatch ready steps, checkpoint to SQL and
@@ -66,7 +74,8 @@ class SessionRunner(Scheduling, PlanChanges):
         """
         try:
             await self._load()
-            await self._settle_recorded()
+            if self.outcome is None:
+                await self._settle_recorded()
             await self._apply(await self._take_over_pending())
             while self.outcome is None:
                 await self._dispatch_ready()
@@ -84,11 +93,14 @@ class SessionRunner(Scheduling, PlanChanges):
                     block_ms=self._block_ms(),
                 )
                 await self._apply(entries)
+                await self._check_cancel()
                 await self._reclaim_idle()
                 await self._watchdog()
                 await self._think()
                 self._check_end()
             await finish_session(self, *self.outcome)
+        except SessionEndedError as exc:
+            log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
@@ -97,6 +109,8 @@ class SessionRunner(Scheduling, PlanChanges):
             await self.checkpointer.close()
 
     async def _load(self) -> None:
+        await self._refuse_ended()
+        await self._check_cancel()
         info = await self.store.session(self.sid)
         if info is None:
             raise SessionError("session has no hot state", session_id=self.sid)
@@ -135,7 +149,8 @@ class SessionRunner(Scheduling, PlanChanges):
         self.brain.restore(info.deliberation)
         self.approved = set(info.approved)
         if info.plan_version == 0:
-            await self._plan_goal()
+            if self.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
+                await self._plan_goal()
         else:
             if raw is None:
                 raise SessionError(
@@ -148,6 +163,24 @@ class SessionRunner(Scheduling, PlanChanges):
                 self.states.setdefault(step_id, StepState())
             self._reindex()
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+
+    async def _refuse_ended(self) -> None:
+        """Ended is final: an ended session leaves the active set and is not loaded."""
+        status = cast(
+            str | None, await self.store.r.hget(self.store.keys.session(self.sid), "status")
+        )
+        if status and SessionStatus(status).ended:
+            await self.store.r.srem(self.store.keys.active, self.sid)
+            raise SessionEndedError(self.sid, status)
+
+    async def _check_cancel(self) -> None:
+        """A cancel asked for in the session hash wins over everything not yet done."""
+        if self.outcome is not None:
+            return
+        key = self.store.keys.session(self.sid)
+        reason = cast(str | None, await self.store.r.hget(key, CANCEL_FIELD))
+        if reason is not None:
+            self.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
 
     async def _plan_goal(self) -> None:
         """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
@@ -211,7 +244,7 @@ class SessionRunner(Scheduling, PlanChanges):
                 limit,
                 self.store.keys.deadletter,
             )
-            await self.store.dead_letter(self.sid, dead)
+            await self.store.dead_letter(self.sid, dead, cause=f"delivered more than {limit} times")
             await self.store.note_progress(self.sid, "dead_letter", count=len(dead))
             for entry_id, fields in dead:
                 with contextlib.suppress(ValueError, KeyError):
@@ -222,12 +255,16 @@ class SessionRunner(Scheduling, PlanChanges):
         for entry_id, fields in entries:
             self.acks.append(entry_id)
             try:
-                event = Event.from_fields(fields)
+                event = read_event(fields)
             except (ValueError, KeyError) as exc:
-                log.error("session=%s event %s unreadable, dropped: %s", self.sid, entry_id, exc)
+                cause = f"unreadable event: {describe_error(exc)}"
+                log.error("session=%s event %s dead-lettered: %s", self.sid, entry_id, cause)
+                await self.store.dead_letter(self.sid, [(entry_id, fields)], cause=cause)
                 continue
             self.batch.events.append((entry_id, event))
+            self.applying = (entry_id, fields)  # named as the cause if the loop crashes
             await self._on_event(event)
+            self.applying = None
 
     async def _on_event(self, event: Event) -> None:
         if event.type in OUTCOME_STATUS:
