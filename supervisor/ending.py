@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from core.models import (
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.report import build_report
-from supervisor.session_base import describe_error, has_ended, read_event
+from supervisor.session_base import FINAL, describe_error, has_ended, read_event
 
 if TYPE_CHECKING:
     from supervisor.session import SessionRunner
@@ -39,11 +38,13 @@ async def finish_session(
     ``undo`` (compensate completed writes) defaults to aborted and cancelled sessions; a
     poison session that ends failed asks for it too.
     """
+    if undo is None:
+        undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
+    if undo:
+        await await_writes_in_flight(runner)
     unfinished = [i for i, st in runner.states.items() if not has_ended(st)]
     await runner.cancel_steps(unfinished, reason=f"session {status.value}")
     compensations: list[dict[str, Any]] = []
-    if undo is None:
-        undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
     if undo:
         compensations = await compensate(runner)
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
@@ -105,9 +106,84 @@ async def drain_events(runner: SessionRunner) -> None:
         if not entries:
             return
         for entry_id, fields in entries:
-            runner.acks.append(entry_id)
-            with contextlib.suppress(ValueError, KeyError):
-                runner.batch.events.append((entry_id, read_event(fields)))
+            await _record_entry(runner, entry_id, fields)
+
+
+async def await_writes_in_flight(runner: SessionRunner) -> None:
+    """Let write steps a worker already started finish, so a write that lands is undone.
+
+    A tool call cannot be taken back halfway: cancelling a started write would drop its
+    outcome while its effect still lands, uncompensated. Writes not yet started are
+    cancelled with the rest (their claim then fails, so they never run).
+    """
+    fresh = await runner.store.steps(runner.sid, list(runner.steps))
+    for step_id, st in fresh.items():
+        mine = runner.states.get(step_id)
+        if (
+            mine is not None
+            and mine.status == StepStatus.RUNNING
+            and st.status == StepStatus.COMPLETED
+            and st.attempt == mine.attempt
+        ):  # completed, its event not read yet: it is undone like any completed write
+            runner.states[step_id] = st
+            runner.dirty.add(step_id)
+    waiting = {
+        step_id: st.attempt
+        for step_id, st in fresh.items()
+        if st.status == StepStatus.RUNNING
+        and st.started_at > 0
+        and compensation_of(runner, runner.steps[step_id]) is not None
+    }
+    if not waiting:
+        return
+    longest = max(runner.timeout(runner.steps[i]) for i in waiting)
+    deadline = time.monotonic() + longest + runner.settings.watchdog_grace_s
+    log.info("session=%s waiting for writes in flight: %s", runner.sid, ", ".join(waiting))
+    while waiting and time.monotonic() < deadline:
+        entries = await runner.store.read_events(
+            runner.sid, runner.ctx.name, count=100, block_ms=500
+        )
+        for entry_id, fields in entries:
+            event = await _record_entry(runner, entry_id, fields)
+            if event is None or waiting.get(event.step_id) != event.attempt:
+                continue
+            if event.type in _OUTCOMES:
+                _apply_outcome(runner.states[event.step_id], event)
+                runner.dirty.add(event.step_id)
+                del waiting[event.step_id]
+
+
+_OUTCOMES = {
+    EventType.TASK_COMPLETED: StepStatus.COMPLETED,
+    EventType.TASK_UNEXPECTED_RESULT: StepStatus.COMPLETED,
+    EventType.TASK_FAILED: StepStatus.FAILED,
+    EventType.TASK_INTERRUPTED: StepStatus.INTERRUPTED,
+}
+
+
+def _apply_outcome(st: StepState, event: Event) -> None:
+    st.status = _OUTCOMES[event.type]
+    st.started_at = float(event.payload.get("started_at") or st.started_at)
+    st.finished_at = float(event.payload.get("finished_at") or event.occurred_at)
+    st.output_ref = str(event.payload.get("output_ref", ""))
+    st.error_kind = str(event.payload.get("error_kind", ""))
+    st.error = "" if st.status == StepStatus.COMPLETED else event.description
+    st.note = FINAL
+
+
+async def _record_entry(
+    runner: SessionRunner, entry_id: str, fields: dict[str, str]
+) -> Event | None:
+    """Acknowledge and record one entry read while ending; an unreadable one is dead-lettered."""
+    runner.acks.append(entry_id)
+    try:
+        event = read_event(fields)
+    except (ValueError, KeyError) as exc:
+        cause = f"unreadable event: {describe_error(exc)}"
+        await runner.store.dead_letter(runner.sid, [(entry_id, fields)], cause=cause)
+        return None
+    runner.batch.events.append((entry_id, event))
+    return event
 
 
 def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
@@ -238,15 +314,8 @@ async def _await_outcome(
         )
         found = None
         for entry_id, fields in entries:
-            runner.acks.append(entry_id)
-            try:
-                event = read_event(fields)
-            except (ValueError, KeyError) as exc:
-                cause = f"unreadable event: {describe_error(exc)}"
-                await runner.store.dead_letter(runner.sid, [(entry_id, fields)], cause=cause)
-                continue
-            runner.batch.events.append((entry_id, event))
-            if event.step_id == pseudo and event.attempt == attempt:
+            event = await _record_entry(runner, entry_id, fields)
+            if event is not None and event.step_id == pseudo and event.attempt == attempt:
                 found = event
         await runner.checkpoint()
         if found is not None:
