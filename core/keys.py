@@ -3,7 +3,8 @@
 Per session ``{sid}`` (with the default prefix ``pl``):
 
 =====================================  ======================================================
-``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...
+``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...,
+                                       cancel_requested (reason), crashes, last_crash
 ``pl:s:{sid}:step:{step_id}``          hash: status, attempt, epoch, worker, timings, ...
 ``pl:s:{sid}:plan:{version}``          string: plan version JSON (immutable once written)
 ``pl:s:{sid}:events``                  stream: context-change events (consumer group ``sup``)
@@ -15,7 +16,8 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)
 ``pl:effects``                         hash: idempotency key -> receipt (bundled write tools)
 ``pl:effects:count``                   hash: idempotency key -> times the effect happened
-``pl:deadletter``                      stream: events delivered too often
+``pl:deadletter``                      stream: events that cannot be applied (sid,
+                                       entry_id, event, cause)
 =====================================  ======================================================
 """
 

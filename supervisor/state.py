@@ -200,7 +200,11 @@ class SessionStore:
         return int(await self.r.xtrim(key, minid=cutoff, approximate=False))
 
     async def dead_letter(
-        self, sid: str, entries: Sequence[tuple[str, dict[str, str]]], *, cause: str
+        self,
+        sid: str,
+        entries: Sequence[tuple[str, dict[str, str]]],
+        *,
+        cause: str = "delivered too often",
     ) -> None:
         """Move events that cannot be applied to the dead-letter stream with their ``cause``
         (delivered too often, unreadable, crashed the session's loop), and acknowledge them."""

@@ -22,6 +22,7 @@ from supervisor.rebuild import rebuild_lost_sessions, rebuild_session
 from supervisor.service import Supervisor
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, wait_ended
+from tests.integration.test_cli import planloop
 from workers.toolsets import bench  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
@@ -195,7 +196,9 @@ def test_cancel_of_a_session_no_supervisor_took(private_stack: MakeStack) -> Non
     ps = private_stack(workers=1, supervisors=0)
     sid = ps.producer.submit(parse_plan(WRITE_THEN_HOLD))
 
-    assert ps.producer.cancel(sid, "never mind") == SessionStatus.PENDING
+    said = planloop(ps.settings.to_env(), "cancel", sid, "--reason", "never mind")
+    assert said.returncode == 0, said.stderr
+    assert "it never started" in said.stdout
     assert ps.producer.session(sid).status == SessionStatus.PENDING
     ps.start_supervisor()
 
@@ -210,3 +213,6 @@ def test_cancel_of_a_session_no_supervisor_took(private_stack: MakeStack) -> Non
     assert row is not None
     assert row.status == "cancelled"
     assert not ps.redis.sismember(ps.keys.active, sid)
+    again = planloop(ps.settings.to_env(), "cancel", sid)
+    assert again.returncode != 0
+    assert "has ended (cancelled)" in again.stderr
