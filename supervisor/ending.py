@@ -99,6 +99,27 @@ async def finish_session(
     log.info("session=%s ended %s%s", runner.sid, status.value, f": {error}" if error else "")
 
 
+async def adopt_recorded_ending(runner: SessionRunner) -> None:
+    """Copy the ending the SQL record holds into Redis (an owner that died after writing
+    the record and before Redis left the hot state saying running)."""
+    row = await runner.ctx.sql(lambda: runner.ctx.record.session(runner.sid))
+    if row is None or not SessionStatus(row.status).ended:
+        return
+    keys = runner.store.keys
+    fields = ["status", row.status, "finished_at", row.finished_at, "error", row.error]
+    await runner.store.write(
+        runner.sid,
+        runner.epoch,
+        [
+            ("HSET", keys.session(runner.sid), [*fields, "report", row.report or ""]),
+            ("SREM", keys.active, [runner.sid]),
+        ],
+    )
+    log.warning(
+        "session=%s ended %s in the record: hot state brought in line", runner.sid, row.status
+    )
+
+
 async def drain_events(runner: SessionRunner) -> None:
     """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
     while True:

@@ -126,7 +126,10 @@ class Supervisor:
             await self.store.release_lease(sid, token)
             raise
         except Exception as exc:
-            await self._after_crash(runner, token, exc)
+            try:
+                await self._after_crash(runner, token, exc)
+            except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
+                log.exception("session=%s loop crashed and could not be counted", sid)
         else:
             await self.store.release_lease(sid, token)
 

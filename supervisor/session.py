@@ -23,7 +23,7 @@ from planner.agents import Planner
 from planner.plan import Plan, Step
 from supervisor.checkpointer import Checkpointer
 from supervisor.context import SupervisorContext
-from supervisor.ending import finish_session
+from supervisor.ending import adopt_recorded_ending, finish_session
 from supervisor.plan_changes import PlanChanges
 from supervisor.policy import RuleAction, backoff_s, decide_failure
 from supervisor.scheduling import Scheduling
@@ -78,6 +78,9 @@ class SessionRunner(Scheduling, PlanChanges):
                 await self._settle_recorded()
             await self._apply(await self._take_over_pending())
             while self.outcome is None:
+                await self._check_cancel()  # before anything new is dispatched
+                if self.outcome is not None:
+                    break
                 await self._dispatch_ready()
                 await self._announce_approvals()
                 # Checkpoint after dispatching, in the background: the next steps never
@@ -93,7 +96,6 @@ class SessionRunner(Scheduling, PlanChanges):
                     block_ms=self._block_ms(),
                 )
                 await self._apply(entries)
-                await self._check_cancel()
                 await self._reclaim_idle()
                 await self._watchdog()
                 await self._think()
@@ -125,15 +127,19 @@ class SessionRunner(Scheduling, PlanChanges):
             "options": info.options.model_dump_json(),
         }
         raw = await self.store.plan_json(self.sid, info.plan_version) if info.plan_version else None
-        await self.ctx.sql(
-            lambda: self.ctx.record.claim(
-                self.sid,
-                self.epoch,
-                owner=self.ctx.name,
-                fields=fields,
-                plan=(info.plan_version, raw) if raw is not None else None,
+        try:
+            await self.ctx.sql(
+                lambda: self.ctx.record.claim(
+                    self.sid,
+                    self.epoch,
+                    owner=self.ctx.name,
+                    fields=fields,
+                    plan=(info.plan_version, raw) if raw is not None else None,
+                )
             )
-        )
+        except SessionEndedError:
+            await adopt_recorded_ending(self)  # its owner died between the SQL and Redis ends
+            raise
         await self.store.write(
             self.sid,
             self.epoch,

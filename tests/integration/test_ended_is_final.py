@@ -159,6 +159,24 @@ def test_no_path_reopens_or_rewrites_an_ended_session(private_stack: MakeStack) 
     with pytest.raises(SessionEndedError):
         ps.producer.cancel(sids[SessionStatus.COMPLETED])
 
+    # An owner that died between the record's end and Redis's: Redis says running, SQL says
+    # ended. The takeover brings Redis in line with the record and reopens nothing.
+    sid = sids[SessionStatus.ABORTED]
+    ps.redis.hset(ps.keys.session(sid), "status", "running")
+    ps.redis.sadd(ps.keys.active, sid)
+    wait_for(
+        lambda: (
+            ps.redis.hget(ps.keys.session(sid), "status") == "aborted"
+            and not ps.redis.sismember(ps.keys.active, sid)
+        ),
+        30,
+        "the hot state to follow the record",
+    )
+    assert snapshot(ps, sid)["sql"] == before[sid]["sql"]
+    hot = ps.redis.hgetall(ps.keys.session(sid))
+    assert json.loads(hot["report"]) == json.loads(before[sid]["sql"]["report"])  # type: ignore[index]
+    assert hot["error"] == before[sid]["sql"]["error"]  # type: ignore[index]
+
 
 def test_late_cancel_wins_and_compensates(private_stack: MakeStack) -> None:
     """A cancel two seconds into a three-second write: the write lands (a tool call cannot
