@@ -71,6 +71,23 @@ return 1
 """
 )
 
+# KEYS[1] session hash. ARGV: the crash's error text.
+# Counts one crash of the session's loop and returns {crashes, 1 if a cancel is pending
+# else 0, its reason or ''}; {0, 0, ''} when the session has no hot state (Redis lost it:
+# the rebuild path restores it, and a hash holding only a count would stop that).
+COUNT_CRASH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0, 0, ''}
+end
+local crashes = redis.call('HINCRBY', KEYS[1], 'crashes', 1)
+redis.call('HSET', KEYS[1], 'last_crash', ARGV[1])
+local cancel = redis.call('HGET', KEYS[1], 'cancel_requested')
+if cancel then
+  return {crashes, 1, cancel}
+end
+return {crashes, 0, ''}
+"""
+
 # KEYS[1] session hash, KEYS[2] step hash, KEYS[3] events stream.
 # ARGV: epoch, attempt, status, error, error_kind, finished_at, then event field/value pairs.
 # The supervisor ends an attempt it gave up on (lost worker, cancel): only while it owns the

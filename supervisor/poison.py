@@ -1,7 +1,8 @@
 """Poison sessions: count a session's loop crashes, and end it when they are too many.
 
 A session whose loop crashes (an unparsable plan, an event that breaks it) would otherwise be
-retried forever. Crashes are counted in the session hash (``crashes``), so every supervisor
+retried forever. Crashes are counted in the session hash (``crashes``, and ``last_crash``
+the latest error; core/lua.py ``COUNT_CRASH``), so every supervisor
 adds to the same count; at ``max_session_crashes`` the session ends ``failed``, the
 compensations of its completed writes run, and the event being applied when it crashed goes
 to the dead letters with the error. A session whose cancel is pending ends ``cancelled`` at
@@ -24,18 +25,16 @@ from sqlalchemy.exc import OperationalError
 
 from core.errors import FencedOutError, SessionEndedError
 from core.hot_state import dumps
+from core.lua import COUNT_CRASH
 from core.models import SessionRecord, SessionStatus, StepState
 from core.record import Checkpoint
 from planner.plan import Plan
 from supervisor.context import SupervisorContext
 from supervisor.ending import finish_session
 from supervisor.session import SessionRunner
-from supervisor.session_base import CANCEL_FIELD, read_event
+from supervisor.session_base import read_event
 
 log = logging.getLogger(__name__)
-
-CRASHES_FIELD = "crashes"  # session hash: loop crashes so far, across supervisors
-LAST_CRASH_FIELD = "last_crash"  # session hash: the latest crash, type and message
 
 # Faults of Redis or the database, not of the session: a crash they cause is not counted.
 INFRASTRUCTURE_FAULTS = (RedisConnectionError, RedisTimeoutError, OperationalError, OSError)
@@ -51,15 +50,11 @@ class Crash:
 
 async def count_crash(ctx: SupervisorContext, sid: str, error: str, exc: Exception) -> Crash:
     """Add this crash to the session's count (unless Redis or SQL caused it)."""
-    key = ctx.store.keys.session(sid)
     if isinstance(exc, INFRASTRUCTURE_FAULTS):
         return Crash(0, None)
-    pipe = ctx.store.r.pipeline(transaction=True)
-    pipe.hincrby(key, CRASHES_FIELD, 1)
-    pipe.hset(key, LAST_CRASH_FIELD, error)
-    pipe.hget(key, CANCEL_FIELD)
-    count, _, cancel = await pipe.execute()
-    return Crash(int(count), cancel)
+    script = ctx.store.r.register_script(COUNT_CRASH)
+    count, cancelled, reason = await script(keys=[ctx.store.keys.session(sid)], args=[error])
+    return Crash(int(count), str(reason) if cancelled else None)
 
 
 async def end_crashed_session(
