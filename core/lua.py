@@ -10,11 +10,14 @@ local ENDED = {completed=true, failed=true, aborted=true, cancelled=true}
 # KEYS[1] lease, KEYS[2] session hash. ARGV: token, ttl_ms, owner.
 # Takes the lease if free and bumps the session's epoch (the fencing token); returns the
 # new epoch, or 0 when someone else holds the lease.
-# An ended session is never taken again (ended is final): 0, as for a held lease.
+# An ended session is never taken again (ended is final), and one without hot state is left
+# to the rebuild path (taking it would create a hash with nothing but an epoch): 0, as for a
+# held lease.
 ACQUIRE_LEASE = (
     _ENDED
     + """
-if ENDED[redis.call('HGET', KEYS[2], 'status')] then
+local status = redis.call('HGET', KEYS[2], 'status')
+if not status or ENDED[status] then
   return 0
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

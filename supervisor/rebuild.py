@@ -45,6 +45,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     for attempt in attempts:
         latest[attempt.step_id] = attempt  # ordered by step, then attempt
     keys, r = ctx.store.keys, ctx.store.r
+    # Before the hash, outside the transaction: a stream that survived (only the hash was
+    # lost) already has its group, and BUSYGROUP inside it would fail the whole rebuild.
+    await ctx.store.ensure_groups(sid)
     pipe = r.pipeline(transaction=True)
     pipe.hset(
         keys.session(sid),
@@ -82,7 +85,6 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
                 st.output_ref = blob_digest(last.output)
                 pipe.set(keys.blob(st.output_ref), last.output)
         pipe.hset(keys.step(sid, step.id), mapping=dict(st.to_fields()))  # type: ignore[arg-type]
-    pipe.xgroup_create(keys.events(sid), "sup", id="0", mkstream=True)
     pipe.sadd(keys.active, sid)
     pipe.zadd(keys.sessions, {sid: row.created_at})
     await pipe.execute()

@@ -39,6 +39,12 @@ steps:
   - {id: w, tool: bench.write, params: {label: first}}
   - {id: short, tool: bench.sleep, params: {seconds: 1.5}, dependencies: [w]}
 """
+WRITE_THEN_SLOW = """
+goal: a write, then a step long enough to lose the session hash under
+steps:
+  - {id: w, tool: bench.write, params: {label: first}}
+  - {id: slow, tool: bench.sleep, params: {seconds: 4}, dependencies: [w]}
+"""
 
 
 def nested(depth: int) -> Any:
@@ -231,4 +237,33 @@ def test_a_goal_with_nul_runs_on_postgresql(private_stack: MakeStack) -> None:
     assert row is not None
     assert row.status == "completed"
     assert row.goal == "a goal with a \ufffd in it"
+    assert_alive(ps)
+
+
+def test_a_session_whose_hash_alone_was_lost_is_rebuilt_not_counted_as_crashing(
+    private_stack: MakeStack,
+) -> None:
+    """Only the session hash vanished (its events stream and group survived): the rebuild
+    path restores it (a surviving group used to fail the rebuild) and no crash is counted."""
+    ps = private_stack(**POISON)
+    sid = ps.producer.submit(parse_plan(WRITE_THEN_SLOW))
+    wait_for(
+        lambda: (
+            ps.step_states(sid, ["slow"]).get("slow") is not None
+            and ps.step_states(sid, ["slow"])["slow"].status == StepStatus.RUNNING
+            and ps.record.session(sid) is not None
+        ),
+        30,
+        "the slow step to run",
+    )
+    ps.redis.delete(ps.keys.session(sid))
+    wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 30, "the hot state to be rebuilt")
+
+    record = wait_ended(ps.producer, sid, 60)
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    assert ps.redis.hget(ps.keys.session(sid), "crashes") is None
+    assert ps.effects.count(f"{sid}:w") == 1
+    assert report_steps(record)["w"]["attempts"] == 1  # the write did not run again
+    assert any("rebuilt from SQL" in ps.supervisor_log(p) for p in ps.supervisors)
     assert_alive(ps)
