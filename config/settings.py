@@ -156,6 +156,23 @@ class Settings(BaseSettings):
         "unset (the default) writes nothing.",
     )
 
+    # --- Poison sessions (issue 9: a session whose loop keeps crashing ends) --------------
+    max_session_crashes: int = Field(
+        5,
+        ge=1,
+        description="Crashes of one session's loop (counted across supervisors) after which "
+        "it ends failed, its completed writes compensated. Default 5.",
+    )
+    session_crash_cool_off_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds the first crash of a session's loop waits before it is retried; "
+        "doubles with each crash. Default 2.",
+    )
+    session_crash_cool_off_max_s: float = Field(
+        60.0, gt=0, description="Longest wait between two crashes of one session, seconds."
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

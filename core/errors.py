@@ -18,7 +18,8 @@
     │   └── ToolTimeoutError        the tool ran past its timeout
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
-    │   └── FencedOutError          a write carried a stale epoch: another supervisor owns it
+    │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
+    │   └── SessionEndedError       the session has ended; it is never reopened or rewritten
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
         └── LLMResponseError        an answer that is not usable JSON; carries the raw text
@@ -135,6 +136,17 @@ class FencedOutError(SessionError):
         self.epoch = epoch
         super().__init__(
             f"session {session_id}: epoch {epoch} is stale, another supervisor owns it",
+            session_id=session_id,
+        )
+
+
+class SessionEndedError(SessionError):
+    """The session ended ``status``: ended is final, nothing reopens or rewrites it."""
+
+    def __init__(self, session_id: str, status: str) -> None:
+        self.status = status
+        super().__init__(
+            f"session {session_id} has ended ({status}); an ended session is never reopened",
             session_id=session_id,
         )
 

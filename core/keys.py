@@ -3,7 +3,8 @@
 Per session ``{sid}`` (with the default prefix ``pl``):
 
 =====================================  ======================================================
-``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...
+``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...,
+                                       cancel_requested (reason), crashes, last_crash
 ``pl:s:{sid}:step:{step_id}``          hash: status, attempt, epoch, worker, timings, ...
 ``pl:s:{sid}:plan:{version}``          string: plan version JSON (immutable once written)
 ``pl:s:{sid}:events``                  stream: context-change events (consumer group ``sup``)
@@ -14,7 +15,8 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:sessions``                        zset: every session id, scored by creation time
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)
 ``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
-``pl:deadletter``                      stream: events delivered too often
+``pl:deadletter``                      stream: events that cannot be applied (sid,
+                                       entry_id, event, cause)
 =====================================  ======================================================
 """
 

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+# The statuses a session ends in (SessionStatus.ended): such a session is final.
+_ENDED = """
+local ENDED = {completed=true, failed=true, aborted=true, cancelled=true}
+"""
+
 # KEYS[1] lease, KEYS[2] session hash. ARGV: token, ttl_ms, owner.
 # Takes the lease if free and bumps the session's epoch (the fencing token); returns the
 # new epoch, or 0 when someone else holds the lease.
-ACQUIRE_LEASE = """
+# An ended session is never taken again (ended is final), and one without hot state is left
+# to the rebuild path (taking it would create a hash with nothing but an epoch): 0, as for a
+# held lease.
+ACQUIRE_LEASE = (
+    _ENDED
+    + """
+local status = redis.call('HGET', KEYS[2], 'status')
+if not status or ENDED[status] then
+  return 0
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local epoch = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
   redis.call('HSET', KEYS[2], 'owner', ARGV[3])
@@ -13,6 +27,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return 0
 """
+)
 
 # KEYS[1] lease. ARGV: token, ttl_ms. Compare-and-extend.
 RENEW_LEASE = """
@@ -33,8 +48,15 @@ return 0
 # KEYS[1] session hash, KEYS[2..n] targets. ARGV[1] epoch, ARGV[2] JSON list of ops, each
 # [command, key_index, arg...] with key_index into KEYS. Runs every op only when the
 # session's epoch is still ARGV[1]; returns 1, or 0 when fenced out.
-FENCED_WRITE = """
+# An ended session refuses every fenced write too (0): the write that ended it was its last,
+# so its status, error, report and compensations are written once.
+FENCED_WRITE = (
+    _ENDED
+    + """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+  return 0
+end
+if ENDED[redis.call('HGET', KEYS[1], 'status')] then
   return 0
 end
 local allowed = {HSET=true, SET=true, SADD=true, SREM=true, ZADD=true, XADD=true, DEL=true,
@@ -49,6 +71,24 @@ for _, op in ipairs(cjson.decode(ARGV[2])) do
   redis.call(cmd, KEYS[op[2]], unpack(args))
 end
 return 1
+"""
+)
+
+# KEYS[1] session hash. ARGV: the crash's error text.
+# Counts one crash of the session's loop and returns {crashes, 1 if a cancel is pending
+# else 0, its reason or ''}; {0, 0, ''} when the session has no hot state (Redis lost it:
+# the rebuild path restores it, and a hash holding only a count would stop that).
+COUNT_CRASH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0, 0, ''}
+end
+local crashes = redis.call('HINCRBY', KEYS[1], 'crashes', 1)
+redis.call('HSET', KEYS[1], 'last_crash', ARGV[1])
+local cancel = redis.call('HGET', KEYS[1], 'cancel_requested')
+if cancel then
+  return {crashes, 1, cancel}
+end
+return {crashes, 0, ''}
 """
 
 # KEYS[1] session hash, KEYS[2] step hash, KEYS[3] events stream.

@@ -31,8 +31,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from core.errors import FencedOutError
+from core.errors import FencedOutError, SessionEndedError
 from core.models import Event
+
+# A session in one of these statuses has ended: its row is never claimed or rewritten again.
+ENDED_STATUSES = ("completed", "failed", "aborted", "cancelled")
 
 
 class Base(DeclarativeBase):
@@ -168,6 +171,15 @@ def make_engine(url: str) -> Engine:
         pool_pre_ping=not is_sqlite,
         connect_args={"timeout": 30} if is_sqlite else {},
     )
+    if engine.dialect.name == "postgresql":
+        # PostgreSQL text cannot hold NUL; a goal or an error carrying one must not wedge
+        # the session at its claim (DataError forever): NUL becomes U+FFFD, visibly.
+        @event.listens_for(engine, "before_cursor_execute", retval=True)
+        def _no_nul(
+            _conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool
+        ) -> tuple[str, Any]:
+            return statement, _without_nul(params)
+
     if is_sqlite:
 
         @event.listens_for(engine, "connect")
@@ -229,6 +241,8 @@ class SqlRecord:
                     )
                 )
             row = db.get(SessionRow, sid, with_for_update=True)
+            if row is not None and row.status in ENDED_STATUSES:
+                raise SessionEndedError(sid, row.status)
             if row is None:
                 db.add(
                     SessionRow(id=sid, epoch=epoch, owner=owner, updated_at=time.time(), **fields)
@@ -247,7 +261,11 @@ class SqlRecord:
             values = {"updated_at": time.time(), **batch.session}
             fenced = db.execute(
                 update(SessionRow)
-                .where(SessionRow.id == sid, SessionRow.epoch == epoch)
+                .where(
+                    SessionRow.id == sid,
+                    SessionRow.epoch == epoch,
+                    SessionRow.status.notin_(ENDED_STATUSES),  # ended is written once
+                )
                 .values(**values)
             )
             if fenced.rowcount != 1:  # type: ignore[attr-defined]
@@ -297,6 +315,17 @@ class SqlRecord:
         with self._sessions() as db:
             query = select(LlmCallRow).where(LlmCallRow.session_id == sid)
             return db.scalars(query.order_by(LlmCallRow.id)).all()
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` (statement parameters) with every NUL in a string replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {k: _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_without_nul(v) for v in value)
+    return value
 
 
 def _event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:

@@ -170,10 +170,16 @@ def cancel(session_id: str, reason: str) -> None:
     from producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).cancel(session_id, reason)
+        before = Producer.from_settings(_settings()).cancel(session_id, reason)
     except PlanloopError as exc:
         _fail(str(exc))
-    click.echo(f"cancel requested for {session_id}")
+    if before == "pending":
+        click.echo(
+            f"cancel requested for {session_id}: it never started; it ends cancelled "
+            "when a supervisor takes it"
+        )
+    else:
+        click.echo(f"cancel requested for {session_id}")
 
 
 @cli.command()

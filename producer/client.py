@@ -7,10 +7,15 @@ import uuid
 from dataclasses import dataclass
 
 from config.settings import Settings
-from core.errors import ConfigError, UnknownToolError
+from core.errors import (
+    ConfigError,
+    SessionEndedError,
+    SessionNotFoundError,
+    UnknownToolError,
+)
 from core.hot_state import HotState, connect
 from core.keys import Keys
-from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
+from core.models import Event, EventType, SessionOptions, SessionRecord, SessionStatus, Severity
 from core.tools import ToolRegistry, load_tools
 from planner.llm import NO_ENDPOINT_MESSAGE
 from planner.plan import Plan
@@ -105,16 +110,35 @@ class Producer:
     def session(self, sid: str) -> SessionRecord:
         return self.state.session(sid)
 
-    def cancel(self, sid: str, reason: str = "cancelled by user") -> str:
-        return self._tell(
-            sid,
-            Event(
-                type=EventType.EXTERNAL_SIGNAL,
-                severity=Severity.CRITICAL,
-                description=reason,
-                payload={"command": "cancel"},
-            ),
+    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+        """Ask the session to stop; returns the status it had (``pending``: never started).
+
+        The request is a field of the session hash (``cancel_requested``) as well as an
+        event, in one transaction: the owner checks the field before it loads anything else
+        and on every turn, so a cancel wins even over a session whose events or plan cannot
+        be read, and a session nobody took yet is cancelled when a supervisor takes it.
+
+        Raises:
+            SessionNotFoundError: no such session; nothing was written.
+            SessionEndedError: the session has ended already (ended is final).
+        """
+        key = self.state.keys.session(sid)
+        status = self.state.r.hget(key, "status")
+        if status is None:
+            raise SessionNotFoundError(sid)
+        if SessionStatus(str(status)).ended:
+            raise SessionEndedError(sid, str(status))
+        event = Event(
+            type=EventType.EXTERNAL_SIGNAL,
+            severity=Severity.CRITICAL,
+            description=reason,
+            payload={"command": "cancel"},
         )
+        pipe = self.state.r.pipeline(transaction=True)
+        pipe.hset(key, "cancel_requested", reason or "cancelled by user")
+        pipe.xadd(self.state.keys.events(sid), event.to_fields())  # type: ignore[arg-type]
+        pipe.execute()
+        return SessionStatus(str(status))
 
     def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
         """Tell a running session something new (a constraint or a plain signal)."""

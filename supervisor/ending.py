@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ from core.models import (
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.report import build_report
-from supervisor.session_base import has_ended
+from supervisor.session_base import FINAL, describe_error, has_ended, read_event
 
 if TYPE_CHECKING:
     from supervisor.session import SessionRunner
@@ -31,12 +30,22 @@ COMPENSATE_SUFFIX = "~compensate"
 COMPENSATION_ATTEMPTS = 3
 
 
-async def finish_session(runner: SessionRunner, status: SessionStatus, error: str) -> None:
-    """End the session: every step ends, compensations run if needed, the report is written."""
+async def finish_session(
+    runner: SessionRunner, status: SessionStatus, error: str, *, undo: bool | None = None
+) -> None:
+    """End the session: every step ends, compensations run if needed, the report is written.
+
+    ``undo`` (compensate completed writes) defaults to aborted and cancelled sessions; a
+    poison session that ends failed asks for it too.
+    """
+    if undo is None:
+        undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
+    if undo:
+        await await_writes_in_flight(runner)
     unfinished = [i for i, st in runner.states.items() if not has_ended(st)]
     await runner.cancel_steps(unfinished, reason=f"session {status.value}")
     compensations: list[dict[str, Any]] = []
-    if status in (SessionStatus.ABORTED, SessionStatus.CANCELLED):
+    if undo:
         compensations = await compensate(runner)
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
@@ -90,6 +99,27 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
     log.info("session=%s ended %s%s", runner.sid, status.value, f": {error}" if error else "")
 
 
+async def adopt_recorded_ending(runner: SessionRunner) -> None:
+    """Copy the ending the SQL record holds into Redis (an owner that died after writing
+    the record and before Redis left the hot state saying running)."""
+    row = await runner.ctx.sql(lambda: runner.ctx.record.session(runner.sid))
+    if row is None or not SessionStatus(row.status).ended:
+        return
+    keys = runner.store.keys
+    fields = ["status", row.status, "finished_at", row.finished_at, "error", row.error]
+    await runner.store.write(
+        runner.sid,
+        runner.epoch,
+        [
+            ("HSET", keys.session(runner.sid), [*fields, "report", row.report or ""]),
+            ("SREM", keys.active, [runner.sid]),
+        ],
+    )
+    log.warning(
+        "session=%s ended %s in the record: hot state brought in line", runner.sid, row.status
+    )
+
+
 async def drain_events(runner: SessionRunner) -> None:
     """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
     while True:
@@ -97,9 +127,84 @@ async def drain_events(runner: SessionRunner) -> None:
         if not entries:
             return
         for entry_id, fields in entries:
-            runner.acks.append(entry_id)
-            with contextlib.suppress(ValueError, KeyError):
-                runner.batch.events.append((entry_id, Event.from_fields(fields)))
+            await _record_entry(runner, entry_id, fields)
+
+
+async def await_writes_in_flight(runner: SessionRunner) -> None:
+    """Let write steps a worker already started finish, so a write that lands is undone.
+
+    A tool call cannot be taken back halfway: cancelling a started write would drop its
+    outcome while its effect still lands, uncompensated. Writes not yet started are
+    cancelled with the rest (their claim then fails, so they never run).
+    """
+    fresh = await runner.store.steps(runner.sid, list(runner.steps))
+    for step_id, st in fresh.items():
+        mine = runner.states.get(step_id)
+        if (
+            mine is not None
+            and mine.status == StepStatus.RUNNING
+            and st.status == StepStatus.COMPLETED
+            and st.attempt == mine.attempt
+        ):  # completed, its event not read yet: it is undone like any completed write
+            runner.states[step_id] = st
+            runner.dirty.add(step_id)
+    waiting = {
+        step_id: st.attempt
+        for step_id, st in fresh.items()
+        if st.status == StepStatus.RUNNING
+        and st.started_at > 0
+        and compensation_of(runner, runner.steps[step_id]) is not None
+    }
+    if not waiting:
+        return
+    longest = max(runner.timeout(runner.steps[i]) for i in waiting)
+    deadline = time.monotonic() + longest + runner.settings.watchdog_grace_s
+    log.info("session=%s waiting for writes in flight: %s", runner.sid, ", ".join(waiting))
+    while waiting and time.monotonic() < deadline:
+        entries = await runner.store.read_events(
+            runner.sid, runner.ctx.name, count=100, block_ms=500
+        )
+        for entry_id, fields in entries:
+            event = await _record_entry(runner, entry_id, fields)
+            if event is None or waiting.get(event.step_id) != event.attempt:
+                continue
+            if event.type in _OUTCOMES:
+                _apply_outcome(runner.states[event.step_id], event)
+                runner.dirty.add(event.step_id)
+                del waiting[event.step_id]
+
+
+_OUTCOMES = {
+    EventType.TASK_COMPLETED: StepStatus.COMPLETED,
+    EventType.TASK_UNEXPECTED_RESULT: StepStatus.COMPLETED,
+    EventType.TASK_FAILED: StepStatus.FAILED,
+    EventType.TASK_INTERRUPTED: StepStatus.INTERRUPTED,
+}
+
+
+def _apply_outcome(st: StepState, event: Event) -> None:
+    st.status = _OUTCOMES[event.type]
+    st.started_at = float(event.payload.get("started_at") or st.started_at)
+    st.finished_at = float(event.payload.get("finished_at") or event.occurred_at)
+    st.output_ref = str(event.payload.get("output_ref", ""))
+    st.error_kind = str(event.payload.get("error_kind", ""))
+    st.error = "" if st.status == StepStatus.COMPLETED else event.description
+    st.note = FINAL
+
+
+async def _record_entry(
+    runner: SessionRunner, entry_id: str, fields: dict[str, str]
+) -> Event | None:
+    """Acknowledge and record one entry read while ending; an unreadable one is dead-lettered."""
+    runner.acks.append(entry_id)
+    try:
+        event = read_event(fields)
+    except (ValueError, KeyError) as exc:
+        cause = f"unreadable event: {describe_error(exc)}"
+        await runner.store.dead_letter(runner.sid, [(entry_id, fields)], cause=cause)
+        return None
+    runner.batch.events.append((entry_id, event))
+    return event
 
 
 def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, Any]] | None:
@@ -128,6 +233,8 @@ def compensation_of(runner: SessionRunner, step: Step) -> tuple[str, dict[str, A
 
 async def compensate(runner: SessionRunner) -> list[dict[str, Any]]:
     """Undo completed write steps in reverse completion order, each a Celery task with retries."""
+    if not runner.steps:  # a plan that never loaded: nothing is known to undo
+        return []
     done = [s for s in runner.plan.steps if runner.states[s.id].status == StepStatus.COMPLETED]
     done.sort(key=lambda s: runner.states[s.id].finished_at, reverse=True)
     results = []
@@ -228,10 +335,8 @@ async def _await_outcome(
         )
         found = None
         for entry_id, fields in entries:
-            runner.acks.append(entry_id)
-            event = Event.from_fields(fields)
-            runner.batch.events.append((entry_id, event))
-            if event.step_id == pseudo and event.attempt == attempt:
+            event = await _record_entry(runner, entry_id, fields)
+            if event is not None and event.step_id == pseudo and event.attempt == attempt:
                 found = event
         await runner.checkpoint()
         if found is not None:

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from core.hot_state import blob_digest
-from core.models import StepState, StepStatus
+from core.models import SessionStatus, StepState, StepStatus
 from planner.plan import Plan
 from supervisor.context import SupervisorContext
 
@@ -35,6 +35,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
     if row is None or not versions:
         return False
+    if SessionStatus(row.status).ended:  # ended is final: never back to running
+        log.info("session=%s ended %s; not rebuilt", sid, row.status)
+        return False
     attempts = await ctx.sql(lambda: ctx.record.attempts(sid))
     plan_row = versions[-1]
     plan = Plan.model_validate_json(plan_row.plan)
@@ -42,6 +45,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     for attempt in attempts:
         latest[attempt.step_id] = attempt  # ordered by step, then attempt
     keys, r = ctx.store.keys, ctx.store.r
+    # Before the hash, outside the transaction: a stream that survived (only the hash was
+    # lost) already has its group, and BUSYGROUP inside it would fail the whole rebuild.
+    await ctx.store.ensure_groups(sid)
     pipe = r.pipeline(transaction=True)
     pipe.hset(
         keys.session(sid),
@@ -79,7 +85,6 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
                 st.output_ref = blob_digest(last.output)
                 pipe.set(keys.blob(st.output_ref), last.output)
         pipe.hset(keys.step(sid, step.id), mapping=dict(st.to_fields()))  # type: ignore[arg-type]
-    pipe.xgroup_create(keys.events(sid), "sup", id="0", mkstream=True)
     pipe.sadd(keys.active, sid)
     pipe.zadd(keys.sessions, {sid: row.created_at})
     await pipe.execute()

@@ -11,11 +11,13 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
 from config.settings import Settings
 from core.keys import Keys
+from core.models import SessionStatus
 from core.record import SqlRecord
 from core.redis_faults import Outage, is_missing_group, is_redis_fault
 from core.redis_version import require_supported_redis
@@ -23,16 +25,16 @@ from core.tools import load_tools
 from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
+from supervisor.poison import count_crash, end_crashed_session
 from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
+from supervisor.session_base import describe_error
 from supervisor.state import SessionStore
 
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
-CRASH_COOL_OFF_S = 2.0
-CRASH_COOL_OFF_MAX_S = 60.0
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 
 
@@ -64,7 +66,6 @@ class Supervisor:
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
-        self._crashes: dict[str, int] = {}
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
 
@@ -136,6 +137,10 @@ class Supervisor:
     async def _take(self, sid: str) -> None:
         if not sid or sid in self.owned:
             return
+        status = cast(str | None, await self.store.r.hget(self.store.keys.session(sid), "status"))
+        if status and SessionStatus(status).ended:  # ended is final: never taken again
+            await self.store.r.srem(self.store.keys.active, sid)
+            return
         token = f"{self.name}:{uuid.uuid4().hex}"
         epoch = await self.store.acquire_lease(sid, token, self.settings.lease_ttl_s, self.name)
         if not epoch:
@@ -151,17 +156,53 @@ class Supervisor:
         except asyncio.CancelledError:
             await self.store.release_lease(sid, token)
             raise
-        except Exception:
-            # Keep the lease a while longer instead of releasing it: a session that crashes
-            # its loop would otherwise crash every supervisor in turn, as fast as they can
-            # take it. The cool-off doubles with each crash seen here.
-            self._crashes[sid] = crashes = self._crashes.get(sid, 0) + 1
-            cool_off = min(CRASH_COOL_OFF_MAX_S, CRASH_COOL_OFF_S * 2 ** (crashes - 1))
-            log.exception("session=%s loop crashed (%d); retried in %.0fs", sid, crashes, cool_off)
-            await self.store.renew_leases([(sid, token)], cool_off)
+        except Exception as exc:
+            try:
+                await self._after_crash(runner, token, exc)
+            except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
+                log.exception("session=%s loop crashed and could not be counted", sid)
         else:
-            self._crashes.pop(sid, None)
             await self.store.release_lease(sid, token)
+
+    async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
+        """Count the crash; end the session at the limit (or if cancelled), else cool off.
+
+        Keep the lease a while longer instead of releasing it: a session that crashes its
+        loop would otherwise crash every supervisor in turn, as fast as they can take it.
+        The cool-off doubles with each crash counted (across supervisors).
+        """
+        sid, error = runner.sid, describe_error(exc)
+        crash = await count_crash(self.ctx, sid, error, exc)
+        limit = self.settings.max_session_crashes
+        if crash.cancel is not None or crash.count >= limit:
+            log.error(
+                "session=%s loop crashed (%d of %d): %s; ending it",
+                sid,
+                crash.count,
+                limit,
+                error,
+                exc_info=exc,
+            )
+            status = SessionStatus.CANCELLED if crash.cancel is not None else SessionStatus.FAILED
+            reason = crash.cancel or f"the session's loop crashed {crash.count} times: {error}"
+            await end_crashed_session(
+                self.ctx, sid, runner.epoch, status=status, error=reason, cause=runner.applying
+            )
+            await self.store.release_lease(sid, token)
+            return
+        base, most = (
+            self.settings.session_crash_cool_off_s,
+            self.settings.session_crash_cool_off_max_s,
+        )
+        cool_off = min(most, base * 2 ** max(crash.count - 1, 0))
+        log.exception(
+            "session=%s loop crashed (%d of %d); retried in %.1fs",
+            sid,
+            crash.count,
+            limit,
+            cool_off,
+        )
+        await self.store.renew_leases([(sid, token)], cool_off)
 
     def _forget_finished(self) -> None:
         for sid in [s for s, o in self.owned.items() if o.task.done()]:

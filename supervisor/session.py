@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 
-from core.errors import FencedOutError, LLMError, PlanError, SessionError
+from core.errors import FencedOutError, LLMError, PlanError, SessionEndedError, SessionError
 from core.models import (
     ErrorKind,
     Event,
@@ -26,11 +26,17 @@ from planner.agents import Planner
 from planner.plan import Plan, Step
 from supervisor.checkpointer import Checkpointer
 from supervisor.context import SupervisorContext
-from supervisor.ending import finish_session
+from supervisor.ending import adopt_recorded_ending, finish_session
 from supervisor.plan_changes import PlanChanges
 from supervisor.policy import RuleAction, backoff_s, decide_failure
 from supervisor.scheduling import Scheduling
-from supervisor.session_base import FINAL, has_ended
+from supervisor.session_base import (
+    CANCEL_FIELD,
+    FINAL,
+    describe_error,
+    has_ended,
+    read_event,
+)
 from supervisor.thinking import Deliberation
 
 log = logging.getLogger(__name__)
@@ -53,13 +59,15 @@ class SessionRunner(Scheduling, PlanChanges):
         self.brain = Deliberation(self, ctx.chat)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
+        self.applying: tuple[str, dict[str, str]] | None = None
 
     # --- the loop -------------------------------------------------------------------------
     async def run(self) -> None:
         """Drive the session to its end, or until another supervisor fences us out.
 
-        1. Load the plan version and step states (planning the goal first if there is no
-           plan yet); record the takeover in SQL.
+        1. Refuse a session that has ended (ended is final); note a cancel asked for before
+           anything else is loaded. Load the plan version and step states (planning the
+           goal first if there is no plan yet, unless cancelled); record the takeover in SQL.
         2. Settle outcomes recorded while nobody watched; re-send attempts never started.
         3. Take over events a former owner left unacknowledged and apply them.
         4. Until the session has an outcome: dispatch ready steps, checkpoint to SQL and
@@ -69,9 +77,13 @@ class SessionRunner(Scheduling, PlanChanges):
         """
         try:
             await self._load()
-            await self._settle_recorded()
+            if self.outcome is None:
+                await self._settle_recorded()
             await self._apply(await self._take_over_pending())
             while self.outcome is None:
+                await self._check_cancel()  # before anything new is dispatched
+                if self.outcome is not None:
+                    break
                 await self._dispatch_ready()
                 await self._announce_approvals()
                 # Checkpoint after dispatching, in the background: the next steps never
@@ -92,6 +104,8 @@ class SessionRunner(Scheduling, PlanChanges):
                 await self._think()
                 self._check_end()
             await finish_session(self, *self.outcome)
+        except SessionEndedError as exc:
+            log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
@@ -114,6 +128,8 @@ class SessionRunner(Scheduling, PlanChanges):
             await self.checkpointer.close()
 
     async def _load(self) -> None:
+        await self._refuse_ended()
+        await self._check_cancel()
         info = await self.store.session(self.sid)
         if info is None:
             raise SessionError("session has no hot state", session_id=self.sid)
@@ -128,15 +144,19 @@ class SessionRunner(Scheduling, PlanChanges):
             "options": info.options.model_dump_json(),
         }
         raw = await self.store.plan_json(self.sid, info.plan_version) if info.plan_version else None
-        await self.ctx.sql(
-            lambda: self.ctx.record.claim(
-                self.sid,
-                self.epoch,
-                owner=self.ctx.name,
-                fields=fields,
-                plan=(info.plan_version, raw) if raw is not None else None,
+        try:
+            await self.ctx.sql(
+                lambda: self.ctx.record.claim(
+                    self.sid,
+                    self.epoch,
+                    owner=self.ctx.name,
+                    fields=fields,
+                    plan=(info.plan_version, raw) if raw is not None else None,
+                )
             )
-        )
+        except SessionEndedError:
+            await adopt_recorded_ending(self)  # its owner died between the SQL and Redis ends
+            raise
         await self.store.write(
             self.sid,
             self.epoch,
@@ -152,7 +172,8 @@ class SessionRunner(Scheduling, PlanChanges):
         self.brain.restore(info.deliberation)
         self.approved = set(info.approved)
         if info.plan_version == 0:
-            await self._plan_goal()
+            if self.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
+                await self._plan_goal()
         else:
             if raw is None:
                 raise SessionError(
@@ -165,6 +186,24 @@ class SessionRunner(Scheduling, PlanChanges):
                 self.states.setdefault(step_id, StepState())
             self._reindex()
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+
+    async def _refuse_ended(self) -> None:
+        """Ended is final: an ended session leaves the active set and is not loaded."""
+        status = cast(
+            str | None, await self.store.r.hget(self.store.keys.session(self.sid), "status")
+        )
+        if status and SessionStatus(status).ended:
+            await self.store.r.srem(self.store.keys.active, self.sid)
+            raise SessionEndedError(self.sid, status)
+
+    async def _check_cancel(self) -> None:
+        """A cancel asked for in the session hash wins over everything not yet done."""
+        if self.outcome is not None:
+            return
+        key = self.store.keys.session(self.sid)
+        reason = cast(str | None, await self.store.r.hget(key, CANCEL_FIELD))
+        if reason is not None:
+            self.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
 
     async def _plan_goal(self) -> None:
         """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
@@ -228,7 +267,7 @@ class SessionRunner(Scheduling, PlanChanges):
                 limit,
                 self.store.keys.deadletter,
             )
-            await self.store.dead_letter(self.sid, dead)
+            await self.store.dead_letter(self.sid, dead, cause=f"delivered more than {limit} times")
             await self.store.note_progress(self.sid, "dead_letter", count=len(dead))
             for entry_id, fields in dead:
                 with contextlib.suppress(ValueError, KeyError):
@@ -239,12 +278,16 @@ class SessionRunner(Scheduling, PlanChanges):
         for entry_id, fields in entries:
             self.acks.append(entry_id)
             try:
-                event = Event.from_fields(fields)
+                event = read_event(fields)
             except (ValueError, KeyError) as exc:
-                log.error("session=%s event %s unreadable, dropped: %s", self.sid, entry_id, exc)
+                cause = f"unreadable event: {describe_error(exc)}"
+                log.error("session=%s event %s dead-lettered: %s", self.sid, entry_id, cause)
+                await self.store.dead_letter(self.sid, [(entry_id, fields)], cause=cause)
                 continue
             self.batch.events.append((entry_id, event))
+            self.applying = (entry_id, fields)  # named as the cause if the loop crashes
             await self._on_event(event)
+            self.applying = None
 
     async def _on_event(self, event: Event) -> None:
         if event.type in OUTCOME_STATUS:

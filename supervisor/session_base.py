@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic import ValidationError
 
 from core.models import (
     Event,
@@ -21,6 +24,28 @@ from supervisor.context import SupervisorContext
 from supervisor.dispatch import Op
 
 FINAL = "final"
+# The session hash field `planloop cancel` sets (with the reason): read before anything else.
+CANCEL_FIELD = "cancel_requested"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``exc`` as its type and message, without the raw values pydantic quotes."""
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+            for e in exc.errors(include_input=False, include_url=False)[:3]
+        )
+        return f"{type(exc).__name__}: {problems}"
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def read_event(fields: dict[str, str]) -> Event:
+    """Parse one stream entry into an event; ValueError (with the cause) when it cannot be
+    applied or recorded (the record refuses a time that is not a finite number)."""
+    event = Event.from_fields(fields)
+    if not math.isfinite(event.occurred_at):
+        raise ValueError(f"occurred_at is not a finite number ({fields.get('occurred_at')!r})")
+    return event
 
 
 def has_ended(st: StepState) -> bool:

@@ -219,14 +219,22 @@ class SessionStore:
             cutoff = pending["min"]
         return int(await self.r.xtrim(key, minid=cutoff, approximate=False))
 
-    async def dead_letter(self, sid: str, entries: Sequence[tuple[str, dict[str, str]]]) -> None:
-        """Move events delivered too often to the dead-letter stream, and acknowledge them."""
+    async def dead_letter(
+        self,
+        sid: str,
+        entries: Sequence[tuple[str, dict[str, str]]],
+        *,
+        cause: str = "delivered too often",
+    ) -> None:
+        """Move events that cannot be applied to the dead-letter stream with their ``cause``
+        (delivered too often, unreadable, crashed the session's loop), and acknowledge them."""
         if not entries:
             return
         pipe = self.r.pipeline(transaction=True)
         for entry_id, fields in entries:
             pipe.xadd(
-                self.keys.deadletter, {"sid": sid, "entry_id": entry_id, "event": dumps(fields)}
+                self.keys.deadletter,
+                {"sid": sid, "entry_id": entry_id, "event": dumps(fields), "cause": cause},
             )
         pipe.xack(self.keys.events(sid), EVENTS_GROUP, *[e for e, _ in entries])
         await pipe.execute()

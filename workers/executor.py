@@ -186,7 +186,18 @@ class StepExecutor:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
             return _failed(exc, ErrorKind.PERMANENT)
-        return self._call(spec, args)
+        try:
+            return self._call(spec, args)
+        except Exception as exc:
+            # Something around the tool broke (a timeout_s of 1e300 overflows the wait):
+            # an attempt without an outcome would stay running forever, so it fails for good.
+            log.exception(
+                "session=%s step=%s attempt=%d could not run",
+                args.session_id,
+                args.step_id,
+                args.attempt,
+            )
+            return _failed(exc, ErrorKind.PERMANENT)
 
     @staticmethod
     def _unavailable(args: StepTaskArgs) -> Outcome:

@@ -174,9 +174,13 @@ def test_a_session_that_crashes_its_loop_cools_off_instead_of_crashing_every_sup
     ps.redis.set(ps.keys.plan(sid, 1), "{not a plan")  # the loop cannot load it
     sup = ps.start_supervisor()
 
-    wait_for(lambda: "loop crashed (1); retried in 2s" in ps.supervisor_log(sup), 20, "a crash")
+    wait_for(
+        lambda: "loop crashed (1 of 5); retried in 2.0s" in ps.supervisor_log(sup), 20, "a crash"
+    )
     ttl_ms = ps.redis.pttl(ps.keys.lease(sid))
     assert 1_500 < ttl_ms <= 2_000  # held for the cool-off, longer than a lease TTL of 1.5 s
     # After the cool-off the same supervisor tries again, and waits twice as long.
-    wait_for(lambda: "loop crashed (2); retried in 4s" in ps.supervisor_log(sup), 20, "a retry")
+    wait_for(
+        lambda: "loop crashed (2 of 5); retried in 4.0s" in ps.supervisor_log(sup), 20, "a retry"
+    )
     assert not ps.producer.session(sid).status.ended

@@ -1,0 +1,184 @@
+"""Poison sessions: count a session's loop crashes, and end it when they are too many.
+
+A session whose loop crashes (an unparsable plan, an event that breaks it) would otherwise be
+retried forever. Crashes are counted in the session hash (``crashes``, and ``last_crash``
+the latest error; core/lua.py ``COUNT_CRASH``), so every supervisor
+adds to the same count; at ``max_session_crashes`` the session ends ``failed``, the
+compensations of its completed writes run, and the event being applied when it crashed goes
+to the dead letters with the error. A session whose cancel is pending ends ``cancelled`` at
+its first crash. The ending reads only what still loads (session hash, plan, step hashes,
+SQL record), never the state the crash came from; when even that fails, a bare ending
+writes status, error and a minimal report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import OperationalError
+
+from core.errors import FencedOutError, SessionEndedError
+from core.hot_state import dumps
+from core.lua import COUNT_CRASH
+from core.models import SessionRecord, SessionStatus, StepState
+from core.record import Checkpoint
+from planner.plan import Plan
+from supervisor.context import SupervisorContext
+from supervisor.ending import finish_session
+from supervisor.session import SessionRunner
+from supervisor.session_base import read_event
+
+log = logging.getLogger(__name__)
+
+# Faults of Redis or the database, not of the session: a crash they cause is not counted.
+INFRASTRUCTURE_FAULTS = (RedisConnectionError, RedisTimeoutError, OperationalError, OSError)
+
+
+@dataclass(frozen=True)
+class Crash:
+    """One crash of a session's loop, as counted in its hash."""
+
+    count: int  # crashes so far, this one included (0: not counted)
+    cancel: str | None  # the reason of a pending cancel, if one was asked for
+
+
+async def count_crash(ctx: SupervisorContext, sid: str, error: str, exc: Exception) -> Crash:
+    """Add this crash to the session's count (unless Redis or SQL caused it)."""
+    if isinstance(exc, INFRASTRUCTURE_FAULTS):
+        return Crash(0, None)
+    script = ctx.store.r.register_script(COUNT_CRASH)
+    count, cancelled, reason = await script(keys=[ctx.store.keys.session(sid)], args=[error])
+    return Crash(int(count), str(reason) if cancelled else None)
+
+
+async def end_crashed_session(
+    ctx: SupervisorContext,
+    sid: str,
+    epoch: int,
+    *,
+    status: SessionStatus,
+    error: str,
+    cause: tuple[str, dict[str, str]] | None,
+) -> None:
+    """End a session whose loop cannot run, from what still loads; compensate its writes."""
+    if cause is not None:
+        await ctx.store.dead_letter(sid, [cause], cause=error)
+    runner = SessionRunner(ctx, sid, epoch)
+    try:
+        await _load_what_can(runner)
+        await finish_session(runner, status, error, undo=True)
+    except SessionEndedError as exc:
+        log.info("session=%s %s", sid, exc)
+        await ctx.store.r.srem(ctx.store.keys.active, sid)
+    except FencedOutError:
+        log.warning("session=%s epoch=%d fenced out while ending it", sid, epoch)
+    except Exception:
+        log.exception("session=%s cannot end through its own state; ending it bare", sid)
+        await _end_bare(ctx, sid, epoch, status, error)
+    finally:
+        await runner.checkpointer.close()
+
+
+async def _load_what_can(runner: SessionRunner) -> None:
+    """Session record, plan and step states, each only if it parses; claim the SQL row."""
+    ctx, sid, store = runner.ctx, runner.sid, runner.store
+    fields = cast(dict[str, str], await store.r.hgetall(store.keys.session(sid)))
+    if fields.get("status") and SessionStatus(fields["status"]).ended:
+        raise SessionEndedError(sid, fields["status"])
+    try:
+        runner.info = SessionRecord.from_fields(sid, fields)
+    except ValueError:
+        runner.info = SessionRecord(id=sid, goal=fields.get("goal", ""))
+    version = runner.info.plan_version
+    raw = await store.plan_json(sid, version) if version else None
+    if raw is None and version:
+        versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
+        raw = versions[-1].plan if versions else None
+    with contextlib.suppress(FencedOutError):  # claimed at this epoch already
+        await _claim(runner, (version, raw) if raw is not None else None)
+    plan = _parse_plan(sid, raw)
+    if plan is None:
+        return
+    runner._use_plan(plan)
+    runner.states = await store.steps(sid, runner.steps)
+    for step_id in runner.steps:
+        runner.states.setdefault(step_id, StepState())
+    runner._reindex()
+    # What a former owner left unacknowledged is recorded, not applied: nothing stays
+    # pending after the end (the step hashes already say which writes completed).
+    for entry_id, entry in await store.claim_pending(sid, ctx.name):
+        runner.acks.append(entry_id)
+        with contextlib.suppress(ValueError, KeyError):
+            runner.batch.events.append((entry_id, read_event(entry)))
+
+
+def _parse_plan(sid: str, raw: str | None) -> Plan | None:
+    if raw is None:
+        return None
+    try:
+        return Plan.model_validate_json(raw)
+    except (ValueError, RecursionError) as exc:
+        log.error("session=%s plan cannot be read (%s): no step can be compensated", sid, exc)
+        return None
+
+
+async def _claim(runner: SessionRunner, plan: tuple[int, str] | None) -> None:
+    info = runner.info
+    fields = {
+        "status": SessionStatus.RUNNING.value,
+        "goal": info.goal,
+        "created_at": info.created_at,
+        "plan_version": info.plan_version,
+        "options": info.options.model_dump_json(),
+    }
+    await runner.ctx.sql(
+        lambda: runner.ctx.record.claim(
+            runner.sid, runner.epoch, owner=runner.ctx.name, fields=fields, plan=plan
+        )
+    )
+
+
+async def _end_bare(
+    ctx: SupervisorContext, sid: str, epoch: int, status: SessionStatus, error: str
+) -> None:
+    """Status, error and a report without steps, in SQL (if it takes them) and in Redis."""
+    now = time.time()
+    report: dict[str, Any] = {
+        "session_id": sid,
+        "status": status.value,
+        "error": error,
+        "finished_at": now,
+        "counts": {},
+        "steps": [],
+        "compensations": [],
+    }
+    fields = {"status": status.value, "finished_at": now, "error": error, "report": dumps(report)}
+    try:
+        await ctx.sql(lambda: ctx.record.checkpoint(sid, epoch, Checkpoint(session=fields)))
+    except Exception:
+        log.exception("session=%s its SQL record cannot take the ending", sid)
+    keys = ctx.store.keys
+    try:
+        await ctx.store.write(
+            sid,
+            epoch,
+            [
+                (
+                    "HSET",
+                    keys.session(sid),
+                    ["status", status.value, "finished_at", now, "error", error, "report", report],
+                ),
+                ("SREM", keys.active, [sid]),
+            ],
+        )
+    except FencedOutError:
+        log.warning("session=%s epoch=%d fenced out while ending it bare", sid, epoch)
+        return
+    await ctx.store.note_progress(sid, "ended", status=status.value, error=error)
+    log.error("session=%s ended %s (bare): %s", sid, status.value, error)
