@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from config.settings import MAX_NESTING_DEPTH_CEILING, STEP_TIMEOUT_CEILING_S, Settings
@@ -85,9 +86,43 @@ def value_problem(value: Any, *, max_depth: int, path: str = "") -> str | None:
     (a scalar is depth 0, ``{}`` and ``[]`` depth 1), a NaN or infinite number, or a string
     (value or key) with a control character. The message starts with the path (``path.a.0``).
     """
+    if clean([(value, max_depth)]):
+        return None
     for where, problem in _problems(value, max_depth, path):
         return f"{where}: {problem}" if where else problem
     return None
+
+
+def clean(roots: list[tuple[Any, int]]) -> bool:
+    """Whether every ``(value, max_depth)`` breaks no limit: one fast walk, no paths kept
+    (:func:`value_problem` says what and where once this says no)."""
+    search = _FORBIDDEN.search
+    todo: list[tuple[Any, int]] = list(roots)
+    while todo:
+        item, budget = todo.pop()
+        kind = type(item)
+        if kind is str:
+            if search(item):
+                return False
+        elif kind is dict or kind is list:
+            if not budget:
+                return False
+            if kind is dict:
+                if any(type(key) is str and search(key) for key in item):
+                    return False
+                item = item.values()
+            todo.extend(zip(item, repeat(budget - 1)))
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif _unusual(item) and next(_problems(item, budget, ""), None) is not None:
+            return False
+    return True
+
+
+def _unusual(item: Any) -> bool:
+    """A str, float or container subclass (a StrEnum member, a tuple, ...): walked slowly."""
+    return isinstance(item, str | float | Mapping | list | tuple)
 
 
 def _problems(value: Any, max_depth: int, root: str) -> Iterator[tuple[str, str]]:
@@ -120,4 +155,4 @@ def _problems(value: Any, max_depth: int, root: str) -> Iterator[tuple[str, str]
 def _show(parts: tuple[str, ...]) -> str:
     if len(parts) <= _SHOWN_PARTS + 1:
         return ".".join(parts)
-    return ".".join(parts[:_SHOWN_PARTS]) + f"...{parts[-1]} ({len(parts)} keys deep)"
+    return ".".join(parts[:_SHOWN_PARTS]) + f"...{parts[-1]} (level {len(parts)})"

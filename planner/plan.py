@@ -25,6 +25,7 @@ from core.input_limits import (
     DEFAULTS,
     MAX_FALLBACK_DEPTH,
     InputLimits,
+    clean,
     value_problem,
 )
 from planner.safe_yaml import YamlLimitError, load_yaml
@@ -303,39 +304,41 @@ def _within_limits(value: Any, info: ValidationInfo, where: str) -> Any:
     return value
 
 
-# Step fields whose values are free-form JSON: checked against the nesting limit.
-_FREE_FORM = ("params", "compensate", "expect", "fallback")
+# Step fields that hold text, checked for control characters.
+_TEXTS = ("id", "title", "instruction", "tool", "phase")
 
 
 def _check_step(data: dict[str, Any], limits: InputLimits) -> None:
     """Raise ``plan_limit`` naming the step when its data breaks a limit."""
-    name = repr(data.get("id"))
     depth = limits.max_nesting_depth
+    texts = {key: data.get(key) for key in _TEXTS}
+    texts["dependencies"] = data.get("dependencies")
+    texts["timeout_s"] = data.get("timeout_s")
+    parts: list[tuple[Any, str, int]] = [(texts, "", 2), (data.get("params"), "params", depth)]
     compensate = data.get("compensate")
-    expect = data.get("expect")
-    parts: list[tuple[Any, str, int]] = [
-        ({k: v for k, v in data.items() if k not in _FREE_FORM}, "", 3),
-        (data.get("params"), "params", depth),
-    ]
     if isinstance(compensate, dict):
-        parts.append(({k: v for k, v in compensate.items() if k != "params"}, "compensate", 2))
+        parts.append((compensate.get("tool"), "compensate.tool", 0))
         parts.append((compensate.get("params"), "compensate.params", depth))
+    expect = data.get("expect")
     if isinstance(expect, list):
         for i, check in enumerate(expect):
             if isinstance(check, dict):
-                parts.append(({k: v for k, v in check.items() if k != "value"}, f"expect.{i}", 2))
+                parts.append((check.get("path"), f"expect.{i}.path", 0))
                 parts.append((check.get("value"), f"expect.{i}.value", depth))
-    for value, where, max_depth in parts:
-        problem = value_problem(value, max_depth=max_depth, path=where)
-        if problem:
-            raise PydanticCustomError(
-                "plan_limit", "step {step}: {problem}", {"step": name, "problem": problem}
-            )
-    if _fallback_depth(data) > MAX_FALLBACK_DEPTH:
+    if not clean([(value, max_depth) for value, _, max_depth in parts]):
+        for value, where, max_depth in parts:
+            problem = value_problem(value, max_depth=max_depth, path=where)
+            if problem:
+                raise PydanticCustomError(
+                    "plan_limit",
+                    "step {step}: {problem}",
+                    {"step": repr(data.get("id")), "problem": problem},
+                )
+    if data.get("fallback") and _fallback_depth(data) > MAX_FALLBACK_DEPTH:
         raise PydanticCustomError(
             "plan_limit",
             "step {step}: fallback sub-graphs nested more than {limit} levels deep",
-            {"step": name, "limit": MAX_FALLBACK_DEPTH},
+            {"step": repr(data.get("id")), "limit": MAX_FALLBACK_DEPTH},
         )
 
 

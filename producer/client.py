@@ -16,7 +16,6 @@ from core.input_limits import InputLimits, text_problem, value_problem
 from core.keys import Keys
 from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
 from core.tools import ToolRegistry, load_tools
-from planner.llm import NO_ENDPOINT_MESSAGE
 from planner.plan import Plan, describe
 from planner.validation import validate_plan
 
@@ -74,6 +73,8 @@ class Producer:
         for constraint in constraints or []:
             self._check_text("constraint", constraint)
         if not self.settings.llm_base_url:
+            from planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
+
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []
         for prefix in prefixes:
