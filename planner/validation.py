@@ -13,6 +13,7 @@ the main steps they depend on instead of walking the plan again.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -218,13 +219,14 @@ def params_problem(params: Mapping[str, Any], spec: ToolSpec) -> str | None:
     return None
 
 
-def _accepted_names(model: type[BaseModel]) -> set[str]:
+@functools.cache  # one params model per tool: built once per process, not once per step
+def _accepted_names(model: type[BaseModel]) -> frozenset[str]:
     names = set(model.model_fields)
     for info in model.model_fields.values():
         for alias in (info.alias, info.validation_alias):
             if isinstance(alias, str):
                 names.add(alias)
-    return names
+    return frozenset(names)
 
 
 def _bad_references(
