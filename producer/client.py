@@ -41,8 +41,12 @@ class Producer:
     def submit(self, plan: Plan, options: SessionOptions | None = None) -> str:
         """Validate ``plan`` and hand it to the supervisors; returns the session id.
 
+        The plan is checked as the supervisor will read it (its stored JSON through
+        ``Plan.model_validate_json``) under this deployment's input limits.
+
         Raises:
-            PlanValidationError: the plan cannot run; nothing was enqueued.
+            PlanValidationError: the plan cannot run or breaks an input limit; nothing was
+                enqueued.
         """
         plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
@@ -159,12 +163,6 @@ class Producer:
             plan_json = plan.model_dump_json()
         except PydanticSerializationError as exc:
             raise PlanValidationError(f"the plan cannot be stored: {exc}") from None
-        budget = self.settings.max_input_bytes
-        if len(plan_json) > budget // 4 and len(plan_json.encode()) > budget:
-            raise PlanValidationError(
-                f"the plan has {len(plan_json.encode())} bytes as JSON, above the limit of "
-                f"{budget} (max_input_bytes)"
-            )
         try:
             Plan.model_validate_json(plan_json, context={"limits": limits})
         except ValidationError as exc:

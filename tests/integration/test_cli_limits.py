@@ -19,8 +19,10 @@ import pytest
 import redis
 
 from config.settings import Settings
+from core.errors import InputLimitError, PlanValidationError
 from core.keys import Keys
 from planner.plan import Plan, load_plan
+from producer.client import Producer
 from tests.integration.conftest import _delete_prefix
 
 pytestmark = pytest.mark.integration
@@ -240,3 +242,53 @@ def test_a_signal_with_a_control_character_exits_2_and_appends_nothing(
     assert result.returncode == 2
     assert "signal text: control character '\\x1b'" in result.stderr
     assert int(redis_client.xlen(events)) == before
+
+
+def test_a_file_of_exactly_max_input_bytes_with_aliases_in_budget_is_accepted_and_read_back(
+    tmp_path: Path, settings: Settings, redis_client: redis.Redis
+) -> None:
+    text = (
+        "goal: aliases within the budget\n"
+        "steps:\n"
+        "  - {id: a, tool: bench.echo, params: {value: &v [1, 2, 3]}}\n"
+        "  - {id: b, tool: bench.echo, params: {value: [*v, *v]}, dependencies: [a]}\n"
+    )
+    path = tmp_path / "aliases.yaml"
+    path.write_text(text)
+    env = {"PLANLOOP_MAX_INPUT_BYTES": str(len(text)), "PLANLOOP_MAX_YAML_ALIAS_NODES": "8"}
+
+    result = planloop(settings, "submit", str(path), env=env)
+
+    assert result.returncode == 0, result.stderr
+    stored = redis_client.get(Keys(settings.key_prefix).plan(result.stdout.strip(), 1))
+    assert isinstance(stored, bytes | str)
+    assert Plan.model_validate_json(stored).steps[1].params == {"value": [[1, 2, 3], [1, 2, 3]]}
+
+    tighter = {"PLANLOOP_MAX_INPUT_BYTES": str(len(text) - 1)}
+    assert planloop(settings, "submit", str(path), env=tighter).returncode == 2
+    fewer = {"PLANLOOP_MAX_YAML_ALIAS_NODES": "7"}
+    refused = planloop(settings, "submit", str(path), env=fewer)
+    assert refused.returncode == 2
+    assert "expand the document by 8 nodes, above the limit of 7" in refused.stderr
+
+
+def test_a_plan_built_in_python_is_held_to_the_deployments_limits_at_submit(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    producer = Producer.from_settings(settings)
+    deep = Plan.model_validate(  # under the model's ceiling (128), over the setting (64)
+        {"steps": [{"id": "s", "tool": "bench.echo", "params": {"value": nested(100)}}]}
+    )
+    slow = Plan.model_validate(
+        {"steps": [{"id": "s", "tool": "bench.echo", "params": {"value": 1}, "timeout_s": 7200}]}
+    )
+    before = inbox_length(redis_client, settings)
+
+    with pytest.raises(PlanValidationError, match=r"step 's': params\.value\.a.*deeper than 64"):
+        producer.submit(deep)
+    with pytest.raises(PlanValidationError, match="timeout_s 7200 s is above the limit of 3600"):
+        producer.submit(slow)
+    with pytest.raises(InputLimitError, match="signal text: control character"):
+        producer.signal("no-such-session", "a\x00b")
+
+    assert inbox_length(redis_client, settings) == before
