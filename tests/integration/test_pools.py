@@ -3,6 +3,7 @@ session to its end, and the worker itself reports the pool it runs (Celery's ins
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from config.celery import celery_config
 from core.models import SessionStatus
-from planner.plan import parse_plan
+from planner.plan import Plan, parse_plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack
 
@@ -73,3 +74,44 @@ def test_each_pool_runs_a_session_and_is_the_pool_that_runs(
         assert {c.pid for c in children} >= set(stats["pool"]["processes"])
     else:
         assert children == []
+
+
+def write_chain(steps: int) -> Plan:
+    """``steps`` writes, each after the one before, short timeouts so a lost one retries soon."""
+    return Plan.model_validate(
+        {
+            "goal": "writes across a killed worker",
+            "steps": [
+                {
+                    "id": f"w{i}",
+                    "tool": "bench.write",
+                    "params": {"label": f"w{i}", "seconds": 0.3},
+                    "timeout_s": 2,
+                    "max_retries": 6,
+                    "dependencies": [f"w{i - 1}"] if i else [],
+                }
+                for i in range(steps)
+            ],
+        }
+    )
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("pool", ["prefork", "threads", "solo"])
+def test_a_killed_worker_of_each_pool_loses_nothing_and_applies_nothing_twice(
+    private_stack: MakeStack, pool: str
+) -> None:
+    built = private_stack(workers=0, lease_ttl_s=1.0, watchdog_grace_s=0.5, retry_backoff_s=0.05)
+    built.workers.append(built.stack.start_worker(2, pool))
+    plan = write_chain(8)
+    ids = [s.id for s in plan.steps]
+    sid = built.producer.submit(plan)
+
+    wait_for(lambda: len(built.completed(sid, ids)) >= 3, 60, "three writes to complete")
+    built.signal(built.workers[-1], signal.SIGKILL)  # the group: prefork children die too
+    built.workers.append(built.stack.start_worker(2, pool))
+    record = built.finish(sid, ids, 90, context=f"--pool {pool} after a SIGKILL")
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    counts = {i: built.effects.count(f"{sid}:{i}") for i in ids}
+    assert all(count == 1 for count in counts.values()), counts
