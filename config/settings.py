@@ -9,6 +9,10 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Input limits no setting may exceed (core/input_limits.py explains why).
+MAX_NESTING_DEPTH_CEILING = 128
+STEP_TIMEOUT_CEILING_S = 1e9
+
 
 class Settings(BaseSettings):
     """Typed settings for every Planloop process, read from ``PLANLOOP_*`` env vars.
@@ -172,6 +176,33 @@ class Settings(BaseSettings):
     session_crash_cool_off_max_s: float = Field(
         60.0, gt=0, description="Longest wait between two crashes of one session, seconds."
     )
+
+    # --- Input limits (issue 9: hostile or careless input) --------------------------------
+    max_input_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1,
+        description="Largest plan file, goal, constraint or signal text accepted, bytes "
+        "(default 8 MiB).",
+    )
+    max_nesting_depth: int = Field(
+        64,
+        ge=1,
+        le=MAX_NESTING_DEPTH_CEILING,
+        description="Deepest nesting of a step's params or an expectation value, levels "
+        "(default 64, at most 128).",
+    )
+    max_yaml_alias_nodes: int = Field(
+        10_000,
+        ge=0,
+        description="Nodes that YAML aliases may add to a plan file by expansion "
+        "(default 10,000; stops alias bombs).",
+    )
+
+    @model_validator(mode="after")
+    def _step_timeout_is_waitable(self) -> Settings:
+        if self.max_step_timeout_s > STEP_TIMEOUT_CEILING_S:
+            raise ValueError(f"max_step_timeout_s must not exceed {STEP_TIMEOUT_CEILING_S:g} s")
+        return self
 
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:

@@ -4,6 +4,7 @@
 
     PlanloopError
     ├── ConfigError                 settings that cannot work (no LLM endpoint for --goal, ...)
+    ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
     │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
     │   ├── PlanValidationError     duplicate id, unknown dependency, cycle, unknown tool,
@@ -34,6 +35,14 @@ class PlanloopError(Exception):
 
 class ConfigError(PlanloopError):
     """Settings that cannot work together."""
+
+
+class InputLimitError(PlanloopError):
+    """Text a person sent (``what``: goal, signal, ...) breaks an input limit."""
+
+    def __init__(self, what: str, problem: str) -> None:
+        self.what = what
+        super().__init__(f"{what}: {problem}")
 
 
 class PlanError(PlanloopError):

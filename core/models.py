@@ -93,7 +93,8 @@ class Event(BaseModel):
     attempt: int = 0
     description: str = ""
     payload: dict[str, Any] = Field(default_factory=dict)
-    occurred_at: float = Field(default_factory=time.time)
+    # Finite: the SQL record (JSON, timestamps) refuses NaN and infinity.
+    occurred_at: float = Field(default_factory=time.time, allow_inf_nan=False)
 
     def to_fields(self) -> dict[str, str]:
         """Flat string fields for XADD."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from graphlib import CycleError, TopologicalSorter
 
 from core.errors import PlanValidationError
@@ -28,6 +29,8 @@ def find_cycle(graph: Mapping[str, Iterable[str]], order: Iterable[str] = ()) ->
     The cycle is listed in data-flow order (``a, b, a``: b depends on a, a on b) and starts at
     the member that comes first in ``order``, so the same plan always prints the same cycle.
     """
+    if kahn_order(graph) is not None:
+        return None  # the common case, without graphlib's depth-first cycle search
     try:
         TopologicalSorter(graph).prepare()
     except CycleError as exc:
@@ -37,6 +40,29 @@ def find_cycle(graph: Mapping[str, Iterable[str]], order: Iterable[str] = ()) ->
         rotated = loop[start:] + loop[:start]
         return [*rotated, rotated[0]]
     return None
+
+
+def kahn_order(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """Nodes of ``graph`` (node -> its dependencies) dependencies first, or None on a cycle.
+
+    One Kahn pass; dependencies that are not keys of ``graph`` are ignored.
+    """
+    dependents: dict[str, list[str]] = {node: [] for node in graph}
+    missing: dict[str, int] = {}
+    for node, deps in graph.items():
+        count = 0
+        for dep in deps:
+            if dep in dependents:
+                dependents[dep].append(node)
+                count += 1
+        missing[node] = count
+    order = [node for node, count in missing.items() if not count]
+    for node in order:  # grows while it is walked
+        for child in dependents[node]:
+            missing[child] -= 1
+            if not missing[child]:
+                order.append(child)
+    return order if len(order) == len(missing) else None
 
 
 def reachable(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[str]:
@@ -49,6 +75,91 @@ def reachable(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[s
             seen.add(node)
             todo.extend(edges.get(node, ()))
     return seen
+
+
+class BitIndex:
+    """Bit positions for node names, given out on first sight, and back to names."""
+
+    def __init__(self) -> None:
+        self.position: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def bit(self, name: str) -> int:
+        """The one-bit int of ``name``."""
+        pos = self.position.get(name)
+        if pos is None:
+            pos = self.position[name] = len(self.names)
+            self.names.append(name)
+        return 1 << pos
+
+    def members(self, bits: int) -> Iterator[str]:
+        """The names whose bits are set in ``bits``."""
+        while bits:
+            low = bits & -bits
+            yield self.names[low.bit_length() - 1]
+            bits ^= low
+
+
+class AncestorSet(Collection[str]):
+    """The ancestors of one node as a bitset over a :class:`BitIndex`: O(1) membership."""
+
+    def __init__(self, bits: int, index: BitIndex) -> None:
+        self.bits = bits
+        self._index = index
+
+    def __contains__(self, name: object) -> bool:
+        pos = self._index.position.get(name) if isinstance(name, str) else None
+        return pos is not None and bool(self.bits >> pos & 1)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._index.members(self.bits)
+
+    def __len__(self) -> int:
+        return self.bits.bit_count()
+
+
+def ancestor_bits(
+    graph: Mapping[str, Sequence[str]],
+    index: BitIndex,
+    *,
+    needed: Collection[str],
+    outside: Mapping[str, int] | None = None,
+) -> dict[str, int] | None:
+    """Ancestor bitsets of the ``needed`` nodes of ``graph`` (node -> its dependencies).
+
+    One pass in topological order: a node's set is its dependencies and their sets, so the
+    cost is O(nodes + edges) big-int ORs. A node's set is dropped as soon as its last
+    dependent has used it, unless it is needed (a 50,000-step chain holds two at a time).
+    A dependency outside ``graph`` is a leaf, unless ``outside`` gives its ancestor bits.
+
+    Returns:
+        needed node -> bits, or None when ``graph`` has a cycle (the caller reports it).
+    """
+    outside = outside or {}
+    local = {node: [d for d in deps if d in graph and d != node] for node, deps in graph.items()}
+    order = kahn_order(local)
+    if order is None:
+        return None
+    waiting = Counter(dep for deps in local.values() for dep in deps)
+    live: dict[str, int] = {}
+    found: dict[str, int] = {}
+    for node in order:
+        bits = 0
+        for dep in graph[node]:
+            if dep == node:
+                bits |= index.bit(dep)  # a self-dependency is reported on its own
+            elif dep in local:
+                bits |= live[dep] | index.bit(dep)
+                waiting[dep] -= 1
+                if not waiting[dep]:
+                    del live[dep]
+            else:
+                bits |= outside.get(dep, 0) | index.bit(dep)
+        if node in needed:
+            found[node] = bits
+        if waiting[node]:
+            live[node] = bits
+    return found
 
 
 def ancestors(plan: Plan, step_id: str) -> set[str]:
@@ -101,8 +212,9 @@ def critical_path(plan: Plan, durations: Mapping[str, float]) -> tuple[float, li
     """
     finish: dict[str, float] = {}
     previous: dict[str, str | None] = {}
+    by_id = plan.by_id
     for step_id in topological_order(plan):
-        deps = [d for d in plan.step(step_id).dependencies if d in finish]
+        deps = [d for d in by_id[step_id].dependencies if d in finish]
         # ties go to the dependency listed first, so the answer is deterministic
         before = max(deps, key=lambda d: finish[d], default=None)
         start = finish[before] if before is not None else 0.0

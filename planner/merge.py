@@ -14,16 +14,17 @@ def orphans(plan: Plan, removed: Collection[str], completed: Collection[str]) ->
     The removed steps themselves are not included.
     """
     gone = set(removed)
+    dependents: dict[str, list[str]] = {}
+    for step in plan.steps:
+        for dep in step.dependencies:
+            dependents.setdefault(dep, []).append(step.id)
     found: set[str] = set()
-    changed = True
-    while changed:  # plans are small; a fixed point is simpler than an index of dependents
-        changed = False
-        for step in plan.steps:
-            if step.id in gone or step.id in found or step.id in completed:
-                continue
-            if any(dep in gone or dep in found for dep in step.dependencies):
-                found.add(step.id)
-                changed = True
+    todo = list(gone)
+    while todo:  # one walk down the dependents: linear in steps + edges
+        for child in dependents.get(todo.pop(), ()):
+            if child not in gone and child not in found and child not in completed:
+                found.add(child)
+                todo.append(child)
     return found
 
 

@@ -8,9 +8,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from core.errors import PlanLoadError, PlanValidationError
+from core.input_limits import (
+    CEILINGS,
+    DEFAULTS,
+    MAX_FALLBACK_DEPTH,
+    InputLimits,
+    clean,
+    value_problem,
+)
+from planner.safe_yaml import YamlLimitError, load_yaml
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 
@@ -27,6 +45,11 @@ class Compensation(BaseModel):
     tool: str
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params_within_limits(cls, value: Any, info: ValidationInfo) -> Any:
+        return _within_limits(value, info, "compensate.params")
+
 
 class Expectation(BaseModel):
     """One check on a step's output; a miss is TASK_UNEXPECTED_RESULT."""
@@ -36,6 +59,11 @@ class Expectation(BaseModel):
     path: str = Field("", description='Dotted path into the output ("" = whole output).')
     op: ExpectOp = "exists"
     value: Any = None
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _value_within_limits(cls, value: Any, info: ValidationInfo) -> Any:
+        return _within_limits(value, info, "value")
 
 
 class Step(BaseModel):
@@ -51,7 +79,11 @@ class Step(BaseModel):
     dependencies: list[str] = Field(default_factory=list)
     max_retries: int | None = Field(None, ge=0, description="None = the settings default.")
     timeout_s: float | None = Field(
-        None, gt=0, description="Seconds; None = the tool's default, then the settings default."
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds; None = the tool's default, then the settings default; "
+        "at most max_step_timeout_s.",
     )
     critical: bool = False
     compensate: Compensation | None = None
@@ -62,6 +94,28 @@ class Step(BaseModel):
         default_factory=list,
         description="Sub-graph the rule policy injects when this step fails for good.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _within_limits(cls, data: Any, info: ValidationInfo) -> Any:
+        """Texts, params, timeout and fallback nesting within the limits, naming the step."""
+        if not isinstance(data, dict):
+            return data  # a Step already built, or garbage pydantic reports itself
+        _check_step(data, _limits(info))
+        return data
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout_within_limit(cls, value: float | None, info: ValidationInfo) -> float | None:
+        limit = _limits(info).max_step_timeout_s
+        if value is not None and value > limit:
+            raise PydanticCustomError(
+                "plan_limit",
+                "step {step}: timeout_s {value} s is above the limit of {limit} s "
+                "(max_step_timeout_s)",
+                {"step": repr(info.data.get("id")), "value": f"{value:g}", "limit": f"{limit:g}"},
+            )
+        return value
 
     def canonical(self) -> dict[str, Any]:
         """JSON-ready data with dependencies and fallback ids sorted (for fingerprints)."""
@@ -79,6 +133,16 @@ class Plan(BaseModel):
     goal: str = ""
     steps: list[Step] = Field(min_length=1)
     constraints: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _texts_within_limits(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict):
+            texts = {"goal": data.get("goal", ""), "constraints": data.get("constraints", [])}
+            problem = value_problem(texts, max_depth=2)
+            if problem:
+                raise PydanticCustomError("plan_limit", "{problem}", {"problem": problem})
+        return data
 
     @property
     def step_ids(self) -> list[str]:
@@ -115,8 +179,8 @@ class Plan(BaseModel):
         return self.model_dump_json()
 
 
-def load_plan(source: str | Path) -> Plan:
-    """Read a plan from a ``.yaml``, ``.yml`` or ``.json`` file.
+def load_plan(source: str | Path, *, limits: InputLimits = DEFAULTS) -> Plan:
+    """Read a plan from a ``.yaml``, ``.yml`` or ``.json`` file, within ``limits``.
 
     Raises:
         PlanLoadError: the file is missing, unreadable, malformed or does not fit the schema.
@@ -129,30 +193,60 @@ def load_plan(source: str | Path) -> Plan:
             source=str(path),
         )
     try:
+        size = path.stat().st_size
+        if limits.max_input_bytes is not None and size > limits.max_input_bytes:
+            raise PlanLoadError(
+                f"the file has {size} bytes, above the limit of {limits.max_input_bytes} "
+                "(max_input_bytes)",
+                source=str(path),
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlanLoadError("file not found", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanLoadError(f"cannot read the file: {exc}", source=str(path)) from exc
-    return parse_plan(text, fmt="json" if suffix == ".json" else "yaml", source=str(path))
+    fmt: Literal["yaml", "json"] = "json" if suffix == ".json" else "yaml"
+    return parse_plan(text, fmt=fmt, source=str(path), limits=limits)
 
 
 def parse_plan(
-    text: str, *, fmt: Literal["yaml", "json"] = "yaml", source: str | None = None
+    text: str,
+    *,
+    fmt: Literal["yaml", "json"] = "yaml",
+    source: str | None = None,
+    limits: InputLimits = DEFAULTS,
 ) -> Plan:
-    """Parse a plan document; ``source`` names it in error messages.
+    """Parse a plan document within ``limits``; ``source`` names it in error messages.
 
     Raises:
-        PlanLoadError: the text is malformed or does not fit the schema.
+        PlanLoadError: the text is malformed, too large, or does not fit the schema.
     """
-    data = _parse_json(text, source) if fmt == "json" else _parse_yaml(text, source)
+    budget = limits.max_input_bytes
+    if budget is not None and len(text) > budget // 4 and len(text.encode()) > budget:
+        raise PlanLoadError(
+            f"the plan has {len(text.encode())} bytes, above the limit of {budget} "
+            "(max_input_bytes)",
+            source=source,
+        )
+    try:
+        data = (
+            _parse_json(text, source)
+            if fmt == "json"
+            else _parse_yaml(text, source, limits.max_yaml_alias_nodes)
+        )
+    except RecursionError:
+        raise PlanLoadError(
+            f"the plan is nested too deeply to read (params may nest at most "
+            f"{limits.max_nesting_depth} levels)",
+            source=source,
+        ) from None
     if not isinstance(data, dict):
         raise PlanLoadError(
             f"a plan must be a mapping with a 'steps' list, got {type(data).__name__}",
             source=source,
         )
     try:
-        return Plan.model_validate(data)
+        return Plan.model_validate(data, context={"limits": limits})
     except ValidationError as exc:
         raise PlanLoadError(
             f"plan does not fit the schema: {describe(exc)}", source=source
@@ -168,13 +262,18 @@ def describe(exc: ValidationError) -> str:
     items = []
     for error in exc.errors(include_url=False):
         loc = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "plan_limit":
+            loc = ""  # the message names the step and the path itself
         items.append(f"{loc}: {error['msg']}" if loc else str(error["msg"]))
     return "; ".join(items)
 
 
-def _parse_yaml(text: str, source: str | None) -> Any:
+def _parse_yaml(text: str, source: str | None, max_alias_nodes: int | None) -> Any:
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, max_alias_nodes=max_alias_nodes)
+    except YamlLimitError as exc:
+        where = f" at line {exc.line}" if exc.line else ""
+        raise PlanLoadError(f"bad YAML{where}: {exc}", source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -189,3 +288,70 @@ def _parse_json(text: str, source: str | None) -> Any:
         raise PlanLoadError(
             f"bad JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source
         ) from None
+
+
+def _limits(info: ValidationInfo) -> InputLimits:
+    """The limits passed as validation context; the ceilings when none (a stored plan)."""
+    context = info.context
+    limits = context.get("limits") if isinstance(context, dict) else None
+    return limits if isinstance(limits, InputLimits) else CEILINGS
+
+
+def _within_limits(value: Any, info: ValidationInfo, where: str) -> Any:
+    problem = value_problem(value, max_depth=_limits(info).max_nesting_depth, path=where)
+    if problem:
+        raise PydanticCustomError("plan_limit", "{problem}", {"problem": problem})
+    return value
+
+
+# Step fields that hold text, checked for control characters.
+_TEXTS = ("id", "title", "instruction", "tool", "phase")
+
+
+def _check_step(data: dict[str, Any], limits: InputLimits) -> None:
+    """Raise ``plan_limit`` naming the step when its data breaks a limit."""
+    depth = limits.max_nesting_depth
+    texts = {key: data.get(key) for key in _TEXTS}
+    texts["dependencies"] = data.get("dependencies")
+    texts["timeout_s"] = data.get("timeout_s")
+    parts: list[tuple[Any, str, int]] = [(texts, "", 2), (data.get("params"), "params", depth)]
+    compensate = data.get("compensate")
+    if isinstance(compensate, dict):
+        parts.append((compensate.get("tool"), "compensate.tool", 0))
+        parts.append((compensate.get("params"), "compensate.params", depth))
+    expect = data.get("expect")
+    if isinstance(expect, list):
+        for i, check in enumerate(expect):
+            if isinstance(check, dict):
+                parts.append((check.get("path"), f"expect.{i}.path", 0))
+                parts.append((check.get("value"), f"expect.{i}.value", depth))
+    if not clean([(value, max_depth) for value, _, max_depth in parts]):
+        for value, where, max_depth in parts:
+            problem = value_problem(value, max_depth=max_depth, path=where)
+            if problem:
+                raise PydanticCustomError(
+                    "plan_limit",
+                    "step {step}: {problem}",
+                    {"step": repr(data.get("id")), "problem": problem},
+                )
+    if data.get("fallback") and _fallback_depth(data) > MAX_FALLBACK_DEPTH:
+        raise PydanticCustomError(
+            "plan_limit",
+            "step {step}: fallback sub-graphs nested more than {limit} levels deep",
+            {"step": repr(data.get("id")), "limit": MAX_FALLBACK_DEPTH},
+        )
+
+
+def _fallback_depth(data: dict[str, Any]) -> int:
+    """Levels of ``fallback`` lists under a raw step (0 = none), walked without recursion."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(data, 0)]
+    while todo:
+        step, level = todo.pop()
+        deepest = max(deepest, level)
+        if level > MAX_FALLBACK_DEPTH:
+            break
+        fallback = step.get("fallback") if isinstance(step, dict) else None
+        if isinstance(fallback, list):
+            todo.extend((child, level + 1) for child in fallback)
+    return deepest

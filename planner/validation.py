@@ -4,11 +4,17 @@ Checks run in a fixed order, each over all steps in plan order, so the same plan
 reports the same first error: duplicate ids, unknown dependencies, self-dependencies, cycles,
 unknown tools, params that do not fit, references to non-ancestors; then each step's fallback
 sub-graph the same way.
+
+Every check is linear in steps + edges + references: one topological pass gives the ancestor
+sets (bitsets) of the steps that hold references, and fallback sub-graphs reuse the sets of
+the main steps they depend on instead of walking the plan again.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import PlanValidationError
 from core.tools import ToolRegistry, ToolSpec
-from planner.dag import find_cycle, reachable
+from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
 from planner.plan import Plan, Step
 from planner.references import find_references, has_reference
 
@@ -77,13 +83,27 @@ def validate_merge(old: Plan, new: Plan, completed: Collection[str]) -> None:
 def _plan_errors(
     plan: Plan, tools: ToolRegistry, completed: Collection[str]
 ) -> Iterator[PlanValidationError]:
-    outside: dict[str, Sequence[str]] = {c: () for c in completed if c not in plan.by_id}
+    by_id = plan.by_id
+    outside: dict[str, Sequence[str]] = {c: () for c in completed if c not in by_id}
     taken = set(plan.step_ids) | set(completed)
-    yield from _graph_errors(plan.steps, tools, outside, taken)
+    yield from _graph_errors(plan.steps, tools, outside, taken, _Ancestry(BitIndex(), ChainMap()))
+
+
+class _Ancestry:
+    """Ancestor bitsets shared down the fallback sub-graphs: the ones of the enclosing graphs'
+    steps that a fallback step depends on (``known``), over one :class:`BitIndex`."""
+
+    def __init__(self, index: BitIndex, known: ChainMap[str, int]) -> None:
+        self.index = index
+        self.known = known
 
 
 def _graph_errors(
-    steps: Sequence[Step], tools: ToolRegistry, outside: Deps, taken: set[str]
+    steps: Sequence[Step],
+    tools: ToolRegistry,
+    outside: Deps,
+    taken: set[str],
+    ancestry: _Ancestry,
 ) -> Iterator[PlanValidationError]:
     """Errors of one graph (the plan, or a fallback sub-graph) that may depend on ``outside``."""
     yield from _duplicate_ids(steps)
@@ -93,7 +113,8 @@ def _graph_errors(
     yield from _unknown_tools(steps, tools)
     yield from _unfit_params(steps, tools)
     deps: dict[str, Sequence[str]] = {**outside, **{s.id: s.dependencies for s in steps}}
-    yield from _bad_references(steps, deps)
+    inner = _Ancestry(ancestry.index, ancestry.known.new_child())  # no copy per fallback
+    yield from _bad_references(steps, deps, inner)
     for step in (s for s in steps if s.fallback):
         for extra in step.fallback:
             if extra.id in taken:
@@ -104,7 +125,7 @@ def _graph_errors(
                 )
             taken.add(extra.id)
         # a fallback may depend on any main-plan step and on its own steps
-        yield from _graph_errors(step.fallback, tools, deps, taken)
+        yield from _graph_errors(step.fallback, tools, deps, taken, inner)
 
 
 def _duplicate_ids(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
@@ -135,7 +156,7 @@ def _self_dependencies(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
 
 
 def _cycles(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
-    local = [s.id for s in steps]
+    local = {s.id: i for i, s in enumerate(steps)}
     graph = {
         s.id: [d for d in s.dependencies if d in local and d != s.id]  # self-loops reported above
         for s in steps
@@ -198,24 +219,46 @@ def params_problem(params: Mapping[str, Any], spec: ToolSpec) -> str | None:
     return None
 
 
-def _accepted_names(model: type[BaseModel]) -> set[str]:
+@functools.cache  # one params model per tool: built once per process, not once per step
+def _accepted_names(model: type[BaseModel]) -> frozenset[str]:
     names = set(model.model_fields)
     for info in model.model_fields.values():
         for alias in (info.alias, info.validation_alias):
             if isinstance(alias, str):
                 names.add(alias)
-    return names
+    return frozenset(names)
 
 
-def _bad_references(steps: Sequence[Step], deps: Deps) -> Iterator[PlanValidationError]:
+def _bad_references(
+    steps: Sequence[Step], deps: Deps, ancestry: _Ancestry
+) -> Iterator[PlanValidationError]:
+    """References to steps that are not ancestors; fills ``ancestry.known`` for fallbacks."""
+    referenced = {s.id: _referenced(s) for s in steps}
+    with_refs = {step_id for step_id, refs in referenced.items() if any(refs)}
+    pinned = _fallback_dependencies(steps)
+    graph = {s.id: s.dependencies for s in steps}
+    bits = None
+    if len(graph) == len(steps):  # duplicate ids are reported above; walk those the slow way
+        bits = ancestor_bits(
+            graph, ancestry.index, needed=with_refs | pinned, outside=ancestry.known
+        )
+    if bits is not None:
+        ancestry.known.update((node, bits[node]) for node in pinned if node in bits)
     for step in steps:
-        allowed = reachable(step.dependencies, deps)
-        sources = [(step.params, allowed)]
-        if step.compensate:
+        own, compensation = referenced[step.id]
+        if not own and not compensation:
+            continue
+        allowed: Collection[str] = (
+            AncestorSet(bits[step.id], ancestry.index)
+            if bits is not None
+            else reachable(step.dependencies, deps)  # a cycle: reported above, error path only
+        )
+        sources: list[tuple[set[str], Collection[str], tuple[str, ...]]] = [(own, allowed, ())]
+        if compensation:
             # a compensation runs after its step, so it may also read the step's own output
-            sources.append((step.compensate.params, allowed | {step.id}))
-        for params, ok in sources:
-            for ref in sorted(find_references(params) - ok):
+            sources.append((compensation, allowed, (step.id,)))
+        for refs, ok, also in sources:
+            for ref in sorted(r for r in refs if r not in ok and r not in also):
                 what = repr(ref) if ref in deps else f"unknown step {ref!r}"
                 listed = ", ".join(sorted(allowed)) or "none"
                 yield PlanValidationError(
@@ -223,6 +266,23 @@ def _bad_references(steps: Sequence[Step], deps: Deps) -> Iterator[PlanValidatio
                     f"(ancestors: {listed})",
                     step_id=step.id,
                 )
+
+
+def _referenced(step: Step) -> tuple[set[str], set[str]]:
+    """Step ids referenced by the step's params and by its compensation's params."""
+    compensation = find_references(step.compensate.params) if step.compensate else set()
+    return find_references(step.params), compensation
+
+
+def _fallback_dependencies(steps: Sequence[Step]) -> set[str]:
+    """Every dependency named by a fallback step anywhere below ``steps``."""
+    found: set[str] = set()
+    todo = [extra for s in steps for extra in s.fallback]
+    while todo:
+        extra = todo.pop()
+        found.update(extra.dependencies)
+        todo.extend(extra.fallback)
+    return found
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

@@ -50,8 +50,12 @@ def cli() -> None:
 @click.option("--tools", "toolsets", default="", help="Toolsets for --goal, e.g. ecommerce.")
 @click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
 @click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
-@click.option("--concurrency", type=int, default=None, help="Steps running at once.")
-@click.option("--max-replans", type=int, default=None, help="Re-plan budget of the session.")
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=None, help="Steps running at once."
+)
+@click.option(
+    "--max-replans", type=click.IntRange(min=0), default=None, help="Re-plan budget of the session."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -64,6 +68,7 @@ def submit(
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
+    from core.input_limits import InputLimits
     from planner.plan import load_plan
     from producer.client import Producer
 
@@ -72,7 +77,8 @@ def submit(
         return
     options = SessionOptions(concurrency=concurrency, max_replans=max_replans)
     try:
-        producer = Producer.from_settings(_settings())
+        settings = _settings()
+        producer = Producer.from_settings(settings)
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
             sid = producer.submit_goal(
@@ -80,7 +86,8 @@ def submit(
             )
         else:
             assert plan_file is not None
-            sid = producer.submit(load_plan(plan_file), options)
+            plan = load_plan(plan_file, limits=InputLimits.from_settings(settings))
+            sid = producer.submit(plan, options)
     except PlanloopError as exc:
         _fail(f"{exc}\n(nothing was submitted)")
         return
@@ -118,7 +125,9 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 
 @cli.command()
 @click.argument("session_id", required=False)
-@click.option("--limit", default=20, show_default=True, help="Sessions to list.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
+)
 def status(session_id: str | None, limit: int) -> None:
     """Show one session (or the newest ones)."""
     from producer.client import Producer
@@ -198,23 +207,37 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 
 
 @cli.command()
-@click.option("--concurrency", type=int, default=None, help="Threads (or processes).")
-@click.option("--pool", type=click.Choice(["threads", "prefork", "solo"]), default=None)
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
+)
+@click.option(
+    "--pool",
+    type=click.Choice(["threads", "prefork", "solo"]),
+    default=None,
+    help="Celery pool (default: PLANLOOP_WORKER_POOL); solo runs one task at a time.",
+)
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("--name", default=None, help="Worker node name (default: unique per process).")
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
-    from workers.app import run_worker
+    from workers.app import app, run_worker
 
+    chosen_pool = pool or settings.worker_pool
+    # solo runs one task at a time in the consumer's own thread, whatever -c says.
+    slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
+    # Celery reads "-P prefork" as "no -P given" and falls back to the configured pool;
+    # configuring the chosen pool makes every choice mean what it says.
+    app.conf.worker_pool = chosen_pool
+    app.conf.worker_concurrency = slots
     argv = [
         "worker",
         "-Q",
         settings.queue,
         "-c",
-        str(concurrency or settings.worker_concurrency),
+        str(slots),
         "-P",
-        pool or settings.worker_pool,
+        chosen_pool,
         "--loglevel",
         loglevel,
         "-n",
@@ -267,7 +290,12 @@ def up(demo: bool, workers: int, concurrency: int, plan_file: Path | None) -> No
 
 
 @cli.command()
-@click.option("--port", type=int, default=None, help="Port (default: PLANLOOP_FLOWER_PORT).")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port (default: PLANLOOP_FLOWER_PORT).",
+)
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 def flower(port: int | None, address: str) -> None:
     """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""

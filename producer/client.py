@@ -6,19 +6,24 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
 from config.settings import Settings
 from core.errors import (
     ConfigError,
+    InputLimitError,
+    PlanValidationError,
     SessionEndedError,
     SessionNotFoundError,
     UnknownToolError,
 )
 from core.hot_state import HotState, connect
+from core.input_limits import InputLimits, text_problem, value_problem
 from core.keys import Keys
 from core.models import Event, EventType, SessionOptions, SessionRecord, SessionStatus, Severity
 from core.tools import ToolRegistry, load_tools
-from planner.llm import NO_ENDPOINT_MESSAGE
-from planner.plan import Plan
+from planner.plan import Plan, describe
 from planner.validation import validate_plan
 
 
@@ -43,14 +48,19 @@ class Producer:
     def submit(self, plan: Plan, options: SessionOptions | None = None) -> str:
         """Validate ``plan`` and hand it to the supervisors; returns the session id.
 
+        The plan is checked as the supervisor will read it (its stored JSON through
+        ``Plan.model_validate_json``) under this deployment's input limits.
+
         Raises:
-            PlanValidationError: the plan cannot run; nothing was enqueued.
+            PlanValidationError: the plan cannot run or breaks an input limit; nothing was
+                enqueued.
         """
+        plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
         sid = new_session_id()
         self.state.create_session(
             sid,
-            plan_json=plan.model_dump_json(),
+            plan_json=plan_json,
             goal=plan.goal,
             options=options or SessionOptions(),
         )
@@ -70,7 +80,12 @@ class Producer:
             ConfigError: no LLM endpoint is configured (the message says how to set one).
             UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
         """
+        self._check_text("goal", goal)
+        for constraint in constraints or []:
+            self._check_text("constraint", constraint)
         if not self.settings.llm_base_url:
+            from planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
+
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []
         for prefix in prefixes:
@@ -150,9 +165,40 @@ class Producer:
         )
 
     def _tell(self, sid: str, event: Event) -> str:
-        """Append a person's event to an existing session's stream; its entry id."""
+        """Append a person's event to an existing session's stream; its entry id.
+
+        Raises:
+            InputLimitError: the text breaks an input limit; nothing is appended.
+        """
+        self._check_text("signal text", event.description)
+        problem = value_problem(event.payload, max_depth=self.settings.max_nesting_depth)
+        if problem:
+            raise InputLimitError("signal", problem)
         self.state.session(sid)  # raises SessionNotFoundError: nothing is appended
         return self.state.append_event(sid, event)
+
+    def _stored_form(self, plan: Plan) -> str:
+        """``plan`` as the supervisor will read it, checked by the same reading path
+        (``Plan.model_validate_json``) under this deployment's input limits.
+
+        Raises:
+            PlanValidationError: the plan breaks an input limit; nothing was enqueued.
+        """
+        limits = InputLimits.from_settings(self.settings)
+        try:
+            plan_json = plan.model_dump_json()
+        except PydanticSerializationError as exc:
+            raise PlanValidationError(f"the plan cannot be stored: {exc}") from None
+        try:
+            Plan.model_validate_json(plan_json, context={"limits": limits})
+        except ValidationError as exc:
+            raise PlanValidationError(f"plan does not fit the schema: {describe(exc)}") from None
+        return plan_json
+
+    def _check_text(self, what: str, text: str) -> None:
+        problem = text_problem(text, max_bytes=self.settings.max_input_bytes)
+        if problem:
+            raise InputLimitError(what, problem)
 
     def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:
         """Block until the session ends (or ``timeout_s`` passes); returns its record."""
