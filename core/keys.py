@@ -16,6 +16,7 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:effects``                         hash: idempotency key -> receipt (bundled write tools)
 ``pl:effects:count``                   hash: idempotency key -> times the effect happened
 ``pl:deadletter``                      stream: events delivered too often
+``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
 =====================================  ======================================================
 """
 
@@ -80,6 +81,10 @@ class Keys:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
+
+    @property
+    def tools(self) -> str:
+        return f"{self.prefix}:tools"
 
     def breaker(self, tool: str) -> str:
         return f"{self.prefix}:breaker:{tool}"

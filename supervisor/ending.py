@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from core.hot_state import dumps
+from core.masking import mask
 from core.models import (
     ErrorKind,
     Event,
@@ -58,8 +59,9 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
         finished_at=now,
         replans=runner.info.replans,
         plan_version=runner.info.plan_version,
+        sensitive=runner.ctx.dispatcher.sensitive.of_tools(s.tool for s in plan.steps),
     )
-    report["compensations"] = compensations
+    report["compensations"] = mask(compensations)
     runner.batch.session.update(
         {
             "status": status.value,
