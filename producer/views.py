@@ -106,6 +106,15 @@ def sensitive_params(producer: Producer, plan: Plan | None) -> frozenset[str]:
     return names.of_tools(step.tool for step in plan.steps)
 
 
+def masked_report(report: Mapping[str, Any], sensitive: frozenset[str]) -> dict[str, Any]:
+    """The report through the masker; ``sensitive`` param names apply inside step outputs
+    (a tool's param may share a name with a field of the report itself)."""
+    shown: dict[str, Any] = mask(report)
+    for step, raw in zip(shown.get("steps") or [], report.get("steps") or [], strict=True):
+        step["output"] = mask(raw.get("output"), sensitive)
+    return shown
+
+
 # --- status -------------------------------------------------------------------------------
 def print_status(
     producer: Producer, sid: str | None, limit: int, *, console: Console | None = None
@@ -166,7 +175,7 @@ def print_report(
     console: Console, report: Mapping[str, Any], sensitive: frozenset[str] = frozenset()
 ) -> None:
     """The final report (masked): a header line, then one row per step."""
-    report = mask(report, sensitive)
+    report = masked_report(report, sensitive)
     status = str(report.get("status", "?"))
     header = Text(f"report of {report.get('session_id', '?')}: ")
     header.append_text(styled_status(status))
@@ -240,14 +249,16 @@ def print_show(
     if as_json:
         doc = {
             "session": session,
-            "report": report,
-            "events": [{"id": event_id, **ev.model_dump(mode="json")} for event_id, ev in events],
+            "events": [
+                {"id": event_id, **ev.model_dump(mode="json"), "payload": mask(ev.payload, hidden)}
+                for event_id, ev in events
+            ],
             "mermaid": mermaid,
             **session_history(SqlRecord.from_url(producer.settings.database_url), sid),
         }
-        print(
-            json.dumps(mask(doc, hidden), indent=2, default=str)
-        )  # plain stdout: no rich markup or wrapping
+        # the plan's sensitive names apply inside payloads and outputs, not to the doc's keys
+        doc = {**mask(doc), "report": masked_report(report, hidden) if report else None}
+        print(json.dumps(doc, indent=2, default=str))  # plain stdout: no rich markup or wrapping
         return
     console.print(f"session {sid}: ", styled_status(str(session.get("status", "?"))), sep="")
     console.rule("events")
