@@ -30,6 +30,19 @@ log = logging.getLogger(__name__)
 
 # A tool missing from the cached catalogue triggers a reload at most this often, seconds.
 MIN_RELOAD_S = 1.0
+# A supervisor reads the catalogue on its event loop: a Redis that does not answer may hold
+# it up this long, seconds, and is not asked again before the refresh period has passed.
+READ_TIMEOUT_S = 0.2
+
+
+def catalogue_client(url: str) -> redis.Redis:
+    """A client for reading the catalogue from a loop that must not wait on Redis for long."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=READ_TIMEOUT_S,
+        socket_connect_timeout=READ_TIMEOUT_S,
+    )
 
 
 class CatalogueEntry(BaseModel):
@@ -123,7 +136,7 @@ class SensitiveNames:
         if self.client is None:
             return
         age = time.monotonic() - self._loaded_at
-        if age < (MIN_RELOAD_S if missing else self.max_age_s):
+        if age < (MIN_RELOAD_S if missing and self._reachable else self.max_age_s):
             return
         self._loaded_at = time.monotonic()
         try:

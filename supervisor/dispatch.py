@@ -31,9 +31,8 @@ from kombu.utils import json as kombu_json
 
 from config.celery import STEP_TASK, celery_config
 from config.settings import Settings
-from core.catalogue import SensitiveNames
+from core.catalogue import SensitiveNames, catalogue_client
 from core.errors import DispatchError
-from core.hot_state import connect
 from core.keys import Keys
 from core.masking import MASK, mask
 from core.models import StepTaskArgs
@@ -78,7 +77,7 @@ class Dispatcher:
         self.tools = tools
         self.sensitive = SensitiveNames(
             tools,
-            connect(settings.redis_url),
+            catalogue_client(settings.redis_url),
             Keys(settings.key_prefix),
             settings.catalogue_refresh_s,
         )

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from core.catalogue import SensitiveNames, read_catalogue
+from core.catalogue import SensitiveNames, publish_catalogue, read_catalogue
 from core.keys import Keys
 from core.tools import ToolRegistry, load_tools
 from planner.plan import Plan
@@ -229,3 +229,25 @@ def test_no_output_path_shows_a_secret(
         if value in text
     ]
     assert not leaks, f"secrets shown: {leaks}"
+
+
+def test_sensitive_names_merge_the_registry_and_the_published_catalogue(
+    redis_client: redis.Redis,
+) -> None:
+    keys = Keys(f"cat{uuid.uuid4().hex[:8]}")
+    served = ToolRegistry()
+    register(served)
+    try:
+        names = SensitiveNames(load_tools([]), redis_client, keys)
+        assert names.of_tool(ECHO) is None  # nobody knows it yet: callers hide it whole
+        assert names.of_tool("bench.echo") == frozenset()  # known here, nothing sensitive
+        assert publish_catalogue(redis_client, keys, served, "w1") == 2
+        names._loaded_at = float("-inf")  # the once-a-second reload limit has passed
+        assert names.of_tool(ECHO) == frozenset({"pin"})
+        assert names.of_tools([ECHO, PARSE, "bench.echo", "nobody.knows"]) == {"pin", "payload"}
+        entry = read_catalogue(redis_client, keys)[ECHO]
+        assert entry.worker == "w1"
+        assert entry.published_at > 0
+        assert "apiKey" in json.dumps(entry.params_schema)
+    finally:
+        redis_client.delete(keys.tools)
