@@ -72,10 +72,14 @@ _KEY_QUALIFIERS = (
 )
 _SECRET_KEYS = tuple(f"{q}key" for q in _KEY_QUALIFIERS)
 
-_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/?#@]*:)[^\s/?#@]+(?=@)")
+# Linear time on any input: a name or scheme starts only where a run of its characters
+# starts (the look-behind), and its run is never re-scanned (possessive quantifiers).
+_URL_PASSWORD = re.compile(
+    r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]*+://[^\s:/?#@]*+:)[^\s/?#@]++(?=@)"
+)
 _BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9\-._~+/]+=*|\b(Basic\s+)[A-Za-z0-9+/]{8,}=*", re.I)
 # ``name=value``, ``name: value``, ``"name": "value"``: the name, then its value.
-_PAIR_KEY = re.compile(r"""(["']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1\s*[=:]\s*""")
+_PAIR_KEY = re.compile(r"""(["']?)(?<![A-Za-z0-9_.\-])([A-Za-z_][A-Za-z0-9_.\-]*+)\1\s*+[=:]\s*+""")
 _PAIR_VALUE = re.compile(
     r"""(?:Bearer|Basic)\s+[^\s,;&)}\]]+|"[^"]*"?|'[^']*'?|[^\s,;&)}\]"']+""", re.I
 )
@@ -110,7 +114,7 @@ def mask(value: Any, sensitive: Collection[str] = ()) -> Any:
 
 def _mask(value: Any, hidden: frozenset[str], depth: int) -> Any:
     if isinstance(value, str):
-        return mask_text(value)
+        return mask_text(value, hidden)
     if value is None or isinstance(value, bool | int | float):
         return value
     if depth > MAX_DEPTH or isinstance(value, SecretStr | SecretBytes):
@@ -131,21 +135,22 @@ def _hidden(key: object, hidden: frozenset[str]) -> bool:
     return isinstance(key, str) and (key in hidden or is_secret_name(key))
 
 
-def mask_text(text: str) -> str:
-    """``text`` with URL passwords, bearer credentials and secret ``name=value`` pairs masked."""
+def mask_text(text: str, sensitive: Collection[str] = ()) -> str:
+    """``text`` with URL passwords, bearer credentials and secret ``name=value`` pairs masked
+    (a pair is secret by :func:`is_secret_name` or when its name is in ``sensitive``)."""
     if "=" not in text and ":" not in text and " " not in text:
         return text  # nothing here can hold a pair, a URL or a bearer credential
-    text = _mask_pairs(text)
+    text = _mask_pairs(text, sensitive)
     text = _URL_PASSWORD.sub(rf"\g<1>{MASK}", text)
     return _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)}{MASK}", text)
 
 
-def _mask_pairs(text: str) -> str:
+def _mask_pairs(text: str, sensitive: Collection[str]) -> str:
     # A scan rather than one re.sub: a pair whose name is not secret must not swallow the
     # pair after it ("error: token=abc").
     parts, done = [], 0
     for key in _PAIR_KEY.finditer(text):
-        if key.start() < done or not is_secret_name(key[2]):
+        if key.start() < done or not (key[2] in sensitive or is_secret_name(key[2])):
             continue
         value = _PAIR_VALUE.match(text, key.end())
         if value is None:

@@ -49,7 +49,7 @@ def build_report(
                 "duration_s": round(duration, 4) if duration is not None else None,
                 "error": mask_text(st.error) or None,
                 "note": mask_text(st.note) or None,
-                "output": _preview(mask(outputs.get(step.id), sensitive)),
+                "output": _preview(outputs.get(step.id), sensitive),
             }
         )
     counts: dict[str, int] = {}
@@ -70,10 +70,12 @@ def build_report(
     }
 
 
-def _preview(output: Any) -> Any:
+def _preview(output: Any, sensitive: Collection[str]) -> Any:
+    """The output, masked; a large one as the masked start of its JSON (masking only what is
+    shown keeps a huge output from costing seconds here)."""
     if output is None:
         return None
     text = dumps(output)
     if len(text) <= OUTPUT_PREVIEW_CHARS:
-        return output
-    return {"truncated": True, "preview": text[:OUTPUT_PREVIEW_CHARS]}
+        return mask(output, sensitive)
+    return {"truncated": True, "preview": mask_text(text[:OUTPUT_PREVIEW_CHARS], sensitive)}
