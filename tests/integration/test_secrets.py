@@ -22,13 +22,16 @@ from typing import Any
 import pytest
 import redis
 
+from config.settings import Settings
 from core.catalogue import SensitiveNames, publish_catalogue, read_catalogue
 from core.keys import Keys
+from core.models import StepTaskArgs
 from core.tools import ToolRegistry, load_tools
 from planner.plan import Plan
 from planner.situation import EventView, Situation, StepView, render_situation
 from producer.client import Producer
 from producer.stack import Stack
+from supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from tests.integration.secret_tool_defs import ECHO, PARSE, register
@@ -235,8 +238,7 @@ def test_sensitive_names_merge_the_registry_and_the_published_catalogue(
     redis_client: redis.Redis,
 ) -> None:
     keys = Keys(f"cat{uuid.uuid4().hex[:8]}")
-    served = ToolRegistry()
-    register(served)
+    served = _served()
     try:
         names = SensitiveNames(load_tools([]), redis_client, keys)
         assert names.of_tool(ECHO) is None  # nobody knows it yet: callers hide it whole
@@ -251,3 +253,36 @@ def test_sensitive_names_merge_the_registry_and_the_published_catalogue(
         assert "apiKey" in json.dumps(entry.params_schema)
     finally:
         redis_client.delete(keys.tools)
+
+
+def test_flower_is_shown_no_param_of_a_tool_nobody_knows(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    settings = test_settings.model_copy(update={"key_prefix": f"cat{uuid.uuid4().hex[:8]}"})
+    dispatcher = Dispatcher(settings, load_tools([]))
+    args = StepTaskArgs(
+        session_id="s",
+        step_id="a",
+        attempt=1,
+        epoch=1,
+        tool=ECHO,  # not in this registry, and no worker has published it
+        params={"pin": "S1", "items": [{"note": "S2"}], "count": 3},
+        timeout_s=5,
+        idempotency_key="s:a",
+    )
+    try:
+        shown = json.loads(dispatcher._shown(args))[0]
+        assert shown["params"] == {"pin": "***", "items": "***", "count": "***"}
+        publish_catalogue(redis_client, Keys(settings.key_prefix), _served(), "w1")
+        dispatcher.sensitive._loaded_at = float("-inf")  # the reload limit has passed
+        shown = json.loads(dispatcher._shown(args))[0]
+        assert shown["params"] == {"pin": "***", "items": [{"note": "S2"}], "count": 3}
+    finally:
+        dispatcher.close()
+        redis_client.delete(Keys(settings.key_prefix).tools)
+
+
+def _served() -> ToolRegistry:
+    served = ToolRegistry()
+    register(served)
+    return served
