@@ -27,7 +27,9 @@ Rules, in one place so every path agrees:
   ``SecretBytes`` values are always masked.
 
 * **Errors.** :func:`error_text` renders pydantic's ``ValidationError`` as ``loc: msg`` lines
-  without the offending input (its ``str()`` repeats ``input_value=...``) and masks the rest.
+  without the offending input (its ``str()`` repeats ``input_value=...``) and masks the rest;
+  in any other text (a traceback, a tool's message that wraps pydantic's), the
+  ``input_value=...`` of pydantic's rendering is masked.
 
 What it cannot see: a secret under an innocent name in an innocent-looking string. Tools
 mark such fields ``sensitive`` (``Field(json_schema_extra={"sensitive": True})`` or
@@ -78,6 +80,8 @@ _URL_PASSWORD = re.compile(
     r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]*+://[^\s:/?#@]*+:)[^\s/?#@]++(?=@)"
 )
 _BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9\-._~+/]+=*|\b(Basic\s+)[A-Za-z0-9+/]{8,}=*", re.I)
+# pydantic's rendering of an error repeats the input: [type=..., input_value='S', ...]
+_PYDANTIC_INPUT = re.compile(r"(input_value=)[^\n]{0,100000}?(?=, input_type=)")
 # ``name=value``, ``name: value``, ``"name": "value"``: the name, then its value.
 _PAIR_KEY = re.compile(r"""(["']?)(?<![A-Za-z0-9_.\-])([A-Za-z_][A-Za-z0-9_.\-]*+)\1\s*+[=:]\s*+""")
 _PAIR_VALUE = re.compile(
@@ -141,6 +145,8 @@ def mask_text(text: str, sensitive: Collection[str] = ()) -> str:
     if "=" not in text and ":" not in text and " " not in text:
         return text  # nothing here can hold a pair, a URL or a bearer credential
     text = _mask_pairs(text, sensitive)
+    if "input_value=" in text:
+        text = _PYDANTIC_INPUT.sub(rf"\g<1>{MASK}", text)
     text = _URL_PASSWORD.sub(rf"\g<1>{MASK}", text)
     return _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)}{MASK}", text)
 

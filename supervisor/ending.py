@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from core.hot_state import dumps
-from core.masking import mask
+from core.masking import mask, mask_text
 from core.models import (
     ErrorKind,
     Event,
@@ -42,6 +42,7 @@ async def finish_session(runner: SessionRunner, status: SessionStatus, error: st
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
         error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
+    error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
     await runner.load_outputs(
         [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]

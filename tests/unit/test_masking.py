@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import pytest
@@ -224,3 +225,23 @@ def test_long_texts_are_masked_in_one_pass(unit: str) -> None:
     # turns that into a failure.
     text = unit * 200_000
     assert len(mask_text(text)) >= len(text) // 2
+
+
+def test_pydantic_inputs_are_masked_in_any_text() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Inner.model_validate({"port": "S1-not-a-port", "name": "abc"})
+    text = mask_text(f"tool said: {caught.value}")
+    assert "S1" not in text
+    assert "input_value=***, input_type=str" in text
+
+
+def test_tracebacks_in_log_records_are_masked() -> None:
+    given = {"port": "S1-not-a-port", "name": "abc"}
+    try:
+        Inner.model_validate(given)  # the traceback shows this line, not the value
+    except ValidationError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "crashed", (), sys.exc_info())
+    MaskingFilter().filter(record)
+    assert record.exc_text
+    assert "S1" not in record.exc_text
+    assert "validation error for Inner" in record.exc_text
