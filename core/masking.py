@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr, ValidationError
@@ -80,6 +81,8 @@ _URL_PASSWORD = re.compile(
     r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]*+://[^\s:/?#@]*+:)[^\s/?#@]++(?=@)"
 )
 _BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9\-._~+/]+=*|\b(Basic\s+)[A-Za-z0-9+/]{8,}=*", re.I)
+# What every value rule needs; most texts have none and are left after this one scan.
+_MAYBE_SECRET = re.compile(r"[=:]|bearer|basic", re.I)
 # pydantic's rendering of an error repeats the input: [type=..., input_value='S', ...]
 _PYDANTIC_INPUT = re.compile(r"(input_value=)[^\n]{0,100000}?(?=, input_type=)")
 # ``name=value``, ``name: value``, ``"name": "value"``: the name, then its value.
@@ -94,6 +97,7 @@ def name_words(name: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(name)]
 
 
+@lru_cache(maxsize=4096)  # the same few field names come by again and again
 def is_secret_name(name: str) -> bool:
     """Whether a field called ``name`` holds a credential (rules in the module docstring)."""
     words = name_words(name)
@@ -142,7 +146,7 @@ def _hidden(key: object, hidden: frozenset[str]) -> bool:
 def mask_text(text: str, sensitive: Collection[str] = ()) -> str:
     """``text`` with URL passwords, bearer credentials and secret ``name=value`` pairs masked
     (a pair is secret by :func:`is_secret_name` or when its name is in ``sensitive``)."""
-    if "=" not in text and ":" not in text and " " not in text:
+    if not _MAYBE_SECRET.search(text):
         return text  # nothing here can hold a pair, a URL or a bearer credential
     text = _mask_pairs(text, sensitive)
     if "input_value=" in text:
