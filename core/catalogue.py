@@ -57,6 +57,11 @@ class CatalogueEntry(BaseModel):
     worker: str = Field("", description="The worker that published this entry last.")
     published_at: float = Field(0.0, description="When it did, seconds since the epoch.")
 
+    def served(self, refresh_s: float, now: float) -> bool:
+        """Whether a live worker serves the tool: one re-published it within two refresh
+        periods (one may be lost to a Redis fault)."""
+        return now - self.published_at <= 2 * refresh_s
+
 
 def catalogue_entry(spec: ToolSpec, worker: str, now: float) -> CatalogueEntry:
     """What a worker publishes about ``spec``."""
