@@ -13,13 +13,16 @@ Rules, in one place so every path agrees:
 
   - any word, or the words run together, containing ``password``, ``passwd``, ``passphrase``,
     ``secret``, ``credential``, ``authorization``, ``cookie`` or ``connectionstring``; the
-    word ``pwd``;
+    words ``pwd`` and ``pw``;
   - a key qualified as a credential: ``api``, ``private``, ``access``, ``secret``,
     ``signing``, ``encryption``, ``master``, ``ssh``, ``account`` or ``client`` followed by
     ``key`` (``api_key``, ``privateKey``, ``x-api-key``, ``AccountKey``);
   - a last word ending in ``token`` (``token``, ``access_token``, ``idToken``, ``csrftoken``)
-    or equal to ``auth`` (``basic_auth``). Counting words after it are not secrets:
-    ``tokens``, ``max_tokens``, ``prompt_tokens``, ``token_count``, ``token_type`` stay.
+    or equal to ``auth`` (``basic_auth``). A plural, or a word after ``token``, names a
+    count or a kind, not a credential: ``tokens``, ``max_tokens``, ``prompt_tokens``,
+    ``token_count``, ``token_type`` stay (our own reports count LLM tokens).
+
+  The rules lean to hiding: ``secretary`` or ``cookie_consent`` are masked too.
 
 * **Values.** Wherever a string is shown: a URL's password (``redis://u:pw@h`` ->
   ``redis://u:***@h``), ``Bearer``/``Basic`` credentials, and ``name=value`` /
@@ -107,7 +110,7 @@ def is_secret_name(name: str) -> bool:
     if any(part in joined for part in _SECRET_PARTS) or any(k in joined for k in _SECRET_KEYS):
         return True
     last = words[-1]
-    return "pwd" in words or last.endswith("token") or last == "auth"
+    return "pwd" in words or "pw" in words or last.endswith("token") or last == "auth"
 
 
 def mask(value: Any, sensitive: Collection[str] = ()) -> Any:

@@ -27,6 +27,7 @@ SECRET_NAMES = [
     "db_password",
     "passwd",
     "pwd",
+    "db_pw",
     "passphrase",
     "secret",
     "client_secret",
