@@ -204,6 +204,14 @@ class Settings(BaseSettings):
             raise ValueError(f"max_step_timeout_s must not exceed {STEP_TIMEOUT_CEILING_S:g} s")
         return self
 
+    # --- Tool catalogue (issue 9, item 8: one masker) --------------------------------------
+    catalogue_refresh_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds between a worker's re-publications of its tool catalogue "
+        "(pl:tools); readers reload a tool they do not know at most once a second.",
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

@@ -17,6 +17,7 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
 ``pl:deadletter``                      stream: events that cannot be applied (sid,
                                        entry_id, event, cause)
+``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
 =====================================  ======================================================
 """
 
@@ -77,6 +78,10 @@ class Keys:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
+
+    @property
+    def tools(self) -> str:
+        return f"{self.prefix}:tools"
 
     def breaker(self, tool: str) -> str:
         return f"{self.prefix}:breaker:{tool}"

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from core.errors import PermanentToolError, TransientToolError, UnknownToolError
+from core.masking import validation_summary
 
 ENTRY_POINT_GROUP = "planloop.tools"
-MASK = "***"
 
 SideEffect = Literal["read", "write"]
 
@@ -138,8 +138,10 @@ class ToolSpec:
         """Validate ``params``, run the tool and return its output as JSON-ready data."""
         try:
             parsed = self.params_model.model_validate(dict(params))
-        except ValueError as exc:
-            raise PermanentToolError(f"tool {self.name!r}: params do not fit: {exc}") from exc
+        except ValidationError as exc:  # its str() would repeat the values: secrets too
+            raise PermanentToolError(
+                f"tool {self.name!r}: params do not fit: {validation_summary(exc)}"
+            ) from None
         result = self.func(parsed, ctx if ctx.tool else replace(ctx, tool=self.name))
         if isinstance(result, BaseModel):
             dumped: dict[str, Any] = result.model_dump(mode="json")
@@ -223,18 +225,3 @@ def load_tools(modules: Iterable[str] = ()) -> ToolRegistry:
     for module in modules:
         importlib.import_module(module)
     return REGISTRY
-
-
-def mask(data: Mapping[str, Any], sensitive: Iterable[str]) -> dict[str, Any]:
-    """A copy of ``data`` with sensitive fields (and anything that looks secret) masked."""
-    hidden = set(sensitive)
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        lowered = key.lower()
-        if key in hidden or any(s in lowered for s in ("password", "secret", "token", "api_key")):
-            out[key] = MASK
-        elif isinstance(value, Mapping):
-            out[key] = mask(value, hidden)
-        else:
-            out[key] = value
-    return out

@@ -13,6 +13,7 @@ import click
 
 from config.settings import Settings
 from core.errors import PlanloopError
+from core.masking import install_log_masking
 from core.models import SessionOptions
 
 EXIT_INVALID = 2
@@ -31,6 +32,7 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    install_log_masking()  # log lines pass the one masker too (core/masking.py)
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.masking import mask_text
 from core.record import SqlRecord
 from planner.plan import Plan
 
@@ -38,7 +39,7 @@ def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:
         versions.append(
             {
                 "version": row.version,
-                "reason": row.reason,
+                "reason": mask_text(row.reason),
                 "created_at": row.created_at,
                 "steps": [s.id for s in plan.steps],
                 "diff": plan_diff(previous, plan) if previous is not None else [],
@@ -50,7 +51,7 @@ def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:
             "at": d.created_at,
             "action": d.action,
             "source": d.source,
-            "reasoning": d.reasoning,
+            "reasoning": mask_text(d.reasoning),
             "confidence": json.loads(d.payload or "{}").get("confidence"),
             "prompt_tokens": d.prompt_tokens,
             "completion_tokens": d.completion_tokens,

@@ -11,11 +11,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from core.catalogue import SensitiveNames
 from core.errors import SessionNotFoundError
 from core.hot_state import dumps
+from core.keys import Keys
+from core.masking import mask, mask_text
 from core.models import Event, EventType, SessionRecord, Severity
 from core.record import SqlRecord
-from core.tools import ToolRegistry, mask
 from planner.dag import to_mermaid
 from planner.plan import Plan
 from producer.client import Producer
@@ -54,8 +56,8 @@ def styled_status(status: str) -> Text:
 
 
 def short(text: object, limit: int = SHORT_TEXT) -> str:
-    """One line of at most ``limit`` characters (``…`` marks a cut)."""
-    flat = " ".join(str(text).split()) if text is not None else ""
+    """One line of at most ``limit`` characters (``…`` marks a cut), masked."""
+    flat = mask_text(" ".join(str(text).split())) if text is not None else ""
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -95,14 +97,22 @@ def load_session_plan(producer: Producer, record: SessionRecord) -> Plan | None:
     return Plan.model_validate_json(raw) if raw else None
 
 
-def masked_payload(event: Event, plan: Plan | None, tools: ToolRegistry) -> dict[str, Any]:
-    """The event's payload with the tool's sensitive params (and secret-looking keys) masked."""
-    sensitive: frozenset[str] = frozenset()
-    if plan is not None and event.step_id in plan.by_id:
-        tool_name = plan.by_id[event.step_id].tool
-        if tool_name in tools:
-            sensitive = tools.get(tool_name).sensitive_fields()
-    return mask(event.payload, sensitive)
+def sensitive_params(producer: Producer, plan: Plan | None) -> frozenset[str]:
+    """The params the plan's tools mark sensitive: this registry's and the tool catalogue's
+    (workers publish it, so tools this process never imported count too)."""
+    if plan is None:
+        return frozenset()
+    names = SensitiveNames(producer.tools, producer.state.r, Keys(producer.settings.key_prefix))
+    return names.of_tools(step.tool for step in plan.steps)
+
+
+def masked_report(report: Mapping[str, Any], sensitive: frozenset[str]) -> dict[str, Any]:
+    """The report through the masker; ``sensitive`` param names apply inside step outputs
+    (a tool's param may share a name with a field of the report itself)."""
+    shown: dict[str, Any] = mask(report)
+    for step, raw in zip(shown.get("steps") or [], report.get("steps") or [], strict=True):
+        step["output"] = mask(raw.get("output"), sensitive)
+    return shown
 
 
 # --- status -------------------------------------------------------------------------------
@@ -161,8 +171,11 @@ def _print_sessions(producer: Producer, limit: int, console: Console) -> None:
 
 
 # --- report -------------------------------------------------------------------------------
-def print_report(console: Console, report: Mapping[str, Any]) -> None:
-    """The final report: a header line, then one row per step."""
+def print_report(
+    console: Console, report: Mapping[str, Any], sensitive: frozenset[str] = frozenset()
+) -> None:
+    """The final report (masked): a header line, then one row per step."""
+    report = masked_report(report, sensitive)
     status = str(report.get("status", "?"))
     header = Text(f"report of {report.get('session_id', '?')}: ")
     header.append_text(styled_status(status))
@@ -232,21 +245,19 @@ def print_show(
     if plan is not None and not statuses:
         statuses = {i: s.status.value for i, s in producer.state.steps(sid, plan.step_ids).items()}
     mermaid = to_mermaid(plan, statuses) if plan is not None else ""
+    hidden = sensitive_params(producer, plan)
     if as_json:
         doc = {
             "session": session,
-            "report": report,
             "events": [
-                {
-                    "id": event_id,
-                    **ev.model_dump(mode="json"),
-                    "payload": masked_payload(ev, plan, producer.tools),
-                }
+                {"id": event_id, **ev.model_dump(mode="json"), "payload": mask(ev.payload, hidden)}
                 for event_id, ev in events
             ],
             "mermaid": mermaid,
             **session_history(SqlRecord.from_url(producer.settings.database_url), sid),
         }
+        # the plan's sensitive names apply inside payloads and outputs, not to the doc's keys
+        doc = {**mask(doc), "report": masked_report(report, hidden) if report else None}
         print(json.dumps(doc, indent=2, default=str))  # plain stdout: no rich markup or wrapping
         return
     console.print(f"session {sid}: ", styled_status(str(session.get("status", "?"))), sep="")
@@ -258,7 +269,7 @@ def print_show(
     print_history(console, session_history(SqlRecord.from_url(producer.settings.database_url), sid))
     console.rule("report")
     if report is not None:
-        print_report(console, report)
+        print_report(console, report, hidden)
     else:
         console.print("(no report yet: the session has not ended)")
     console.rule("plan")

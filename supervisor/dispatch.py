@@ -11,8 +11,9 @@ the declarations and wrap a retry loop around each; measured, that costs the sup
 about 0.2 ms of CPU per step more (bench/README.md). ``tests/integration/test_dispatch.py``
 checks that both produce the same messages.
 
-Flower displays task arguments as sent, so each message carries ``argsrepr`` with sensitive
-fields masked.
+Flower displays task arguments as sent, so each message carries ``argsrepr`` masked by the
+one masker (core/masking.py), with the sensitive fields of the local registry and of the tool
+catalogue workers publish; the params of a tool neither knows are hidden whole.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ from kombu.utils import json as kombu_json
 
 from config.celery import STEP_TASK, celery_config
 from config.settings import Settings
+from core.catalogue import SensitiveNames, catalogue_client
 from core.errors import DispatchError
+from core.keys import Keys
+from core.masking import MASK, mask
 from core.models import StepTaskArgs
-from core.tools import ToolRegistry, mask
+from core.tools import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,12 @@ class Dispatcher:
     def __init__(self, settings: Settings, tools: ToolRegistry) -> None:
         self.settings = settings
         self.tools = tools
+        self.sensitive = SensitiveNames(
+            tools,
+            catalogue_client(settings.redis_url),
+            Keys(settings.key_prefix),
+            settings.catalogue_refresh_s,
+        )
         self.celery = Celery("planloop-supervisor", set_as_current=False)
         self.celery.conf.update(celery_config(settings))
         self._channel: Any = None
@@ -138,13 +148,15 @@ class Dispatcher:
 
     def _shown(self, args: StepTaskArgs) -> str:
         """The task's arguments as Flower displays them: sensitive fields masked."""
-        sensitive = self.tools.get(args.tool).sensitive_fields() if args.tool in self.tools else ()
+        hidden = self.sensitive.of_tool(args.tool)
         shown = {
             "session": args.session_id,
             "step": args.step_id,
             "attempt": args.attempt,
             "tool": args.tool,
-            "params": mask(args.params, sensitive),
+            "params": mask(args.params, hidden)
+            if hidden is not None
+            else dict.fromkeys(args.params, MASK),
         }
         return json.dumps([shown], default=str)
 
@@ -169,4 +181,5 @@ class Dispatcher:
     def close(self) -> None:
         if self._events is not None:
             self._events.close()
+        self.sensitive.close()
         self.celery.close()

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from core.hot_state import dumps
+from core.masking import mask, mask_text
 from core.models import (
     ErrorKind,
     Event,
@@ -50,6 +51,7 @@ async def finish_session(
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
         error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
+    error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
     await runner.load_outputs(
         [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]
@@ -67,8 +69,9 @@ async def finish_session(
         finished_at=now,
         replans=runner.info.replans,
         plan_version=runner.info.plan_version,
+        sensitive=runner.ctx.dispatcher.sensitive.of_tools(s.tool for s in plan.steps),
     )
-    report["compensations"] = compensations
+    report["compensations"] = mask(compensations)
     runner.batch.session.update(
         {
             "status": status.value,

@@ -1,11 +1,15 @@
-"""The report every ended session gets: per-step status, outputs, timings, errors."""
+"""The report every ended session gets: per-step status, outputs, timings, errors.
+
+Everything in it is shown (``show``, the SQL record), so it passes the one masker.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from core.hot_state import dumps
+from core.masking import mask, mask_text
 from core.models import SessionStatus, StepState
 from planner.plan import Plan
 
@@ -24,8 +28,10 @@ def build_report(
     finished_at: float,
     replans: int,
     plan_version: int,
+    sensitive: Collection[str] = (),
 ) -> dict[str, Any]:
-    """A JSON-ready report of one ended session."""
+    """A JSON-ready report of one ended session, masked (``sensitive``: param names of the
+    plan's tools to hide in outputs, besides the names that look secret)."""
     steps = []
     for step in plan.steps:
         st = states.get(step.id, StepState())
@@ -41,9 +47,9 @@ def build_report(
                 "started_at": st.started_at or None,
                 "finished_at": st.finished_at or None,
                 "duration_s": round(duration, 4) if duration is not None else None,
-                "error": st.error or None,
-                "note": st.note or None,
-                "output": _preview(outputs.get(step.id)),
+                "error": mask_text(st.error) or None,
+                "note": mask_text(st.note) or None,
+                "output": _preview(outputs.get(step.id), sensitive),
             }
         )
     counts: dict[str, int] = {}
@@ -51,9 +57,9 @@ def build_report(
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     return {
         "session_id": sid,
-        "goal": plan.goal,
+        "goal": mask_text(plan.goal),
         "status": status.value,
-        "error": error or None,
+        "error": mask_text(error) or None,
         "plan_version": plan_version,
         "replans": replans,
         "started_at": started_at,
@@ -64,10 +70,12 @@ def build_report(
     }
 
 
-def _preview(output: Any) -> Any:
+def _preview(output: Any, sensitive: Collection[str]) -> Any:
+    """The output, masked; a large one as the masked start of its JSON (masking only what is
+    shown keeps a huge output from costing seconds here)."""
     if output is None:
         return None
     text = dumps(output)
     if len(text) <= OUTPUT_PREVIEW_CHARS:
-        return output
-    return {"truncated": True, "preview": text[:OUTPUT_PREVIEW_CHARS]}
+        return mask(output, sensitive)
+    return {"truncated": True, "preview": mask_text(text[:OUTPUT_PREVIEW_CHARS], sensitive)}

@@ -375,15 +375,13 @@ class Deliberation:
             trigger=trigger,
             down_tools=tuple(sorted(runner.down_tools)),
             hints=tuple(self.hints),
+            sensitive=frozenset(self._sensitive()),
         )
 
     def _sensitive(self) -> set[str]:
-        tools = self.runner.ctx.tools
-        names: set[str] = set()
-        for step in self.runner.plan.steps:
-            if step.tool in tools:
-                names |= tools.get(step.tool).sensitive_fields()
-        return names
+        # the catalogue's too: this supervisor may not have imported every tool's module
+        sensitive = self.runner.ctx.dispatcher.sensitive
+        return set(sensitive.of_tools(step.tool for step in self.runner.plan.steps))
 
     def state(self) -> dict[str, Any]:
         """What must survive a supervisor crash (stored in the session hash)."""

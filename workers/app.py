@@ -11,13 +11,16 @@ import socket
 from functools import lru_cache
 
 from celery import Celery
+from celery.signals import after_setup_logger, after_setup_task_logger
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
 from core.effects import SqlEffectLedger
 from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from core.keys import Keys
+from core.masking import install_log_masking
 from core.tools import load_tools
+from workers.catalogue import publish_while_serving
 from workers.executor import StepExecutor
 
 log = logging.getLogger(__name__)
@@ -71,3 +74,12 @@ def run_worker(argv: list[str]) -> int:
 
 
 app = create_app(get_settings())
+publish_while_serving(get_settings())  # pl:tools: what this worker serves (core/catalogue.py)
+
+
+def _mask_logs(logger: logging.Logger, **_: object) -> None:
+    install_log_masking(logger)  # the worker's log lines pass the one masker (core/masking.py)
+
+
+after_setup_logger.connect(_mask_logs, weak=False)
+after_setup_task_logger.connect(_mask_logs, weak=False)

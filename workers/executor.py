@@ -19,6 +19,7 @@ from typing import Any
 from core.broker import receipts
 from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
 from core.hot_state import BreakerPolicy, HotState
+from core.masking import error_text, mask_text
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from planner.expect import check_expectations
@@ -228,7 +229,7 @@ class StepExecutor:
                 StepStatus.COMPLETED,
                 EventType.TASK_UNEXPECTED_RESULT,
                 output,
-                "; ".join(misses),
+                mask_text("; ".join(misses)),
                 "",
             )
         return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, output)
@@ -259,7 +260,7 @@ def _classify(exc: BaseException) -> ErrorKind:
 
 
 def _failed(exc: BaseException, kind: ErrorKind) -> Outcome:
-    message = f"{type(exc).__name__}: {exc}"
+    message = f"{type(exc).__name__}: {error_text(exc)}"  # events, prompts, reports show it
     if kind == ErrorKind.TIMEOUT:
         return Outcome(StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, kind)
     return Outcome(StepStatus.FAILED, EventType.TASK_FAILED, None, message, kind)

@@ -138,3 +138,49 @@ def test_large_outputs_are_truncated_to_a_preview() -> None:
 
 def test_session_never_started_has_no_duration() -> None:
     assert report({}, {}, started_at=0.0)["duration_s"] is None
+
+
+def test_outputs_errors_and_goal_are_masked() -> None:
+    done = StepState(status=StepStatus.COMPLETED, attempt=1)
+    failed = StepState(status=StepStatus.FAILED, attempt=1, error="cannot reach redis://u:S1@h")
+    outputs = {"a": {"rows": [{"pin": "S2", "access_token": "S3", "prompt_tokens": 7}]}}
+    built = build_report(
+        "sid-1",
+        PLAN.model_copy(update={"goal": "use api_key=S4"}),
+        {"a": done, "b": failed},
+        outputs,
+        status=SessionStatus.FAILED,
+        error="token=S5",
+        started_at=100.0,
+        finished_at=103.5,
+        replans=0,
+        plan_version=1,
+        sensitive={"pin"},
+    )
+    text = str(built)
+    for secret in ("S1", "S2", "S3", "S4", "S5"):
+        assert secret not in text
+    assert built["steps"][0]["output"] == {
+        "rows": [{"pin": "***", "access_token": "***", "prompt_tokens": 7}]
+    }
+
+
+def test_a_truncated_preview_is_masked_too() -> None:
+    big = {"pin": "S1", "token": "S2", "text": "x" * (OUTPUT_PREVIEW_CHARS * 2)}
+    built = build_report(
+        "sid-1",
+        PLAN,
+        {"a": StepState(status=StepStatus.COMPLETED, attempt=1)},
+        {"a": big},
+        status=SessionStatus.COMPLETED,
+        error="",
+        started_at=100.0,
+        finished_at=103.5,
+        replans=0,
+        plan_version=1,
+        sensitive={"pin"},
+    )
+    preview = built["steps"][0]["output"]["preview"]
+    assert '"pin":"***"' in preview
+    assert "S1" not in preview
+    assert "S2" not in preview
