@@ -8,17 +8,27 @@ from contextlib import closing
 from typing import Any
 
 from core.errors import PlanError
-from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs
+from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs, task_id
 from planner.references import find_references, resolve_params
+from supervisor.consumers import ConsumerNews, ConsumerWatch
+from supervisor.context import SupervisorContext
 from supervisor.session_base import SessionBase
 
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL_S = 0.1
+CONSUMER_LOOK_INTERVAL_S = 1.0  # how often a session with attempts in flight checks the queue
 
 
 class Scheduling(SessionBase):
     """Dispatch in plan order under the concurrency cap, the moment dependencies complete."""
+
+    def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
+        super().__init__(ctx, sid, epoch)
+        self._look_again: dict[str, float] = {}  # re-sent, still queued: next look then
+        self._consumers = ConsumerWatch(ctx.settings.no_consumer_warning_s, time.time())
+        self._next_consumer_look = 0.0
+        self._consumers_restored = False
 
     def _ready(self, now: float) -> list[str]:
         """Steps to dispatch now, in plan order, within the session's concurrency cap."""
@@ -80,17 +90,28 @@ class Scheduling(SessionBase):
         # Marked running and queued in one fenced call: both happen, or neither does.
         await self.store.write(self.sid, self.epoch, ops + self.ctx.dispatcher.commands(*batch))
 
-    async def _resend(self, step_id: str) -> None:
-        """Send a dispatched, never started attempt again under the same task id.
+    async def _resend(self, step_id: str) -> bool:
+        """Send a dispatched, never started attempt again under the same task id, unless
+        its second copy is still queued; returns whether a copy went out.
 
         The copy carries the epoch the step hash was dispatched at, so the worker's claim
         matches; whichever delivery claims first runs, any other is dropped as a duplicate.
+        The step hash remembers (``resent``) that the attempt got its second copy, so a later
+        look (this owner's watchdog, or the next owner's takeover) sends another only when
+        no copy is left in the queue (taken by a worker that died before claiming it): the
+        queue never holds more than two copies of an attempt, however long nobody consumes.
         """
         st = self.states[step_id]
+        attempt_id = task_id(self.sid, step_id, st.attempt)
+        if st.resent == st.attempt and await self.store.queued(self.settings.queue, attempt_id):
+            return False
         args = self._task_args(step_id, st.attempt, await self._params(step_id))
-        st.dispatched_at = time.time()
+        st.dispatched_at, st.resent = time.time(), st.attempt
         queue = self.ctx.dispatcher.commands(args.model_copy(update={"epoch": st.epoch}))
-        await self._write_step(step_id, along=queue, dispatched_at=st.dispatched_at)
+        await self._write_step(
+            step_id, along=queue, dispatched_at=st.dispatched_at, resent=st.resent
+        )
+        return True
 
     async def _params(self, step_id: str) -> dict[str, Any]:
         step = self.steps[step_id]
@@ -131,6 +152,7 @@ class Scheduling(SessionBase):
         after their timeout, never milliseconds.
         """
         now, grace = time.time(), self.settings.watchdog_grace_s
+        await self._watch_consumers(now)
         if now < self._next_sweep:
             return
         self._next_sweep = now + WATCHDOG_INTERVAL_S
@@ -138,7 +160,7 @@ class Scheduling(SessionBase):
         for step_id in sorted(self._inflight):
             st = self.states[step_id]
             limit = self.timeout(self.steps[step_id]) + grace
-            if now < st.dispatched_at + limit:
+            if now < max(st.dispatched_at + limit, self._look_again.get(step_id, 0.0)):
                 continue
             fresh = await self.store.step(self.sid, step_id)
             if fresh is None or fresh.status != StepStatus.RUNNING:
@@ -147,13 +169,16 @@ class Scheduling(SessionBase):
                 # Never claimed: still queued behind others, or taken by a worker that died
                 # before starting it (the broker would redeliver only after its visibility
                 # timeout). Sending the same attempt again costs no retry either way.
+                st.resent = fresh.resent
+                sent = await self._resend(step_id)
+                self._look_again[step_id] = now + limit
                 log.info(
-                    "session=%s step=%s attempt=%d unclaimed: re-sent",
+                    "session=%s step=%s attempt=%d unclaimed: %s",
                     self.sid,
                     step_id,
                     st.attempt,
+                    "re-sent" if sent else "its second copy is still queued",
                 )
-                await self._resend(step_id)
                 continue
             if now < fresh.started_at + limit:
                 continue
@@ -167,3 +192,85 @@ class Scheduling(SessionBase):
                 worker=fresh.worker,
                 started_at=fresh.started_at,
             )
+
+    async def _watch_consumers(self, now: float) -> None:
+        """Warn once per episode when no worker consumes the queue our attempts wait in, and
+        note when one does again (see :mod:`supervisor.consumers`)."""
+        watch = self._consumers
+        if not self._consumers_restored:
+            # A former owner's warning still holds: ours to clear, not to repeat.
+            self._consumers_restored = True
+            note = await self.store.last_note(self.sid, [n.value for n in ConsumerNews])
+            if note is not None and note.get("kind") == ConsumerNews.NO_CONSUMER:
+                watch.since = watch.warned_at = float(note.get("at") or now)
+        # Every turn while a warning holds (its all-clear must not wait for the session's
+        # end); otherwise once per look interval.
+        if watch.warned_at is None and now < self._next_consumer_look:
+            return
+        if not self._running():
+            watch.consumed(now)  # nothing of ours waits
+        elif now >= self._next_consumer_look:
+            self._next_consumer_look = now + CONSUMER_LOOK_INTERVAL_S
+            watch.look(now, await self.store.queue_length(self.settings.queue))
+            if watch.due(now):
+                await self._check_unclaimed(now)
+        if watch.news() == ConsumerNews.CONSUMER_BACK:
+            log.info("session=%s queue %s is consumed again", self.sid, self.settings.queue)
+            await self.store.note_progress(
+                self.sid, ConsumerNews.CONSUMER_BACK.value, queue=self.settings.queue
+            )
+            await self.append_event(self._consumer_event(ConsumerNews.CONSUMER_BACK, 0.0))
+
+    async def _check_unclaimed(self, now: float) -> None:
+        """Warn if our attempts still wait unclaimed; a claim since the last consumption
+        seen means workers consume after all."""
+        fresh = await self.store.steps(self.sid, sorted(self._inflight))
+        running = [
+            (i, st)
+            for i, st in fresh.items()
+            if st.status == StepStatus.RUNNING and st.attempt == self.states[i].attempt
+        ]
+        waiting = sorted(i for i, st in running if not st.started_at)
+        claimed = max((st.started_at for _, st in running), default=0.0)
+        watch = self._consumers
+        if not waiting:
+            watch.consumed(now)
+            return
+        if claimed > watch.since:
+            watch.consumed(claimed)
+            return
+        watch.warn(now)
+        waited = watch.waited_s(now)
+        log.warning(
+            "session=%s no worker consumed queue %s for %.0fs: %d attempt(s) wait (steps %s); "
+            "start a worker on that queue (planloop worker)",
+            self.sid,
+            self.settings.queue,
+            waited,
+            len(waiting),
+            ", ".join(waiting[:5]),
+        )
+        await self.store.note_progress(
+            self.sid,
+            ConsumerNews.NO_CONSUMER.value,
+            queue=self.settings.queue,
+            waited_s=round(waited),
+            waiting=len(waiting),
+        )
+        await self.append_event(self._consumer_event(ConsumerNews.NO_CONSUMER, waited))
+
+    def _consumer_event(self, news: ConsumerNews, waited_s: float) -> Event:
+        """The stream's record of a warning (or its end): a supervisor ``notice``, which the
+        loop records and shows but never deliberates about (a re-plan cannot start workers)."""
+        queue = self.settings.queue
+        if news == ConsumerNews.NO_CONSUMER:
+            severity = Severity.WARNING
+            text = f"no worker consumed queue {queue} for {waited_s:.0f} s"
+        else:
+            severity, text = Severity.INFO, f"a worker consumes queue {queue} again"
+        return Event(
+            type=EventType.EXTERNAL_SIGNAL,
+            severity=severity,
+            description=text,
+            payload={"notice": news.value, "queue": queue, "waited_s": round(waited_s)},
+        )

@@ -45,7 +45,11 @@ def executor() -> StepExecutor:
         settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
     )
     return StepExecutor(
-        HotState(client, keys), tools, RedisEffectLedger(client, keys), worker, policy
+        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
+        tools,
+        RedisEffectLedger(client, keys),
+        worker,
+        policy,
     )
 
 
