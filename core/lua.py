@@ -192,11 +192,13 @@ return 0
 
 # KEYS[1] a Celery queue (a list of messages). ARGV: text to look for (a task id as the
 # message headers spell it). Returns 1 when a queued message contains it, else 0. Runs only
-# for an attempt whose second copy went out and is still unclaimed, so seldom.
+# for an attempt whose second copy went out and is still unclaimed, so seldom. Looks from
+# the tail, where the oldest messages wait (kombu pushes on the left, pops on the right):
+# an unclaimed attempt's copies are older than most of the queue.
 QUEUED = """
 local n = redis.call('LLEN', KEYS[1])
-for first = 0, n - 1, 100 do
-  for _, message in ipairs(redis.call('LRANGE', KEYS[1], first, first + 99)) do
+for last = -1, -n, -100 do
+  for _, message in ipairs(redis.call('LRANGE', KEYS[1], math.max(last - 99, -n), last)) do
     if string.find(message, ARGV[1], 1, true) then
       return 1
     end

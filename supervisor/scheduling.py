@@ -25,7 +25,8 @@ class Scheduling(SessionBase):
 
     def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
         super().__init__(ctx, sid, epoch)
-        self._look_again: dict[str, float] = {}  # re-sent, still queued: next look then
+        # (step, attempt) re-sent and found still queued -> when to look at it again.
+        self._look_again: dict[tuple[str, int], float] = {}
         self._consumers = ConsumerWatch(ctx.settings.no_consumer_warning_s, time.time())
         self._next_consumer_look = 0.0
         self._consumers_restored = False
@@ -160,7 +161,8 @@ class Scheduling(SessionBase):
         for step_id in sorted(self._inflight):
             st = self.states[step_id]
             limit = self.timeout(self.steps[step_id]) + grace
-            if now < max(st.dispatched_at + limit, self._look_again.get(step_id, 0.0)):
+            look_at = self._look_again.get((step_id, st.attempt), 0.0)
+            if now < max(st.dispatched_at + limit, look_at):
                 continue
             fresh = await self.store.step(self.sid, step_id)
             if fresh is None or fresh.status != StepStatus.RUNNING:
@@ -171,7 +173,9 @@ class Scheduling(SessionBase):
                 # timeout). Sending the same attempt again costs no retry either way.
                 st.resent = fresh.resent
                 sent = await self._resend(step_id)
-                self._look_again[step_id] = now + limit
+                self._look_again = {k: t for k, t in self._look_again.items() if t > now}
+                if not sent:
+                    self._look_again[(step_id, st.attempt)] = now + limit
                 log.info(
                     "session=%s step=%s attempt=%d unclaimed: %s",
                     self.sid,
