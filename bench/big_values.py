@@ -5,10 +5,10 @@ Run from the repo root: ``python bench/big_values.py [--size-mb 20]``.
 A private redis-server (so its memory peak is this run's alone), one worker and one
 supervisor run a session of two steps: ``big`` returns a string of ``--size-mb`` MB
 (``bench.sleep`` with ``payload_bytes``), ``after`` references a small field of it (or,
-with ``--pass-along``, the big string itself). Printed once
-the session has ended and its record is written: Redis ``used_memory_peak`` and
-``used_memory``, the blobs left in Redis and their TTLs, and the peak RSS (``VmHWM``) of
-the worker and the supervisor.
+with ``--pass-along``, the big string itself). Printed once the session has ended and its
+record is written: Redis ``used_memory_peak`` and ``used_memory``, the blobs left in Redis
+and their TTLs, the size of what the SQL record holds (outputs, report, events), and the
+peak RSS (``VmHWM``) of the worker and the supervisor.
 """
 
 from __future__ import annotations
@@ -104,8 +104,15 @@ def run(size_mb: float, *, pass_along: bool) -> dict[str, object]:
         big_keys = sorted(
             key for key in client.scan_iter(count=1000) if (client.memory_usage(key) or 0) > 1e6
         )
+        row = sql.session(sid)
+        sql_mb = {
+            "attempt_outputs": sum(len(a.output or "") for a in sql.attempts(sid)) / 1e6,
+            "report": len(row.report or "") / 1e6 if row else 0.0,
+            "events": sum(len(e.payload) + len(e.description) for e in sql.events(sid)) / 1e6,
+        }
         return {
             "status": record.status.value,
+            "sql_mb": {name: round(mb, 3) for name, mb in sql_mb.items()},
             "size_mb": size_mb,
             "redis_used_memory_peak_mb": round(int(info["used_memory_peak"]) / 1e6, 1),
             "redis_used_memory_mb": round(int(info["used_memory"]) / 1e6, 1),
