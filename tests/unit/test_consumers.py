@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+
+from core.models import SessionRecord, SessionStatus
 from producer.views import consumer_warning
-from producer.watch import note_line
+from producer.watch import WatchState, note_line, render
 from supervisor.consumers import ConsumerNews, ConsumerWatch
 
 
@@ -49,3 +54,12 @@ def test_status_shows_the_warning_until_the_all_clear() -> None:
     assert consumer_warning([warned, {"kind": "consumer_back", "queue": "q1"}]) is None
     assert consumer_warning([{"kind": "ended"}]) is None
     assert note_line(warned).split()[1:3] == ["WARNING", "note"]
+
+
+def test_the_live_watch_header_shows_the_warning_while_the_session_runs() -> None:
+    view = WatchState("s1", record=SessionRecord(id="s1", status=SessionStatus.RUNNING))
+    view.warning = consumer_warning([{"kind": "no_consumer", "queue": "q1", "waited_s": "31"}])
+    console = Console(file=io.StringIO(), width=200)
+    console.print(render(view))
+    assert isinstance(console.file, io.StringIO)
+    assert "WARNING: no worker consumed queue q1 for 31 s" in console.file.getvalue()
