@@ -8,16 +8,15 @@ from contextlib import closing
 from typing import Any
 
 from core.errors import PlanError
-from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs, task_id
+from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
 from planner.references import find_references, resolve_params
-from supervisor.consumers import ConsumerNews, ConsumerWatch
+from supervisor.consumers import ConsumerMonitor
 from supervisor.context import SupervisorContext
 from supervisor.session_base import SessionBase
 
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL_S = 0.1
-CONSUMER_LOOK_INTERVAL_S = 1.0  # how often a session with attempts in flight checks the queue
 
 
 class Scheduling(SessionBase):
@@ -27,9 +26,7 @@ class Scheduling(SessionBase):
         super().__init__(ctx, sid, epoch)
         # (step, attempt) re-sent and found still queued -> when to look at it again.
         self._look_again: dict[tuple[str, int], float] = {}
-        self._consumers = ConsumerWatch(ctx.settings.no_consumer_warning_s, time.time())
-        self._next_consumer_look = 0.0
-        self._consumers_restored = False
+        self._consumers = ConsumerMonitor(ctx.store, sid, ctx.settings, self.append_event)
 
     def _ready(self, now: float) -> list[str]:
         """Steps to dispatch now, in plan order, within the session's concurrency cap."""
@@ -153,7 +150,7 @@ class Scheduling(SessionBase):
         after their timeout, never milliseconds.
         """
         now, grace = time.time(), self.settings.watchdog_grace_s
-        await self._watch_consumers(now)
+        await self._consumers.tick(now, self._running_attempts)
         if now < self._next_sweep:
             return
         self._next_sweep = now + WATCHDOG_INTERVAL_S
@@ -197,84 +194,7 @@ class Scheduling(SessionBase):
                 started_at=fresh.started_at,
             )
 
-    async def _watch_consumers(self, now: float) -> None:
-        """Warn once per episode when no worker consumes the queue our attempts wait in, and
-        note when one does again (see :mod:`supervisor.consumers`)."""
-        watch = self._consumers
-        if not self._consumers_restored:
-            # A former owner's warning still holds: ours to clear, not to repeat.
-            self._consumers_restored = True
-            note = await self.store.last_note(self.sid, [n.value for n in ConsumerNews])
-            if note is not None and note.get("kind") == ConsumerNews.NO_CONSUMER:
-                watch.since = watch.warned_at = float(note.get("at") or now)
-        # Every turn while a warning holds (its all-clear must not wait for the session's
-        # end); otherwise once per look interval.
-        if watch.warned_at is None and now < self._next_consumer_look:
-            return
-        if not self._running():
-            watch.consumed(now)  # nothing of ours waits
-        elif now >= self._next_consumer_look:
-            self._next_consumer_look = now + CONSUMER_LOOK_INTERVAL_S
-            watch.look(now, await self.store.queue_length(self.settings.queue))
-            if watch.due(now):
-                await self._check_unclaimed(now)
-        if watch.news() == ConsumerNews.CONSUMER_BACK:
-            log.info("session=%s queue %s is consumed again", self.sid, self.settings.queue)
-            await self.store.note_progress(
-                self.sid, ConsumerNews.CONSUMER_BACK.value, queue=self.settings.queue
-            )
-            await self.append_event(self._consumer_event(ConsumerNews.CONSUMER_BACK, 0.0))
-
-    async def _check_unclaimed(self, now: float) -> None:
-        """Warn if our attempts still wait unclaimed; a claim since the last consumption
-        seen means workers consume after all."""
-        fresh = await self.store.steps(self.sid, sorted(self._inflight))
-        running = [
-            (i, st)
-            for i, st in fresh.items()
-            if st.status == StepStatus.RUNNING and st.attempt == self.states[i].attempt
-        ]
-        waiting = sorted(i for i, st in running if not st.started_at)
-        claimed = max((st.started_at for _, st in running), default=0.0)
-        watch = self._consumers
-        if not waiting:
-            watch.consumed(now)
-            return
-        if claimed > watch.since:
-            watch.consumed(claimed)
-            return
-        watch.warn(now)
-        waited = watch.waited_s(now)
-        log.warning(
-            "session=%s no worker consumed queue %s for %.0fs: %d attempt(s) wait (steps %s); "
-            "start a worker on that queue (planloop worker)",
-            self.sid,
-            self.settings.queue,
-            waited,
-            len(waiting),
-            ", ".join(waiting[:5]),
-        )
-        await self.store.note_progress(
-            self.sid,
-            ConsumerNews.NO_CONSUMER.value,
-            queue=self.settings.queue,
-            waited_s=round(waited),
-            waiting=len(waiting),
-        )
-        await self.append_event(self._consumer_event(ConsumerNews.NO_CONSUMER, waited))
-
-    def _consumer_event(self, news: ConsumerNews, waited_s: float) -> Event:
-        """The stream's record of a warning (or its end): a supervisor ``notice``, which the
-        loop records and shows but never deliberates about (a re-plan cannot start workers)."""
-        queue = self.settings.queue
-        if news == ConsumerNews.NO_CONSUMER:
-            severity = Severity.WARNING
-            text = f"no worker consumed queue {queue} for {waited_s:.0f} s"
-        else:
-            severity, text = Severity.INFO, f"a worker consumes queue {queue} again"
-        return Event(
-            type=EventType.EXTERNAL_SIGNAL,
-            severity=severity,
-            description=text,
-            payload={"notice": news.value, "queue": queue, "waited_s": round(waited_s)},
-        )
+    def _running_attempts(self) -> dict[str, int]:
+        """Step id -> attempt of what we dispatched and has not ended."""
+        self._running()
+        return {i: self.states[i].attempt for i in self._inflight}
