@@ -4,6 +4,8 @@ that `status` and `watch` show, and its all-clear once a worker starts."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -44,6 +46,19 @@ def status_text(ps: PrivateStack, sid: str) -> str:
     print_status(ps.producer, sid, 20, console=console)
     assert isinstance(console.file, io.StringIO)
     return console.file.getvalue()
+
+
+def cli_status(ps: PrivateStack, sid: str) -> str:
+    """What `planloop status SID` prints."""
+    done = subprocess.run(
+        [sys.executable, "-m", "producer.cli", "status", sid],
+        env=ps.stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
 
 
 def watch_text(ps: PrivateStack, sid: str) -> str:
@@ -87,6 +102,7 @@ def test_an_unconsumed_attempt_is_resent_once_warned_about_and_cleared(
     assert warnings[0].severity == Severity.WARNING
     assert f"no worker consumed queue {ps.settings.queue}" in warnings[0].description
     assert f"WARNING      no worker consumed queue {ps.settings.queue}" in status_text(ps, sid)
+    assert f"no worker consumed queue {ps.settings.queue}" in cli_status(ps, sid)
     shown = watch_text(ps, sid)
     assert "WARNING note no_consumer" in shown
     assert f"no worker consumed queue {ps.settings.queue}" in shown
