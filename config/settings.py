@@ -212,6 +212,20 @@ class Settings(BaseSettings):
         "(pl:tools); readers reload a tool they do not know at most once a second.",
     )
 
+    # --- Watchdog and big values (issue 9: items 7 and 9) --------------------------------
+    no_consumer_warning_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds an attempt may wait in the step queue, with the queue not "
+        "shrinking, before the session warns that no worker consumes it.",
+    )
+    blob_ttl_s: float = Field(
+        86400.0,
+        ge=0,
+        description="Seconds a step output's hot copy stays in Redis after it was written "
+        "or last read (0: forever); the SQL record keeps the durable copy.",
+    )
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

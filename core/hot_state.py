@@ -57,9 +57,10 @@ def dumps(value: Any) -> str:
 class HotState:
     """Reads and writes of session state that do not need the session's lease."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, blob_ttl_s: float = 0.0) -> None:
         self.r = client
         self.keys = keys
+        self.blob_ttl_s = blob_ttl_s  # hot copies of outputs expire (0: never); SQL keeps them
         self._start = client.register_script(START_ATTEMPT)
         self._record = client.register_script(RECORD_OUTCOME)
 
@@ -127,7 +128,8 @@ class HotState:
         }
 
     def output(self, ref: str) -> Any:
-        """A stored step output by its content address (``None`` when gone)."""
+        """A stored step output by its content address (``None`` when gone: it expires after
+        ``blob_ttl_s``, and the SQL record's attempt row keeps the durable copy)."""
         raw = cast(str | None, self.r.get(self.keys.blob(ref))) if ref else None
         return json.loads(raw) if raw is not None else None
 
@@ -151,6 +153,14 @@ class HotState:
             list[tuple[str, dict[str, str]]],
             self.r.xrange(self.keys.progress(sid), min=start, count=count),
         )
+
+    def recent_progress(self, sid: str, count: int = 100) -> list[tuple[str, dict[str, str]]]:
+        """The newest ``count`` progress notes, oldest first."""
+        rows = cast(
+            list[tuple[str, dict[str, str]]],
+            self.r.xrevrange(self.keys.progress(sid), count=count),
+        )
+        return rows[::-1]
 
     # --- attempts (workers) ---------------------------------------------------------------
     def start_attempt(
@@ -247,6 +257,7 @@ class HotState:
                 threshold,
                 uuid.uuid4().hex,
                 tag,
+                max(0, math.ceil(self.blob_ttl_s)),
                 *flat,
             ],
         )

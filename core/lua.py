@@ -180,7 +180,8 @@ return 1
 # KEYS[5] breaker failure times, KEYS[6] and KEYS[7] the broker's unacked hash and index.
 # ARGV: attempt, epoch, status, finished_at, error, error_kind, output_ref, blob,
 #       breaker ('' = leave it, 'ok', 'fail'), window_s, threshold, member,
-#       delivery tag ('' = none), then the event's field/value pairs.
+#       delivery tag ('' = none), blob ttl in seconds ('0' = none), then the event's
+#       field/value pairs.
 # Records one attempt's outcome, counts it on the tool's breaker and appends its event in
 # one step; an outcome of a stale attempt (or of a step no longer running) is dropped.
 # Either way the message is acknowledged to the broker in the same step.
@@ -197,7 +198,15 @@ if cur[1] ~= 'running' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return false
 end
 if ARGV[8] ~= '' then
-  redis.call('SET', KEYS[3], ARGV[8], 'NX')
+  -- The same output stored before (same content) is not copied again, only kept longer.
+  local ttl = tonumber(ARGV[14])
+  if ttl > 0 then
+    if not redis.call('SET', KEYS[3], ARGV[8], 'NX', 'EX', ttl) then
+      redis.call('EXPIRE', KEYS[3], ttl)
+    end
+  else
+    redis.call('SET', KEYS[3], ARGV[8], 'NX')
+  end
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'finished_at', ARGV[4], 'error', ARGV[5],
            'error_kind', ARGV[6], 'output_ref', ARGV[7])
@@ -206,7 +215,24 @@ if ARGV[9] ~= '' then
                  tonumber(ARGV[11]), ARGV[12])
 end
 local fields = {}
-for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 return redis.call('XADD', KEYS[2], '*', unpack(fields))
 """
 )
+
+# KEYS[1] a Celery queue (a list of messages). ARGV: text to look for (a task id as the
+# message headers spell it). Returns 1 when a queued message contains it, else 0. Runs only
+# for an attempt whose second copy went out and is still unclaimed, so seldom. Looks from
+# the tail, where the oldest messages wait (kombu pushes on the left, pops on the right):
+# an unclaimed attempt's copies are older than most of the queue.
+QUEUED = """
+local n = redis.call('LLEN', KEYS[1])
+for last = -1, -n, -100 do
+  for _, message in ipairs(redis.call('LRANGE', KEYS[1], math.max(last - 99, -n), last)) do
+    if string.find(message, ARGV[1], 1, true) then
+      return 1
+    end
+  end
+end
+return 0
+"""

@@ -138,6 +138,7 @@ class StepState(BaseModel):
     error_kind: str = ""
     output_ref: str = ""
     note: str = ""
+    resent: int = 0  # the attempt whose second copy the watchdog queued (one per attempt)
 
     def to_fields(self) -> dict[str, str]:
         return {k: str(v.value if isinstance(v, StrEnum) else v) for k, v in self}

@@ -295,6 +295,18 @@ class SqlRecord:
             query = select(StepAttemptRow).where(StepAttemptRow.session_id == sid)
             return db.scalars(query.order_by(StepAttemptRow.step_id, StepAttemptRow.attempt)).all()
 
+    def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
+        """Stored outputs (JSON) by content address: the durable copy of what Redis expires."""
+        if not refs:
+            return {}
+        with self._sessions() as db:
+            query = select(StepAttemptRow.output_ref, StepAttemptRow.output).where(
+                StepAttemptRow.session_id == sid,
+                StepAttemptRow.output_ref.in_(set(refs)),
+                StepAttemptRow.output.is_not(None),
+            )
+            return {ref: output for ref, output in db.execute(query) if output is not None}
+
     def events(self, sid: str) -> Sequence[EventRow]:
         with self._sessions() as db:
             query = select(EventRow).where(EventRow.session_id == sid)

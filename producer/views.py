@@ -115,6 +115,24 @@ def masked_report(report: Mapping[str, Any], sensitive: frozenset[str]) -> dict[
     return shown
 
 
+NO_CONSUMER_NOTES = ("no_consumer", "consumer_back")  # supervisor/consumers.py's notes
+
+
+def consumer_warning(notes: Iterable[Mapping[str, str]]) -> str | None:
+    """The no-consumer warning while it holds: the latest of its notes is not the all-clear."""
+    latest: Mapping[str, str] | None = None
+    for note in notes:
+        if note.get("kind") in NO_CONSUMER_NOTES:
+            latest = note
+    if latest is None or latest.get("kind") != "no_consumer":
+        return None
+    since = clock(float(latest.get("at") or 0))
+    return (
+        f"no worker consumed queue {latest.get('queue', '?')} for "
+        f"{latest.get('waited_s', '?')} s (noticed at {since}): start a worker on that queue"
+    )
+
+
 # --- status -------------------------------------------------------------------------------
 def print_status(
     producer: Producer, sid: str | None, limit: int, *, console: Console | None = None
@@ -144,6 +162,9 @@ def print_status(
         console.print(f"error        {short(record.error, 200)}")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.print(f"steps        {len(states)}: {summary or 'none'}")
+    warning = consumer_warning(n for _, n in producer.state.recent_progress(sid))
+    if warning and not record.status.ended:
+        console.print(Text(f"WARNING      {warning}", style="bold yellow"))
 
 
 def _print_sessions(producer: Producer, limit: int, console: Console) -> None:

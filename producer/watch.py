@@ -22,6 +22,7 @@ from producer.client import Producer
 from producer.views import (
     SEVERITY_COLOURS,
     clock,
+    consumer_warning,
     event_line,
     load_session_plan,
     make_console,
@@ -50,6 +51,7 @@ class WatchState:
     last_note: str = "-"
     end_noted: bool = False
     ended_seen_at: float | None = None
+    warning: str | None = None  # no worker consumes the queue (until the all-clear note)
 
     @property
     def ended_steps(self) -> int:
@@ -89,6 +91,8 @@ def poll(producer: Producer, view: WatchState) -> Changes:
         view.last_note = notes[-1][0]
         view.notes.extend(fields for _, fields in notes)
         view.end_noted |= any(fields.get("kind") == "ended" for _, fields in notes)
+        if any(fields.get("kind") in ("no_consumer", "consumer_back") for _, fields in notes):
+            view.warning = consumer_warning(fields for _, fields in notes)
     return Changes([ev for _, ev in events], [fields for _, fields in notes], changed)
 
 
@@ -119,7 +123,8 @@ def note_line(note: dict[str, str]) -> str:
         if key not in ("kind", "at") and value
     )
     at = clock(float(note.get("at") or 0))
-    return " ".join(part for part in (at, "note", note.get("kind", "?"), extra) if part)
+    label = "WARNING note" if note.get("kind") == "no_consumer" else "note"
+    return " ".join(part for part in (at, label, note.get("kind", "?"), extra) if part)
 
 
 def plain_lines(changes: Changes, now: float) -> list[str]:
@@ -154,6 +159,8 @@ def _header(view: WatchState) -> Text:
         f"  re-plans {rec.replans}\n"
     )
     text.append(f"goal: {short(rec.goal, 110)}")
+    if view.warning and not rec.status.ended:
+        text.append(f"\nWARNING: {view.warning}", style="bold yellow")
     for note in view.notes:
         text.append("\n" + note_line(note), style="yellow")
     return text

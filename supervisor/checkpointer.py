@@ -19,7 +19,6 @@ import contextlib
 import logging
 
 from core.errors import FencedOutError
-from core.hot_state import dumps
 from core.record import Checkpoint
 from supervisor.context import SupervisorContext
 
@@ -132,9 +131,20 @@ class Checkpointer:
             await self.ctx.store.trim_events(self.sid, keep)
 
     async def _fill_outputs(self, batch: Checkpoint) -> None:
-        """Completed attempts carry their output into SQL (what a rebuild restores)."""
+        """Completed attempts carry their output into SQL (what a rebuild restores).
+
+        The blob's text is the stored JSON already (no parse and re-encode of a big value);
+        a hot copy that expired is taken from the row written before, so the durable copy
+        is never overwritten with nothing.
+        """
         rows = [r for r in batch.attempts if r["status"] == "completed" and r.get("output_ref")]
-        if rows:
-            values = await self.ctx.store.outputs([r["output_ref"] for r in rows])
-            for row, value in zip(rows, values, strict=True):
-                row["output"] = None if value is None else dumps(value)
+        if not rows:
+            return
+        refs = [r["output_ref"] for r in rows]
+        texts = await self.ctx.store.blobs(refs)
+        expired = [ref for ref, text in zip(refs, texts, strict=True) if text is None]
+        stored: dict[str, str] = {}
+        if expired:
+            stored = await self.ctx.sql(lambda: self.ctx.record.outputs(self.sid, expired))
+        for row, text in zip(rows, texts, strict=True):
+            row["output"] = text if text is not None else stored.get(row["output_ref"])

@@ -45,8 +45,18 @@ PERSISTENT, TRANSIENT = 2, 1  # delivery modes: task messages, events
 # The commands kombu's Redis transport publishes with: to a queue, to the event fanout.
 PUBLISH_COMMANDS = {"lpush": "LPUSH", "publish": "PUBLISH"}
 dumps = cast(Callable[[Any], str], kombu_json.dumps)  # kombu's JSON, as send_task encodes
+# Flower's view of a task's arguments is a preview: the message (and every task event of the
+# worker) carries it besides the arguments themselves, so a big value would travel thrice.
+ARGSREPR_CHARS = 2_000
 
 Op = tuple[str, str, list[Any]]  # (command, key, args): an op of SessionStore.write
+
+
+def _preview(shown: str) -> str:
+    """``shown`` cut to ``ARGSREPR_CHARS``, saying how long it was."""
+    if len(shown) <= ARGSREPR_CHARS:
+        return shown
+    return f"{shown[:ARGSREPR_CHARS]}... (truncated: {len(shown)} chars in all)"
 
 
 class _Commands:
@@ -104,7 +114,7 @@ class Dispatcher:
             {},
             reply_to=self.celery.thread_oid,
             create_sent_event=self.celery.conf.task_send_sent_event,
-            argsrepr=self._shown(args),
+            argsrepr=_preview(self._shown(args)),
             kwargsrepr="{}",
             ignore_result=None,  # as send_task leaves it: the task itself ignores results
         )

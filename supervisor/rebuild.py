@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from core.hot_state import blob_digest
@@ -83,7 +84,8 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
             )
             if last.output is not None:
                 st.output_ref = blob_digest(last.output)
-                pipe.set(keys.blob(st.output_ref), last.output)
+                ttl = math.ceil(ctx.settings.blob_ttl_s) or None
+                pipe.set(keys.blob(st.output_ref), last.output, ex=ttl)
         pipe.hset(keys.step(sid, step.id), mapping=dict(st.to_fields()))  # type: ignore[arg-type]
     pipe.sadd(keys.active, sid)
     pipe.zadd(keys.sessions, {sid: row.created_at})

@@ -8,8 +8,10 @@ from contextlib import closing
 from typing import Any
 
 from core.errors import PlanError
-from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs
+from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
 from planner.references import find_references, resolve_params
+from supervisor.consumers import ConsumerMonitor
+from supervisor.context import SupervisorContext
 from supervisor.session_base import SessionBase
 
 log = logging.getLogger(__name__)
@@ -19,6 +21,12 @@ WATCHDOG_INTERVAL_S = 0.1
 
 class Scheduling(SessionBase):
     """Dispatch in plan order under the concurrency cap, the moment dependencies complete."""
+
+    def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
+        super().__init__(ctx, sid, epoch)
+        # (step, attempt) re-sent and found still queued -> when to look at it again.
+        self._look_again: dict[tuple[str, int], float] = {}
+        self._consumers = ConsumerMonitor(ctx.store, sid, ctx.settings, self.append_event)
 
     def _ready(self, now: float) -> list[str]:
         """Steps to dispatch now, in plan order, within the session's concurrency cap."""
@@ -80,17 +88,28 @@ class Scheduling(SessionBase):
         # Marked running and queued in one fenced call: both happen, or neither does.
         await self.store.write(self.sid, self.epoch, ops + self.ctx.dispatcher.commands(*batch))
 
-    async def _resend(self, step_id: str) -> None:
-        """Send a dispatched, never started attempt again under the same task id.
+    async def _resend(self, step_id: str) -> bool:
+        """Send a dispatched, never started attempt again under the same task id, unless
+        its second copy is still queued; returns whether a copy went out.
 
         The copy carries the epoch the step hash was dispatched at, so the worker's claim
         matches; whichever delivery claims first runs, any other is dropped as a duplicate.
+        The step hash remembers (``resent``) that the attempt got its second copy, so a later
+        look (this owner's watchdog, or the next owner's takeover) sends another only when
+        no copy is left in the queue (taken by a worker that died before claiming it): the
+        queue never holds more than two copies of an attempt, however long nobody consumes.
         """
         st = self.states[step_id]
+        attempt_id = task_id(self.sid, step_id, st.attempt)
+        if st.resent == st.attempt and await self.store.queued(self.settings.queue, attempt_id):
+            return False
         args = self._task_args(step_id, st.attempt, await self._params(step_id))
-        st.dispatched_at = time.time()
+        st.dispatched_at, st.resent = time.time(), st.attempt
         queue = self.ctx.dispatcher.commands(args.model_copy(update={"epoch": st.epoch}))
-        await self._write_step(step_id, along=queue, dispatched_at=st.dispatched_at)
+        await self._write_step(
+            step_id, along=queue, dispatched_at=st.dispatched_at, resent=st.resent
+        )
+        return True
 
     async def _params(self, step_id: str) -> dict[str, Any]:
         step = self.steps[step_id]
@@ -131,6 +150,7 @@ class Scheduling(SessionBase):
         after their timeout, never milliseconds.
         """
         now, grace = time.time(), self.settings.watchdog_grace_s
+        await self._consumers.tick(now, self._running_attempts)
         if now < self._next_sweep:
             return
         self._next_sweep = now + WATCHDOG_INTERVAL_S
@@ -138,7 +158,8 @@ class Scheduling(SessionBase):
         for step_id in sorted(self._inflight):
             st = self.states[step_id]
             limit = self.timeout(self.steps[step_id]) + grace
-            if now < st.dispatched_at + limit:
+            look_at = self._look_again.get((step_id, st.attempt), 0.0)
+            if now < max(st.dispatched_at + limit, look_at):
                 continue
             fresh = await self.store.step(self.sid, step_id)
             if fresh is None or fresh.status != StepStatus.RUNNING:
@@ -147,13 +168,18 @@ class Scheduling(SessionBase):
                 # Never claimed: still queued behind others, or taken by a worker that died
                 # before starting it (the broker would redeliver only after its visibility
                 # timeout). Sending the same attempt again costs no retry either way.
+                st.resent = fresh.resent
+                sent = await self._resend(step_id)
+                self._look_again = {k: t for k, t in self._look_again.items() if t > now}
+                if not sent:
+                    self._look_again[(step_id, st.attempt)] = now + limit
                 log.info(
-                    "session=%s step=%s attempt=%d unclaimed: re-sent",
+                    "session=%s step=%s attempt=%d unclaimed: %s",
                     self.sid,
                     step_id,
                     st.attempt,
+                    "re-sent" if sent else "its second copy is still queued",
                 )
-                await self._resend(step_id)
                 continue
             if now < fresh.started_at + limit:
                 continue
@@ -167,3 +193,8 @@ class Scheduling(SessionBase):
                 worker=fresh.worker,
                 started_at=fresh.started_at,
             )
+
+    def _running_attempts(self) -> dict[str, int]:
+        """Step id -> attempt of what we dispatched and has not ended."""
+        self._running()
+        return {i: self.states[i].attempt for i in self._inflight}

@@ -300,6 +300,8 @@ class SessionRunner(Scheduling, PlanChanges):
             await self._approve_step(str(event.payload["step"]), event.description)
         elif command == "approve":
             await self.brain.approve(event)
+        elif event.payload.get("notice"):
+            return  # the supervisor's own notice (no worker consumes): shown, never deliberated
         elif event.type in USER_CHANGES:
             self.brain.note(event)
 

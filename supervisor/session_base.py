@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -144,16 +145,30 @@ class SessionBase:
         return len(self._inflight)
 
     async def load_outputs(self, step_ids: list[str]) -> None:
-        """Fetch the stored outputs of completed steps not yet in memory."""
+        """Fetch the stored outputs of completed steps not yet in memory.
+
+        Redis holds the hot copies for ``blob_ttl_s``; one that expired is read from the
+        SQL record's attempt row, the durable copy.
+        """
         wanted = [
             i
             for i in step_ids
             if i not in self.outputs and i in self.states and self.states[i].output_ref
         ]
-        if wanted:
-            values = await self.store.outputs([self.states[i].output_ref for i in wanted])
+        if not wanted:
+            return
+        refs = [self.states[i].output_ref for i in wanted]
+        values = await self.store.outputs(refs, ttl_s=self.settings.blob_ttl_s)
+        self.outputs.update({i: v for i, v in zip(wanted, values, strict=True) if v is not None})
+        expired = [ref for ref, value in zip(refs, values, strict=True) if value is None]
+        if expired:
+            stored = await self.ctx.sql(lambda: self.ctx.record.outputs(self.sid, expired))
             self.outputs.update(
-                {i: v for i, v in zip(wanted, values, strict=True) if v is not None}
+                {
+                    i: json.loads(stored[ref])
+                    for i, ref in zip(wanted, refs, strict=True)
+                    if ref in stored
+                }
             )
 
     async def append_event(self, event: Event) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -14,7 +15,14 @@ from redis.backoff import ExponentialWithJitterBackoff
 from core.errors import FencedOutError
 from core.hot_state import dumps
 from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
-from core.lua import ACQUIRE_LEASE, END_ATTEMPT, FENCED_WRITE, RELEASE_LEASE, RENEW_LEASE
+from core.lua import (
+    ACQUIRE_LEASE,
+    END_ATTEMPT,
+    FENCED_WRITE,
+    QUEUED,
+    RELEASE_LEASE,
+    RENEW_LEASE,
+)
 from core.models import Event, SessionRecord, StepState
 from core.redis_faults import is_redis_fault
 
@@ -33,6 +41,7 @@ class SessionStore:
         self._release = client.register_script(RELEASE_LEASE)
         self._fenced = client.register_script(FENCED_WRITE)
         self._end_attempt = client.register_script(END_ATTEMPT)
+        self._queued = client.register_script(QUEUED)
 
     @classmethod
     def from_url(cls, url: str, keys: Keys) -> SessionStore:
@@ -104,11 +113,35 @@ class SessionStore:
         fields = cast(dict[str, str], await self.r.hgetall(self.keys.step(sid, step_id)))
         return StepState.from_fields(fields) if fields else None
 
-    async def outputs(self, refs: Sequence[str]) -> list[Any]:
+    async def outputs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[Any]:
+        """Stored outputs by content address (None where the hot copy expired)."""
+        return [
+            json.loads(value) if value is not None else None
+            for value in await self.blobs(refs, ttl_s=ttl_s)
+        ]
+
+    async def blobs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[str | None]:
+        """Stored outputs as their JSON text; a read keeps the hot copy for ``ttl_s`` more
+        (GETEX, in the same round trip), as long as it is in use."""
         if not refs:
             return []
-        raw = await self.r.mget([self.keys.blob(ref) for ref in refs])
-        return [json.loads(value) if value is not None else None for value in raw]
+        keys = [self.keys.blob(ref) for ref in refs]
+        if ttl_s <= 0:
+            return cast(list[str | None], await self.r.mget(keys))
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            pipe.getex(key, ex=math.ceil(ttl_s))
+        return cast(list[str | None], await pipe.execute())
+
+    # --- the step queue -------------------------------------------------------------------
+    async def queue_length(self, queue: str) -> int:
+        """Messages waiting in a Celery queue (kombu's Redis list named after it)."""
+        return int(await self.r.llen(queue))
+
+    async def queued(self, queue: str, task_id: str) -> bool:
+        """Whether a message of task ``task_id`` still waits in ``queue``."""
+        needle = f'"id": {json.dumps(task_id)}'  # as kombu's JSON spells the header
+        return bool(await self._queued(keys=[queue], args=[needle]))
 
     # --- fenced writes --------------------------------------------------------------------
     async def write(
@@ -159,6 +192,11 @@ class SessionStore:
         """A note for ``watch`` (re-plans, session end); never needed for correctness."""
         data = {"kind": kind, "at": repr(time.time()), **{k: _arg(v) for k, v in fields.items()}}
         await self.r.xadd(self.keys.progress(sid), data, maxlen=10_000, approximate=True)  # type: ignore[arg-type]
+
+    async def last_note(self, sid: str, kinds: Sequence[str]) -> dict[str, str] | None:
+        """The newest of the session's last 100 progress notes of one of ``kinds``."""
+        rows: Any = await self.r.xrevrange(self.keys.progress(sid), count=100)
+        return next((fields for _, fields in rows if fields.get("kind") in kinds), None)
 
     # --- event consumption ----------------------------------------------------------------
     async def ensure_groups(self, sid: str) -> None:

@@ -53,7 +53,9 @@ def executor() -> StepExecutor:
     # outage (SQL has the answer).
     cache = RedisEffectCache(connect(settings.redis_url), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
-    return StepExecutor(HotState(client, keys), tools, effects, worker, policy)
+    return StepExecutor(
+        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s), tools, effects, worker, policy
+    )
 
 
 def run_worker(argv: list[str]) -> int:

@@ -1,0 +1,31 @@
+"""Big values: Flower's preview of a task's arguments is bounded; SQL keeps outputs by ref."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.hot_state import blob_digest, dumps
+from core.record import Checkpoint, SqlRecord
+from supervisor.dispatch import ARGSREPR_CHARS, _preview
+
+
+def test_a_big_argsrepr_becomes_a_preview_that_says_so() -> None:
+    small = '[{"params": {"a": 1}}]'
+    assert _preview(small) == small
+    big = '[{"params": {"text": "' + "x" * 100_000 + '"}}]'
+    shown = _preview(big)
+    assert len(shown) < ARGSREPR_CHARS + 100
+    assert shown.startswith(big[:ARGSREPR_CHARS])
+    assert f"truncated: {len(big)} chars in all" in shown
+
+
+def test_the_record_returns_stored_outputs_by_their_content_address(tmp_path: Path) -> None:
+    record = SqlRecord.from_url(f"sqlite:///{tmp_path / 'record.db'}")
+    record.claim("s1", 1, owner="me", fields={"status": "running"})
+    output = dumps({"n": 42})
+    ref = blob_digest(output)
+    row = {"step_id": "a", "attempt": 1, "status": "completed", "output_ref": ref}
+    record.checkpoint("s1", 1, Checkpoint(attempts=[{**row, "output": output}]))
+    assert record.outputs("s1", [ref, "missing"]) == {ref: output}
+    assert record.outputs("s2", [ref]) == {}
+    assert record.outputs("s1", []) == {}
