@@ -10,7 +10,8 @@ thread sends ``--sessions`` sessions spread over ``--minutes``, each a few paral
 branches of ``bench.write`` steps joined by a last write. Meanwhile the main thread injects
 one fault of a random kind (:data:`bench.soak_faults.KINDS`) every few seconds, aiming at
 ``--target-faults``. A process that exits without being killed is counted and restarted
-(what ``planloop up`` is meant to do), so one death does not stall the rest of the run.
+after a back-off (what ``planloop up`` is meant to do), so one death does not stall the rest
+of the run.
 
 When the time is up the soak stops submitting and waits ``--drain-s`` for every session to
 end, then counts:
@@ -43,6 +44,7 @@ step anywhere.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -329,6 +331,8 @@ def measure(record: SqlRecord, r: redis.Redis, keys: Keys, ledger: Ledger, audit
         hot = _hot_status(r, keys, before.sid)
         names = ("status", "error", "report")
         changed = [n for n, a, b in zip(names, after, astuple(before)[1:4], strict=True) if a != b]
+        if "report" in changed:
+            changed[-1] = f"report ({', '.join(_changed_keys(before.report, after[2]))})"
         if before.hot_status and hot not in ("gone", before.hot_status):
             changed.append("redis status")
         if changed:
@@ -339,6 +343,12 @@ def measure(record: SqlRecord, r: redis.Redis, keys: Keys, ledger: Ledger, audit
     return Outcome(
         statuses, stuck, wiped, duplicates, times, trusted, lost, rerun, rewritten, progress
     )
+
+
+def _changed_keys(before: str | None, after: str | None) -> list[str]:
+    """Top-level keys in which two JSON reports differ."""
+    old, new = json.loads(before or "{}"), json.loads(after or "{}")
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
 def _hot_status(r: redis.Redis, keys: Keys, sid: str) -> str:

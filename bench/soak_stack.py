@@ -22,6 +22,11 @@ from producer.stack import EmbeddedRedis, Stack
 
 # Seconds between two looks at the processes for ones that died on their own.
 WATCH_INTERVAL_S = 0.25
+# A dead process is replaced after a back-off that doubles with each death of its role in
+# the last RESTART_WINDOW_S (0.5, 1, 2, 4 s, capped), so a crash loop does not eat the CPU.
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 4.0
+RESTART_WINDOW_S = 10.0
 
 
 class SoakRedis:
@@ -95,6 +100,8 @@ class Fleet:
     deaths: list[Death] = field(default_factory=list)
     frozen: set[int] = field(default_factory=set)
     roles: dict[int, str] = field(default_factory=dict)
+    # (not before, role) of replacements waiting out their back-off.
+    due: list[tuple[float, str]] = field(default_factory=list)
 
     def start(self, role: str) -> subprocess.Popen[bytes]:
         with self.lock:
@@ -141,17 +148,26 @@ class Fleet:
             self.frozen.discard(proc.pid)
 
     def replace_the_dead(self) -> list[Death]:
-        """Record each process that exited on its own and start another in its place."""
+        """Record each process that exited on its own; start another after a back-off."""
         found: list[Death] = []
+        now = time.time()
         with self.lock:
             for proc in list(self.stack.processes):
                 code = proc.poll()
                 if code is None or proc.pid in self.killed:
                     continue
                 self.killed.add(proc.pid)  # reported once
-                found.append(Death(self.roles[proc.pid], proc.pid, code, time.time()))
-                self.start(self.roles[proc.pid])
+                role = self.roles[proc.pid]
+                found.append(Death(role, proc.pid, code, now))
+                recent = sum(
+                    1 for d in self.deaths if d.role == role and d.at > now - RESTART_WINDOW_S
+                )
+                wait = min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2**recent)
+                self.due.append((now + wait, role))
             self.deaths.extend(found)
+            for when, role in [d for d in self.due if d[0] <= now]:
+                self.due.remove((when, role))
+                self.start(role)
         return found
 
     def stop(self) -> None:
