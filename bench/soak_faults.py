@@ -155,8 +155,8 @@ class Faults:
         """Freeze a live session's owner until its epoch moves on (or 4 lease TTLs pass)."""
         for sid in self._live_sessions():
             fields = cast(dict[str, str], self.r.hgetall(self.keys.session(sid)))
-            owner_pid = _owner_pid(fields.get("owner", ""))
-            proc = self.fleet.by_pid(owner_pid) if owner_pid else None
+            pid = owner_pid(fields.get("owner", ""))
+            proc = self.fleet.by_pid(pid) if pid else None
             if proc is None or not self.r.exists(self.keys.lease(sid)):
                 continue
             epoch = int(fields.get("epoch") or 0)
@@ -275,7 +275,7 @@ class Faults:
         self.ledger.effect_counts.update({key: int(n) for key, n in counts.items()})
 
 
-def _owner_pid(owner: str) -> int:
+def owner_pid(owner: str) -> int:
     """The pid in a supervisor's name (``host-<pid>-<hex>``), 0 when there is none."""
     parts = owner.rsplit("-", 2)
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
