@@ -510,9 +510,9 @@ def parse_options(argv: list[str] | None) -> SoakOptions:
         epilog="fault kinds: " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()),
     )
     parser.add_argument("--minutes", type=float, help="fault injection time (default 8)")
-    parser.add_argument("--sessions", type=int, help="sessions submitted (default 240)")
+    parser.add_argument("--sessions", type=int, help="sessions submitted (default 400)")
     parser.add_argument("--seed", type=int, default=9, help="random seed (default 9)")
-    parser.add_argument("--quick", action="store_true", help="1.5 min, 40 sessions, 30 faults")
+    parser.add_argument("--quick", action="store_true", help="1.5 min, 60 sessions, 30 faults")
     parser.add_argument("--faults", default=",".join(KINDS), help="comma-separated kinds")
     parser.add_argument(
         "--target-faults", type=int, help=f"faults PASS needs (default {TARGET_FAULTS})"
@@ -530,7 +530,7 @@ def parse_options(argv: list[str] | None) -> SoakOptions:
     quick = args.quick
     return SoakOptions(
         minutes=args.minutes or (1.5 if quick else 8.0),
-        sessions=args.sessions or (40 if quick else 240),
+        sessions=args.sessions or (60 if quick else 400),
         seed=args.seed,
         kinds=kinds,
         target_faults=args.target_faults or (30 if quick else TARGET_FAULTS),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 import redis
 from sqlalchemy import select
@@ -40,6 +41,9 @@ KINDS = {
     "poison": "XADD an event with occurred_at=nan to a live session's stream",
     "reannounce": "XADD <inbox> * sid <ended sid>; its status, error and report must not change",
 }
+# Seconds a targeted fault looks for its target (a live, owned session; a running step).
+TARGET_WAIT_S = 5.0
+T = TypeVar("T")
 # Kinds that take Redis's data away.
 WIPES = ("restart_wipe", "flushall")
 
@@ -153,22 +157,28 @@ class Faults:
 
     def stop_supervisor(self) -> str | None:
         """Freeze a live session's owner until its epoch moves on (or 4 lease TTLs pass)."""
+        found = _within(TARGET_WAIT_S, self._owned_session)
+        if found is None:
+            return None
+        sid, epoch, proc = found
+        self.fleet.freeze(proc)
+        try:
+            deadline = time.monotonic() + 4 * self.lease_ttl_s + 2
+            while time.monotonic() < deadline and self._epoch(sid) <= epoch:
+                time.sleep(0.05)
+            time.sleep(0.2)  # and a little past the takeover
+        finally:
+            self.fleet.thaw(proc)
+        return sid
+
+    def _owned_session(self) -> tuple[str, int, subprocess.Popen[bytes]] | None:
+        """A live session, its epoch and the live supervisor holding its lease."""
         for sid in self._live_sessions():
             fields = cast(dict[str, str], self.r.hgetall(self.keys.session(sid)))
             pid = owner_pid(fields.get("owner", ""))
             proc = self.fleet.by_pid(pid) if pid else None
-            if proc is None or not self.r.exists(self.keys.lease(sid)):
-                continue
-            epoch = int(fields.get("epoch") or 0)
-            self.fleet.freeze(proc)
-            try:
-                deadline = time.monotonic() + 4 * self.lease_ttl_s + 2
-                while time.monotonic() < deadline and self._epoch(sid) <= epoch:
-                    time.sleep(0.05)
-                time.sleep(0.2)  # and a little past the takeover
-            finally:
-                self.fleet.thaw(proc)
-            return sid
+            if proc is not None and self.r.exists(self.keys.lease(sid)):
+                return sid, int(fields.get("epoch") or 0), proc
         return None
 
     # --- Redis --------------------------------------------------------------------------
@@ -187,13 +197,8 @@ class Faults:
         return ""
 
     def flushall(self) -> str | None:
-        """FLUSHALL once a write step is running (or after 5 s of looking for one)."""
-        deadline = time.monotonic() + 5
-        running = ""
-        while not running and time.monotonic() < deadline:
-            running = self._running_step()
-            if not running:
-                time.sleep(0.02)
+        """FLUSHALL once a write step is running (or after TARGET_WAIT_S of looking for one)."""
+        running = _within(TARGET_WAIT_S, self._running_step) or ""
         with self.ledger.submit_lock:
             self._before_wipe()
             self.r.flushall()
@@ -209,7 +214,7 @@ class Faults:
 
     # --- input ----------------------------------------------------------------------------
     def poison(self) -> str | None:
-        live = self._live_sessions()
+        live = _within(TARGET_WAIT_S, self._live_sessions)
         if not live:
             return None
         sid = self.rng.choice(live)
@@ -273,6 +278,16 @@ class Faults:
         self.ledger.maybe_wiped |= {sid for sid in self.ledger.sessions if sid not in recorded}
         counts = cast(dict[str, str], self.r.hgetall(self.keys.effect_counts))
         self.ledger.effect_counts.update({key: int(n) for key, n in counts.items()})
+
+
+def _within(seconds: float, find: Callable[[], T | None]) -> T | None:
+    """The first truthy answer of ``find`` polled for up to ``seconds`` (None without one)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = find()
+        if found or time.monotonic() > deadline:
+            return found or None
+        time.sleep(0.05)
 
 
 def owner_pid(owner: str) -> int:
