@@ -229,12 +229,16 @@ class Faults:
         return sid
 
     def reannounce(self) -> str | None:
-        """Announce a session that ended at least 2 s ago again, remembering its end."""
+        """Announce a session that ended at least 2 s ago again (each once), remembering its end."""
         now = time.time()
+        done = {snapshot.sid for snapshot in self.ledger.reannounced}
         ended = [
             sid
             for sid, (status, finished) in sql_sessions(self.record).items()
-            if status in ENDED and 0 < finished < now - 2 and sid in self.ledger.sessions
+            if status in ENDED
+            and 0 < finished < now - 2
+            and sid in self.ledger.sessions
+            and sid not in done
         ]
         if not ended:
             return None
