@@ -129,6 +129,8 @@ class Fleet:
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL the process group (prefork children too), then start a replacement."""
         with self.lock:
+            if proc.poll() is not None:
+                return  # it died on its own first: the watchman counts and replaces it
             self.killed.add(proc.pid)
             with suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
