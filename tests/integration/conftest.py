@@ -155,8 +155,8 @@ class PrivateStack:
         self.supervisors.append(proc)
         return proc
 
-    def start_worker(self, concurrency: int = 8) -> subprocess.Popen[bytes]:
-        proc = self.stack.start_worker(concurrency)
+    def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
+        proc = self.stack.start_worker(concurrency, pool)
         self.workers.append(proc)
         return proc
 

@@ -1,15 +1,17 @@
 """Fault injection: supervisors and workers die or freeze at random moments; nothing is lost.
 
-Seeded (``PLANLOOP_TEST_CHAOS_SEED``), so a failing run can be replayed. Each run is a
-30-step DAG of ``bench.write`` steps on a stack of its own (two supervisors, two workers);
-after each run the session must have completed with every effect exactly once, every
-outcome recorded in SQL, one owner per epoch and no lease left behind.
+Seeded (``PLANLOOP_TEST_CHAOS_SEED``), so a failing run can be replayed. Each worker pool
+(prefork, threads, solo) gets a stack of its own (two supervisors, two workers of that pool)
+and a few runs of a 30-step DAG of ``bench.write`` steps; after each run the session must
+have completed with every effect exactly once, every outcome recorded in SQL, one owner per
+epoch and no lease left behind.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 from collections import Counter
@@ -27,8 +29,13 @@ from workers.toolsets import bench  # noqa: F401  (registers the bench tools in 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 SEED = int(os.environ.get("PLANLOOP_TEST_CHAOS_SEED", "4242"))
-RUNS = 6
+RUNS = 2  # per pool: three pools take about the time six runs on one pool took
 STEPS = 30
+# Worker processes per pool: a solo worker runs one step at a time; prefork forks a child
+# per slot (two, so two workers do not crowd the machine's cores).
+POOLS = {"prefork": 2, "threads": 8, "solo": 1}
+# How Celery's start-up banner names each pool (".> concurrency: 2 (prefork)").
+BANNER = {"prefork": "prefork", "threads": "thread", "solo": "solo"}
 KINDS = ("kill_supervisor", "kill_worker", "kill_both")
 
 
@@ -53,22 +60,27 @@ def chaos_plan(rng: random.Random, run: int) -> Plan:
 
 
 def fault_schedule(rng: random.Random, run: int) -> list[tuple[int, str]]:
-    """(completed steps before the fault, kind) pairs; run 1 freezes its owner past the lease."""
+    """(completed steps before the fault, kind) pairs.
+
+    Run 0 loses at least one worker alone (the pool under test); run 1 freezes its owner
+    past the lease.
+    """
     kinds = rng.choices(KINDS, k=2)
-    if run == 1:
+    if run == 0:
+        kinds[0] = "kill_worker"
+    elif run == 1:
         kinds[0] = "stop_supervisor"
-    elif run == 2:
-        kinds[0] = "kill_worker"  # at least one run loses only a worker
     moments = sorted(rng.sample(range(2, STEPS - 4), k=len(kinds)))
     return list(zip(moments, kinds, strict=True))
 
 
 class Chaos:
-    """Runs sessions on ``ps`` and injects faults into its processes."""
+    """Runs sessions on ``ps`` and injects faults into its processes (workers of ``pool``)."""
 
-    def __init__(self, ps: PrivateStack, rng: random.Random) -> None:
+    def __init__(self, ps: PrivateStack, rng: random.Random, pool: str) -> None:
         self.ps = ps
         self.rng = rng
+        self.pool = pool
         self.survived: Counter[str] = Counter()
         self.runs = 0
         self.frozen: list[tuple[subprocess.Popen[bytes], str]] = []
@@ -76,7 +88,7 @@ class Chaos:
     def tally(self) -> str:
         faults = sum(self.survived.values())
         detail = ", ".join(f"{k}={v}" for k, v in sorted(self.survived.items()))
-        return f"{self.runs} runs, {faults} faults survived ({detail}), seed={SEED}"
+        return f"{self.pool}: {self.runs} runs, {faults} faults survived ({detail}), seed={SEED}"
 
     def owner(self, sid: str) -> subprocess.Popen[bytes]:
         wait_for(lambda: self.ps.owner_process(sid) is not None, 20, f"a live owner of {sid}")
@@ -92,7 +104,7 @@ class Chaos:
         if kind in ("kill_worker", "kill_both"):
             victim = self.rng.choice([w for w in ps.workers if w.poll() is None])
             ps.signal(victim, signal.SIGKILL)
-            ps.start_worker()
+            ps.start_worker(POOLS[self.pool], self.pool)
         if kind == "stop_supervisor":
             frozen = self.owner(sid)
             epoch = ps.hot.session(sid).epoch
@@ -139,6 +151,13 @@ def stood_down(ps: PrivateStack, proc: subprocess.Popen[bytes], sid: str) -> boo
     )
 
 
+def pool_banner(ps: PrivateStack, proc: subprocess.Popen[bytes]) -> str:
+    """The pool a worker says it runs (its banner's concurrency line), '' until it has said."""
+    log = ps.stack.log_dir / f"worker-{ps.stack.processes.index(proc)}.log"
+    found = re.search(r"concurrency: \d+ \(\w+\)", log.read_text(errors="replace"))
+    return found.group(0) if found else ""
+
+
 def check_run(ps: PrivateStack, sid: str, ids: list[str], record: SessionRecord, ctx: str) -> None:
     """Everything a run must leave behind, whatever died during it."""
     assert record.status == SessionStatus.COMPLETED, f"{ctx}: ended {record.status}: {record.error}"
@@ -170,16 +189,27 @@ def check_run(ps: PrivateStack, sid: str, ids: list[str], record: SessionRecord,
     assert ps.hot.session(sid).epoch == max(owners), f"{ctx}: {owners}"
 
 
-@pytest.mark.timeout(400)
-def test_sessions_survive_killed_and_frozen_processes(private_stack: MakeStack) -> None:
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("pool", list(POOLS))
+def test_sessions_survive_killed_and_frozen_processes(private_stack: MakeStack, pool: str) -> None:
     ps = private_stack(
-        workers=2,
+        workers=0,
         supervisors=2,
         lease_ttl_s=1.0,
         watchdog_grace_s=0.5,
         retry_backoff_s=0.05,
     )
-    chaos = Chaos(ps, random.Random(SEED))
+    for _ in range(2):
+        ps.start_worker(POOLS[pool], pool)
+    for worker in ps.workers:
+        expected = f"concurrency: {POOLS[pool]} ({BANNER[pool]})"
+        banner = wait_for(
+            lambda w=worker: pool_banner(ps, w),  # type: ignore[misc]
+            60,
+            "the worker's start-up banner",
+        )
+        assert banner == expected, f"asked for --pool {pool}, the worker runs {banner!r}"
+    chaos = Chaos(ps, random.Random(f"{SEED}-{pool}"), pool)
 
     for run in range(RUNS):
         chaos.run(run)
