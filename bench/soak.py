@@ -22,8 +22,7 @@ end, then counts:
 * **duplicate effects**: applications of a write beyond the first per idempotency key,
   counted from the effect audit file (``PLANLOOP_EFFECT_AUDIT_PATH``: every real application
   of a bundled write tool appends ``{"key", "tool", "pid", "at"}``), a ledger outside Redis.
-  A stack without that file falls back to Redis's effect counts, banked before each wipe and
-  summed; the soak then says the figure is not trustworthy across a Redis loss.
+  Without that file (no write step ever applied) the soak says the count is not trustworthy.
 * **lost events**: for each session the SQL record shows ``completed``, each step of its
   last plan version needs an attempt row ``completed`` and a ``TASK_COMPLETED`` event row for
   one of those attempts; each step that lacks either counts once. A submitted session that
@@ -56,7 +55,7 @@ import uuid
 from collections import Counter
 from dataclasses import astuple, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import redis
 
@@ -323,7 +322,7 @@ def measure(record: SqlRecord, r: redis.Redis, keys: Keys, ledger: Ledger, audit
             elif not any((step_id, n) in events for n in mine):
                 lost.append(f"{sid}:{step_id}: no TASK_COMPLETED event in SQL")
             rerun += len(mine) > 1
-    duplicates, times, trusted = count_duplicates(r, keys, ledger, audit)
+    duplicates, times, trusted = count_duplicates(audit)
     rewritten = []
     for before in ledger.reannounced:
         row = record.session(before.sid)
@@ -358,9 +357,7 @@ def _hot_status(r: redis.Redis, keys: Keys, sid: str) -> str:
         return "unreachable"
 
 
-def count_duplicates(
-    r: redis.Redis, keys: Keys, ledger: Ledger, audit: Path
-) -> tuple[Counter[str], list[float], bool]:
+def count_duplicates(audit: Path) -> tuple[Counter[str], list[float], bool]:
     """Extra applications per idempotency key, when they happened, and whether to trust it."""
     extra: Counter[str] = Counter()
     times: list[float] = []
@@ -373,12 +370,6 @@ def count_duplicates(
                 extra[key] += 1
                 times.append(float(str(line.get("at", 0))))
         return extra, times, True
-    counts = Counter(ledger.effect_counts)
-    final = cast(dict[str, str], r.hgetall(keys.effect_counts))
-    counts.update({key: int(n) for key, n in final.items()})
-    for key, n in counts.items():
-        if n > 1:
-            extra[key] = n - 1
     return extra, times, False
 
 
@@ -452,8 +443,7 @@ def report(
     source = (
         "from the effect audit file, outside Redis"
         if out.duplicates_trusted
-        else "NOT TRUSTWORTHY: no effect audit file appeared, counted from Redis's effect counts "
-        "banked before each wipe (a write applied between the bank and the wipe is missed)"
+        else "NOT TRUSTWORTHY: no effect audit file appeared, so no write was seen applied"
     )
     console.print(f"duplicate effects: {n_dup} ({source})")
     for key, n in sorted(out.duplicates.items())[:10]:

@@ -90,8 +90,6 @@ class Ledger:
     maybe_wiped: set[str] = field(default_factory=set)
     poisoned: set[str] = field(default_factory=set)
     reannounced: list[EndedSnapshot] = field(default_factory=list)
-    # Redis effect counts summed across wipes (the fallback duplicate count).
-    effect_counts: Counter[str] = field(default_factory=Counter)
     # Held while a session is submitted and while a wipe notes the unclaimed sessions.
     submit_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -277,11 +275,9 @@ class Faults:
         return ""
 
     def _before_wipe(self) -> None:
-        """Note the sessions only Redis knows, and bank the effect counts about to vanish."""
+        """Note the sessions only Redis knows (a wipe loses them before any supervisor claims)."""
         recorded = sql_sessions(self.record)
         self.ledger.maybe_wiped |= {sid for sid in self.ledger.sessions if sid not in recorded}
-        counts = cast(dict[str, str], self.r.hgetall(self.keys.effect_counts))
-        self.ledger.effect_counts.update({key: int(n) for key, n in counts.items()})
 
 
 def _within(seconds: float, find: Callable[[], T | None]) -> T | None:
