@@ -10,7 +10,14 @@ from typing import Any, cast
 
 import redis
 
-from core.errors import FencedOutError, LLMError, PlanError, SessionEndedError, SessionError
+from core.errors import (
+    FencedOutError,
+    HotStateLostError,
+    LLMError,
+    PlanError,
+    SessionEndedError,
+    SessionError,
+)
 from core.models import (
     ErrorKind,
     Event,
@@ -110,6 +117,8 @@ class SessionRunner(Scheduling, PlanChanges):
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
             )
+        except HotStateLostError as exc:
+            log.warning("session=%s epoch=%d loop stopped: %s", self.sid, self.epoch, exc)
         except redis.RedisError as exc:
             if not is_redis_fault(exc):
                 raise
@@ -144,6 +153,10 @@ class SessionRunner(Scheduling, PlanChanges):
             "options": info.options.model_dump_json(),
         }
         raw = await self.store.plan_json(self.sid, info.plan_version) if info.plan_version else None
+        if info.plan_version and raw is None:
+            # Wiped between the two reads: claiming now would record a session without
+            # its plan, which no rebuild could ever restore.
+            raise HotStateLostError(self.sid, f"plan version {info.plan_version}")
         try:
             await self.ctx.sql(
                 lambda: self.ctx.record.claim(
@@ -175,10 +188,7 @@ class SessionRunner(Scheduling, PlanChanges):
             if self.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
                 await self._plan_goal()
         else:
-            if raw is None:
-                raise SessionError(
-                    f"plan version {info.plan_version} is missing", session_id=self.sid
-                )
+            assert raw is not None  # checked before the claim
             self._use_plan(Plan.model_validate_json(raw))
             if info.started_at:  # taken before: read what happened so far
                 self.states = await self.store.steps(self.sid, self.steps)
