@@ -124,7 +124,13 @@ async def adopt_recorded_ending(runner: SessionRunner) -> None:
 
 
 async def drain_events(runner: SessionRunner) -> None:
-    """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
+    """Record and acknowledge what is still on the stream: nothing stays pending after the end.
+
+    Pending entries first: a reply lost to a dropped connection, or a former owner's read,
+    leaves events delivered but never applied, and the end may come before the idle claim.
+    """
+    for entry_id, fields in await runner.store.claim_pending(runner.sid, runner.ctx.name):
+        await _record_entry(runner, entry_id, fields)
     while True:
         entries = await runner.store.read_events(runner.sid, runner.ctx.name, count=500, block_ms=1)
         if not entries:
