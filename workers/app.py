@@ -1,7 +1,7 @@
 """The one Celery app of the worker pool, configured from :class:`config.Settings`.
 
-``celery -A workers.app worker`` (and Flower) load the module-level :data:`app`, built from
-this process's settings; ``planloop worker`` builds its own with :func:`create_app` from the
+``celery -A workers.app worker`` (and Flower) load the module's ``app``, built on first use
+from this process's settings; ``planloop worker`` builds its own with :func:`create_app` from the
 settings its command line read. Either way :func:`create_app` is the one place the app, the
 worker runtime (executor) and the catalogue publisher are put together.
 """
@@ -9,6 +9,8 @@ worker runtime (executor) and the catalogue publisher are put together.
 from __future__ import annotations
 
 import logging
+from functools import cache
+from typing import Any
 
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
@@ -58,6 +60,16 @@ def _mask_logs(logger: logging.Logger, **_: object) -> None:
 after_setup_logger.connect(_mask_logs, weak=False)
 after_setup_task_logger.connect(_mask_logs, weak=False)
 
-# `celery -A workers.app` (Flower, bare celery) finds this; built from the environment's
-# settings, as any entry point builds its settings.
-app = create_app(get_settings())
+
+@cache
+def default_app() -> PlanloopCelery:
+    """The app of ``celery -A workers.app`` (Flower, bare celery): that entry point's settings
+    come from the environment."""
+    return create_app(get_settings())
+
+
+def __getattr__(name: str) -> Any:
+    # `workers.app.app` is built on first use, so importing create_app builds no app
+    if name == "app":
+        return default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
