@@ -31,6 +31,7 @@ _LUA_KEYWORDS = frozenset(
     | {"local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"}
 )
 _SOURCES: dict[type[LuaScript], str] = {}
+_LAYOUTS: dict[type[LuaScript], _Layout] = {}
 
 
 def key() -> Any:
@@ -65,17 +66,14 @@ class LuaScript:
         return _SOURCES[cls]
 
     def keys_and_args(self) -> tuple[list[str], list[Arg]]:
-        keys: list[str] = []
-        args: list[Arg] = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            role = f.metadata[_ROLE]
-            if role == "key":
-                keys.append(value)
-            elif role == "arg":
-                args.append(value)
-            else:
-                (keys if role == "rest_keys" else args).extend(value)
+        """KEYS and ARGV of this call, in the order the fields are declared."""
+        layout = _layout(type(self))
+        keys: list[str] = [getattr(self, name) for name in layout.keys]
+        args: list[Arg] = [getattr(self, name) for name in layout.args]
+        if layout.rest_keys:
+            keys += getattr(self, layout.rest_keys)
+        if layout.rest_args:
+            args += getattr(self, layout.rest_args)
         return keys, args
 
     @classmethod
@@ -108,6 +106,33 @@ class AsyncRegistered(Generic[S]):
     async def __call__(self, call: S, *, client: Any = None) -> Any:
         keys, args = call.keys_and_args()
         return await self.script(keys=keys, args=args, client=client)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which fields of a script are its KEYS and ARGV (worked out once per script: a call
+    lays out its arguments on every step's hot path)."""
+
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    rest_keys: str = ""
+    rest_args: str = ""
+
+
+def _layout(cls: type[LuaScript]) -> _Layout:
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        by_role: dict[str, list[str]] = {"key": [], "arg": [], "rest_keys": [], "rest_args": []}
+        for f in fields(cls):
+            by_role[f.metadata[_ROLE]].append(f.name)
+        layout = _Layout(
+            tuple(by_role["key"]),
+            tuple(by_role["arg"]),
+            next(iter(by_role["rest_keys"]), ""),
+            next(iter(by_role["rest_args"]), ""),
+        )
+        _LAYOUTS[cls] = layout
+    return layout
 
 
 def _source(cls: type[LuaScript]) -> str:
