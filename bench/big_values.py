@@ -29,6 +29,7 @@ from core.record import SqlRecord
 from planner.plan import Plan
 from producer.client import Producer
 from producer.stack import EmbeddedRedis, Stack
+from workers.toolsets import BENCH_TOOLS
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -55,6 +56,7 @@ def run(size_mb: float, *, pass_along: bool) -> dict[str, object]:
         key_prefix="bv",
         queue="bv",
         database_url=f"sqlite:///{directory / 'planloop.db'}",
+        tool_modules=[BENCH_TOOLS],
     )
     env = {**os.environ, **settings.to_env()}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])

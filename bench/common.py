@@ -24,6 +24,7 @@ from config.settings import Settings
 from core.hot_state import connect
 from producer.client import Producer
 from producer.stack import EmbeddedRedis, Stack, local_stack, redis_answers
+from workers.toolsets import BENCH_TOOLS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Benchmarks use their own Redis database so they never touch a developer's or the tests' keys.
@@ -65,7 +66,7 @@ def bench_env(name: str, **overrides: object) -> Iterator[BenchEnv]:
         key_prefix=run_id,
         queue=run_id,
         database_url=f"sqlite:///{directory / 'planloop.db'}",
-        **overrides,  # type: ignore[arg-type]
+        **{"tool_modules": [BENCH_TOOLS], **overrides},  # type: ignore[arg-type]
     )
     client = connect(url)
     try:

@@ -80,6 +80,7 @@ from core.record import SqlRecord
 from planner.plan import Plan
 from producer.client import Producer
 from producer.stack import Stack, redis_server_binary
+from workers.toolsets import BENCH_TOOLS
 
 TARGET_FAULTS = 200
 # A fault's consequences (a death, a duplicate) are blamed on it for this long.
@@ -186,6 +187,7 @@ def run_soak(opts: SoakOptions) -> bool:
         # Faults interrupt bench.write all the time: an open breaker would pause the tool
         # and the soak would measure the breaker's cool-off, not the recovery.
         breaker_failures=1_000_000,
+        tool_modules=[BENCH_TOOLS],
     )
     audit = directory / "effects.jsonl"
     env = {**os.environ, **settings.to_env(), "PLANLOOP_EFFECT_AUDIT_PATH": str(audit)}

@@ -7,7 +7,6 @@ from typing import Any
 from config.settings import Settings
 
 STEP_TASK = "planloop.step"
-COMPENSATE_TASK = "planloop.compensate"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -42,8 +41,5 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
         "task_default_queue": settings.queue,
-        "task_routes": {
-            STEP_TASK: {"queue": settings.queue},
-            COMPENSATE_TASK: {"queue": settings.queue},
-        },
+        "task_routes": {STEP_TASK: {"queue": settings.queue}},
     }

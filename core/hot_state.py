@@ -23,7 +23,7 @@ from redis.retry import Retry
 from core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP, Keys
-from core.lua import RECORD_OUTCOME, START_ATTEMPT
+from core.lua import RecordOutcome, StartAttempt
 from core.models import Event, SessionOptions, SessionRecord, StepState
 
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
@@ -61,8 +61,8 @@ class HotState:
         self.r = client
         self.keys = keys
         self.blob_ttl_s = blob_ttl_s  # hot copies of outputs expire (0: never); SQL keeps them
-        self._start = client.register_script(START_ATTEMPT)
-        self._record = client.register_script(RECORD_OUTCOME)
+        self._start = StartAttempt.register(client)
+        self._record = RecordOutcome.register(client)
 
     # --- sessions -------------------------------------------------------------------------
     def create_session(
@@ -184,16 +184,19 @@ class HotState:
         unacked, index, tag = _receipt_args(receipt)
         return int(
             self._start(
-                keys=[self.keys.step(sid, step_id), self.keys.breaker(tool), unacked, index],
-                args=[
-                    attempt,
-                    epoch,
-                    worker,
-                    repr(time.time()),
-                    cooldown,
-                    tag,
-                    receipt.entry if receipt else "",
-                ],
+                StartAttempt(
+                    step_key=self.keys.step(sid, step_id),
+                    breaker_key=self.keys.breaker(tool),
+                    unacked_key=unacked,
+                    unacked_index_key=index,
+                    attempt=attempt,
+                    epoch=epoch,
+                    worker=worker,
+                    started_at=repr(time.time()),
+                    cooldown_s=cooldown,
+                    delivery_tag=tag,
+                    unacked_entry=receipt.entry if receipt else "",
+                )
             )
         )
 
@@ -234,32 +237,30 @@ class HotState:
         breaker_key = self.keys.breaker(tool)
         unacked, index, tag = _receipt_args(receipt)
         result = self._record(
-            keys=[
-                self.keys.step(sid, step_id),
-                self.keys.events(sid),
-                self.keys.blob(ref),
-                breaker_key,
-                f"{breaker_key}:failures",
-                unacked,
-                index,
-            ],
-            args=[
-                attempt,
-                epoch,
-                status,
-                repr(time.time() if finished_at is None else finished_at),
-                error,
-                error_kind,
-                ref,
-                blob,
-                mode,
-                window,
-                threshold,
-                uuid.uuid4().hex,
-                tag,
-                max(0, math.ceil(self.blob_ttl_s)),
-                *flat,
-            ],
+            RecordOutcome(
+                step_key=self.keys.step(sid, step_id),
+                events_key=self.keys.events(sid),
+                blob_key=self.keys.blob(ref),
+                breaker_key=breaker_key,
+                breaker_failures_key=f"{breaker_key}:failures",
+                unacked_key=unacked,
+                unacked_index_key=index,
+                attempt=attempt,
+                epoch=epoch,
+                status=status,
+                finished_at=repr(time.time() if finished_at is None else finished_at),
+                error=error,
+                error_kind=error_kind,
+                output_ref=ref,
+                blob=blob,
+                breaker_mode=mode,
+                window_s=window,
+                threshold=threshold,
+                failure_member=uuid.uuid4().hex,
+                delivery_tag=tag,
+                blob_ttl_s=max(0, math.ceil(self.blob_ttl_s)),
+                event_fields=flat,
+            )
         )
         return cast(str | None, result or None)
 

@@ -54,9 +54,6 @@ class Keys:
     def progress(self, sid: str) -> str:
         return f"{self.prefix}:s:{sid}:progress"
 
-    def session_pattern(self, sid: str) -> str:
-        return f"{self.prefix}:s:{sid}*"
-
     def blob(self, digest: str) -> str:
         return f"{self.prefix}:blob:{digest}"
 

@@ -116,7 +116,6 @@ class ToolSpec:
     func: ToolFunc
     side_effect: SideEffect = "read"
     timeout_s: float | None = None
-    idempotent: bool = True
     compensate: str | None = None
 
     def params_schema(self) -> dict[str, Any]:
@@ -193,7 +192,6 @@ def tool(
     output: type[BaseModel] | None = None,
     side_effect: SideEffect = "read",
     timeout_s: float | None = None,
-    idempotent: bool = True,
     compensate: str | None = None,
     registry: ToolRegistry | None = None,
 ) -> Callable[[ToolFunc], ToolFunc]:
@@ -209,7 +207,6 @@ def tool(
                 func=func,
                 side_effect=side_effect,
                 timeout_s=timeout_s,
-                idempotent=idempotent,
                 compensate=compensate,
             )
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -42,6 +43,7 @@ _FALLBACK: dict[StructuredMode, StructuredMode | None] = {
     "none": None,
 }
 # Statuses a server answers a response_format it does not support with (llama.cpp: 500).
+RECENT_USAGES = 100  # usages an OpenAIChatModel keeps for inspection (tests, debugging)
 _REJECTION_STATUSES = frozenset({400, 422, 500})
 _TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
@@ -95,7 +97,9 @@ class OpenAIChatModel:
     """:class:`ChatModel` on the ``openai`` SDK against any OpenAI-compatible endpoint.
 
     Attributes:
-        usages: One :class:`Usage` per HTTP call that got an answer, repairs included.
+        usages: One :class:`Usage` per recent HTTP call that got an answer, repairs
+            included; the newest ``RECENT_USAGES`` only, since a supervisor's client lives
+            as long as the supervisor (callers get each call's usage from its return value).
     """
 
     def __init__(
@@ -128,7 +132,7 @@ class OpenAIChatModel:
         forced = settings.llm_structured_output
         self._auto = forced == "auto"
         self._mode: StructuredMode = "json_schema" if forced == "auto" else forced
-        self.usages: list[Usage] = []
+        self.usages: deque[Usage] = deque(maxlen=RECENT_USAGES)
 
     @property
     def structured_mode(self) -> StructuredMode:

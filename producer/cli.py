@@ -223,15 +223,15 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
-    from workers.app import app, run_worker
+    from workers.app import create_app, run_worker
 
     chosen_pool = pool or settings.worker_pool
     # solo runs one task at a time in the consumer's own thread, whatever -c says.
     slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
     # Celery reads "-P prefork" as "no -P given" and falls back to the configured pool;
     # configuring the chosen pool makes every choice mean what it says.
-    app.conf.worker_pool = chosen_pool
-    app.conf.worker_concurrency = slots
+    settings = settings.model_copy(update={"worker_pool": chosen_pool, "worker_concurrency": slots})
+    app = create_app(settings)
     argv = [
         "worker",
         "-Q",
@@ -250,7 +250,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     # Threads pass the GIL between the consumer and the pool: a shorter slice than the
     # default 5 ms keeps a received task from waiting on it.
     sys.setswitchinterval(0.0005)
-    sys.exit(run_worker(argv))
+    sys.exit(run_worker(app, argv))
 
 
 @cli.command()

@@ -7,6 +7,7 @@ started stops when it returns (Ctrl-C and SIGTERM included).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -33,6 +34,7 @@ from producer.client import Producer
 from producer.stack import Stack, describe_redis, local_stack, wait_until
 from producer.views import make_console
 from producer.watch import watch_session
+from workers.toolsets import BENCH_TOOLS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
@@ -65,9 +67,19 @@ def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
     return plan
 
 
+def with_bench_tools(settings: Settings) -> Settings:
+    """``settings`` serving the ``bench.*`` tools too: the demo plan and the example that a
+    served stack suggests run them (they are not in the default catalogue)."""
+    if BENCH_TOOLS in settings.tool_modules:
+        return settings
+    return settings.model_copy(update={"tool_modules": [*settings.tool_modules, BENCH_TOOLS]})
+
+
 def stack_overrides(settings: Settings, state_dir: Path) -> dict[str, str]:
-    """Variables the stack's processes get on top of ours: the record under ``state_dir``."""
-    overrides: dict[str, str] = {}
+    """Variables the stack's processes get on top of ours: the record under ``state_dir``
+    and the tool modules."""
+    # The stack's processes serve the tools the demo and the suggested example run.
+    overrides = {"PLANLOOP_TOOL_MODULES": json.dumps(settings.tool_modules)}
     if settings.database_url == Settings.model_fields["database_url"].default:
         # an absolute path, so every process opens the same file whatever its cwd
         overrides["PLANLOOP_DATABASE_URL"] = f"sqlite:///{(state_dir / 'planloop.db').resolve()}"
@@ -175,6 +187,7 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         ConfigError: the stack did not come up.
     """
     console = console or make_console()
+    settings = with_bench_tools(settings)
     plan = load_demo_plan(settings, options.plan_file) if options.demo else None
     STATE_DIR.mkdir(exist_ok=True)
     log_dir = (STATE_DIR / "logs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
@@ -231,6 +244,7 @@ def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
 
 def _serve(settings: Settings, console: Console) -> int:
     env = f"PLANLOOP_REDIS_URL={redact_url(settings.redis_url)}"
+    env += f" PLANLOOP_TOOL_MODULES='{json.dumps(settings.tool_modules)}'"
     if settings.key_prefix != "pl":
         env += f" PLANLOOP_KEY_PREFIX={settings.key_prefix} PLANLOOP_QUEUE={settings.queue}"
     console.print(

@@ -2,7 +2,7 @@
 
 A session whose loop crashes (an unparsable plan, an event that breaks it) would otherwise be
 retried forever. Crashes are counted in the session hash (``crashes``, and ``last_crash``
-the latest error; core/lua.py ``COUNT_CRASH``), so every supervisor
+the latest error; core/lua.py ``CountCrash``), so every supervisor
 adds to the same count; at ``max_session_crashes`` the session ends ``failed``, the
 compensations of its completed writes run, and the event being applied when it crashed goes
 to the dead letters with the error. A session whose cancel is pending ends ``cancelled`` at
@@ -25,7 +25,7 @@ from sqlalchemy.exc import OperationalError
 
 from core.errors import FencedOutError, SessionEndedError
 from core.hot_state import dumps
-from core.lua import COUNT_CRASH
+from core.lua import CountCrash
 from core.models import SessionRecord, SessionStatus, StepState
 from core.record import Checkpoint
 from planner.plan import Plan
@@ -52,8 +52,9 @@ async def count_crash(ctx: SupervisorContext, sid: str, error: str, exc: Excepti
     """Add this crash to the session's count (unless Redis or SQL caused it)."""
     if isinstance(exc, INFRASTRUCTURE_FAULTS):
         return Crash(0, None)
-    script = ctx.store.r.register_script(COUNT_CRASH)
-    count, cancelled, reason = await script(keys=[ctx.store.keys.session(sid)], args=[error])
+    script = CountCrash.register_async(ctx.store.r)
+    call = CountCrash(session_key=ctx.store.keys.session(sid), error=error)
+    count, cancelled, reason = await script(call)
     return Crash(int(count), str(reason) if cancelled else None)
 
 

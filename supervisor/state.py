@@ -16,12 +16,12 @@ from core.errors import FencedOutError
 from core.hot_state import dumps
 from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
 from core.lua import (
-    ACQUIRE_LEASE,
-    END_ATTEMPT,
-    FENCED_WRITE,
-    QUEUED,
-    RELEASE_LEASE,
-    RENEW_LEASE,
+    AcquireLease,
+    EndAttempt,
+    FencedWrite,
+    Queued,
+    ReleaseLease,
+    RenewLease,
 )
 from core.models import Event, SessionRecord, StepState
 from core.redis_faults import is_redis_fault
@@ -36,12 +36,12 @@ class SessionStore:
     def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
         self.r = client
         self.keys = keys
-        self._acquire = client.register_script(ACQUIRE_LEASE)
-        self._renew = client.register_script(RENEW_LEASE)
-        self._release = client.register_script(RELEASE_LEASE)
-        self._fenced = client.register_script(FENCED_WRITE)
-        self._end_attempt = client.register_script(END_ATTEMPT)
-        self._queued = client.register_script(QUEUED)
+        self._acquire = AcquireLease.register_async(client)
+        self._renew = RenewLease.register_async(client)
+        self._release = ReleaseLease.register_async(client)
+        self._fenced = FencedWrite.register_async(client)
+        self._end_attempt = EndAttempt.register_async(client)
+        self._queued = Queued.register_async(client)
 
     @classmethod
     def from_url(cls, url: str, keys: Keys) -> SessionStore:
@@ -56,8 +56,14 @@ class SessionStore:
     # --- leases ---------------------------------------------------------------------------
     async def acquire_lease(self, sid: str, token: str, ttl_s: float, owner: str) -> int:
         """Take the session's lease; returns the new epoch, or 0 when it is held."""
-        keys = [self.keys.lease(sid), self.keys.session(sid)]
-        return int(await self._acquire(keys=keys, args=[token, int(ttl_s * 1000), owner]))
+        call = AcquireLease(
+            lease_key=self.keys.lease(sid),
+            session_key=self.keys.session(sid),
+            token=token,
+            ttl_ms=int(ttl_s * 1000),
+            owner=owner,
+        )
+        return int(await self._acquire(call))
 
     async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
         """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
@@ -65,16 +71,17 @@ class SessionStore:
             return []
         pipe = self.r.pipeline(transaction=False)
         for sid, token in leases:
-            await self._renew(
-                keys=[self.keys.lease(sid)], args=[token, int(ttl_s * 1000)], client=pipe
-            )
+            call = RenewLease(lease_key=self.keys.lease(sid), token=token, ttl_ms=int(ttl_s * 1000))
+            await self._renew(call, client=pipe)
         return [bool(ok) for ok in await pipe.execute()]
 
     async def release_lease(self, sid: str, token: str) -> bool:
         """Compare-and-delete; False when not ours, or Redis is unreachable (the lease then
         expires by itself after its TTL)."""
         try:
-            return bool(await self._release(keys=[self.keys.lease(sid)], args=[token]))
+            return bool(
+                await self._release(ReleaseLease(lease_key=self.keys.lease(sid), token=token))
+            )
         except aioredis.RedisError as exc:
             if not is_redis_fault(exc):
                 raise
@@ -141,7 +148,7 @@ class SessionStore:
     async def queued(self, queue: str, task_id: str) -> bool:
         """Whether a message of task ``task_id`` still waits in ``queue``."""
         needle = f'"id": {json.dumps(task_id)}'  # as kombu's JSON spells the header
-        return bool(await self._queued(keys=[queue], args=[needle]))
+        return bool(await self._queued(Queued(queue_key=queue, needle=needle)))
 
     # --- fenced writes --------------------------------------------------------------------
     async def write(
@@ -150,13 +157,18 @@ class SessionStore:
         """Run ``ops`` (command, key, args) atomically while ``epoch`` owns the session."""
         if not ops:
             return
-        keys = [self.keys.session(sid)]
+        targets: dict[str, int] = {}  # key -> its 1-based index in target_keys
         encoded: list[Op] = []
         for command, key, args in ops:
-            if key not in keys:
-                keys.append(key)
-            encoded.append([command, keys.index(key) + 1, *[_arg(a) for a in args]])
-        if not await self._fenced(keys=keys, args=[epoch, json.dumps(encoded)]):
+            index = targets.setdefault(key, len(targets) + 1)
+            encoded.append([command, index, *[_arg(a) for a in args]])
+        call = FencedWrite(
+            session_key=self.keys.session(sid),
+            epoch=epoch,
+            ops=json.dumps(encoded),
+            target_keys=list(targets),
+        )
+        if not await self._fenced(call):
             raise FencedOutError(sid, epoch)
 
     def step_write(self, sid: str, step_id: str, **fields: Any) -> tuple[str, str, list[Any]]:
@@ -173,17 +185,19 @@ class SessionStore:
         flat: list[str] = []
         for name, value in event.to_fields().items():
             flat += [name, value]
-        keys = [self.keys.session(sid), self.keys.step(sid, step_id), self.keys.events(sid)]
-        args = [
-            epoch,
-            attempt,
-            status,
-            event.description,
-            event.payload.get("error_kind", ""),
-            repr(time.time()),
-            *flat,
-        ]
-        return cast(str | None, await self._end_attempt(keys=keys, args=args) or None)
+        call = EndAttempt(
+            session_key=self.keys.session(sid),
+            step_key=self.keys.step(sid, step_id),
+            events_key=self.keys.events(sid),
+            epoch=epoch,
+            attempt=attempt,
+            status=status,
+            error=event.description,
+            error_kind=event.payload.get("error_kind", ""),
+            finished_at=repr(time.time()),
+            event_fields=flat,
+        )
+        return cast(str | None, await self._end_attempt(call) or None)
 
     async def append_event(self, sid: str, event: Event) -> str:
         return cast(str, await self.r.xadd(self.keys.events(sid), event.to_fields()))  # type: ignore[arg-type]

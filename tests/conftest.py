@@ -13,6 +13,7 @@ import pytest
 
 from config.settings import Settings
 from producer.stack import EmbeddedRedis, redis_server_binary
+from workers.toolsets import BENCH_TOOLS
 
 T = TypeVar("T")
 
@@ -61,6 +62,7 @@ def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Sett
         # Tests inject failures into the bundled tools all the time; the breaker tests use
         # a stack of their own with a low threshold.
         breaker_failures=100_000,
+        tool_modules=[BENCH_TOOLS],  # the bench.* tools most tests run
     )
 
 

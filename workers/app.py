@@ -1,65 +1,43 @@
 """The one Celery app of the worker pool, configured from :class:`config.Settings`.
 
-``celery -A workers.app worker`` and ``planloop worker`` both land here.
+``celery -A workers.app worker`` (and Flower) load the module's ``app``, built on first use
+from this process's settings; ``planloop worker`` builds its own with :func:`create_app` from the
+settings its command line read. Either way :func:`create_app` is the one place the app, the
+worker runtime (executor) and the catalogue publisher are put together.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from functools import lru_cache
+from functools import cache
+from typing import Any
 
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
-from core.effects import SqlEffectLedger
-from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
-from core.keys import Keys
 from core.masking import install_log_masking
-from core.tools import load_tools
 from workers.catalogue import publish_while_serving
-from workers.executor import StepExecutor
+from workers.runtime import PlanloopCelery, WorkerRuntime
+from workers.tasks import register_tasks
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings) -> Celery:
-    """A Celery app with Planloop's configuration and the step task registered."""
-    celery_app = Celery("planloop", set_as_current=False)
+def create_app(settings: Settings) -> PlanloopCelery:
+    """A Celery app with Planloop's configuration, the step task, and a worker runtime (the
+    executor of each process) built from ``settings``; while a worker of this app serves, it
+    publishes its tool catalogue."""
+    celery_app = PlanloopCelery(WorkerRuntime(settings))
     celery_app.conf.update(celery_config(settings))
-    from workers.tasks import register_tasks
-
     register_tasks(celery_app)
+    publish_while_serving(celery_app, settings)
     return celery_app
 
 
-@lru_cache(maxsize=1)
-def executor() -> StepExecutor:
-    """This worker process's executor (built on first use, after any fork)."""
-    settings = get_settings()
-    # Retries ride out a Redis outage, so an outcome is not lost to a blip.
-    client = connect(settings.redis_url, retry_s=settings.worker_redis_retry_s)
-    keys = Keys(settings.key_prefix)
-    tools = load_tools(settings.tool_modules)
-    worker = f"{socket.gethostname()}:{os.getpid()}"
-    log.info("worker %s ready with %d tools", worker, len(tools.names()))
-    policy = BreakerPolicy(
-        settings.breaker_failures, settings.breaker_window_s, settings.breaker_cooldown_s
-    )
-    # The cache has a client of its own: it answers or fails at once, never waits out an
-    # outage (SQL has the answer).
-    cache = RedisEffectCache(connect(settings.redis_url), keys)
-    effects = SqlEffectLedger.from_settings(settings, cache=cache)
-    return StepExecutor(
-        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s), tools, effects, worker, policy
-    )
-
-
-def run_worker(argv: list[str]) -> int:
-    """Run ``celery worker`` with ``argv``; its exit code.
+def run_worker(celery_app: Celery, argv: list[str]) -> int:
+    """Run ``celery worker`` of ``celery_app`` with ``argv``; its exit code.
 
     Celery's ``worker_main`` and ``start`` drop the code (click hands it back as a return
     value they ignore), so a worker that stopped on a broker failure would exit 0 and a
@@ -67,16 +45,12 @@ def run_worker(argv: list[str]) -> int:
     """
     from celery.bin.celery import celery as command
 
-    command.params[0].default = app  # the --app option, as Celery.start sets it
+    command.params[0].default = celery_app  # the --app option, as Celery.start sets it
     try:
         code = command.main(args=argv, standalone_mode=False)
     finally:
         command.params[0].default = None
     return code if isinstance(code, int) else 0
-
-
-app = create_app(get_settings())
-publish_while_serving(get_settings())  # pl:tools: what this worker serves (core/catalogue.py)
 
 
 def _mask_logs(logger: logging.Logger, **_: object) -> None:
@@ -85,3 +59,17 @@ def _mask_logs(logger: logging.Logger, **_: object) -> None:
 
 after_setup_logger.connect(_mask_logs, weak=False)
 after_setup_task_logger.connect(_mask_logs, weak=False)
+
+
+@cache
+def default_app() -> PlanloopCelery:
+    """The app of ``celery -A workers.app`` (Flower, bare celery): that entry point's settings
+    come from the environment."""
+    return create_app(get_settings())
+
+
+def __getattr__(name: str) -> Any:
+    # `workers.app.app` is built on first use, so importing create_app builds no app
+    if name == "app":
+        return default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

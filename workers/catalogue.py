@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import redis
+from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
 from config.settings import Settings
@@ -66,15 +67,21 @@ class CataloguePublisher:
             self.publish()
 
 
-def publish_while_serving(settings: Settings) -> None:
-    """Publish the catalogue when this process's worker is ready, until it shuts down."""
+def publish_while_serving(celery_app: Celery, settings: Settings) -> None:
+    """Publish the catalogue while a worker of ``celery_app`` serves, until it shuts down.
+
+    Celery's signals are global: a handler acts only for a worker of its own app, so apps
+    built for other jobs (a ping, a test) publish nothing.
+    """
     publisher = CataloguePublisher(settings)
 
-    def ready(**_: Any) -> None:
-        publisher.start()
+    def ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is celery_app:
+            publisher.start()
 
-    def shutdown(**_: Any) -> None:
-        publisher.stop()
+    def shutdown(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is celery_app:
+            publisher.stop()
 
     worker_ready.connect(ready, weak=False)
     worker_shutdown.connect(shutdown, weak=False)

@@ -93,7 +93,7 @@ def _capture(
 def test_dispatch_commands_queue_what_send_task_would(
     settings: Settings, redis_client: redis.Redis, run_id: str
 ) -> None:
-    tools = load_tools()
+    tools = load_tools(settings.tool_modules)
     sid = f"{run_id}-S1"
     attempts = [
         _attempt(session_id=sid),
@@ -153,7 +153,7 @@ def test_only_the_owner_queues_attempts(
     keys = Keys(settings.key_prefix)
     sid = f"{run_id}-dispatch"
     redis_client.hset(keys.session(sid), mapping={"status": "running", "epoch": 3})
-    dispatcher = Dispatcher(settings, load_tools())
+    dispatcher = Dispatcher(settings, load_tools(settings.tool_modules))
 
     # Text that JSON escapes, carried through the fenced write's Lua (cjson) unchanged.
     note = 'restock 库存 "quoted" \\ back\\slash, emoji 😀, tab\t'

@@ -219,7 +219,7 @@ def test_5xx_retries_are_bounded(srv: ScriptedLLMServer, make_chat: MakeChat) ->
     assert info.value.status == 502
     assert info.value.base_url == srv.base_url
     assert len(srv.requests) == 2
-    assert chat.usages == []
+    assert not chat.usages
 
 
 def test_empty_script_fails_clearly(srv: ScriptedLLMServer, make_chat: MakeChat) -> None:
@@ -263,7 +263,7 @@ def test_usage_is_counted_by_a_real_tokenizer(srv: ScriptedLLMServer, make_chat:
     assert long.prompt_tokens > short.prompt_tokens + 100
     assert short.latency_s > 0
     assert short.role == "decider"
-    assert chat.usages == [short, long]
+    assert list(chat.usages) == [short, long]
 
 
 def test_prompts_and_key_stay_out_of_logs_above_debug(

@@ -75,7 +75,7 @@ def _queue_step(settings: Settings, client: redis.Redis, sid: str) -> StepTaskAr
         timeout_s=5,
         idempotency_key=f"{sid}:s1",
     )
-    dispatcher = Dispatcher(settings, load_tools())
+    dispatcher = Dispatcher(settings, load_tools(settings.tool_modules))
     try:
         for command, key, values in dispatcher.commands(args):
             client.execute_command(command, key, *values)

@@ -14,11 +14,12 @@ from bench.soak_faults import Injected, Ledger, owner_pid
 from core.keys import Keys
 from core.tools import load_tools
 from planner.validation import validate_plan
+from workers.toolsets import BENCH_TOOLS
 
 
 def test_soak_plans_are_valid_write_dags() -> None:
     rng = random.Random(3)
-    tools = load_tools()
+    tools = load_tools([BENCH_TOOLS])
     for n in range(20):
         plan = soak_plan(rng, n)
         validate_plan(plan, tools)
