@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import cast
-
-import redis
 
 from bench.soak import blame, count_duplicates, soak_plan
-from bench.soak_faults import Injected, Ledger, owner_pid
-from core.keys import Keys
+from bench.soak_faults import Injected, owner_pid
 from core.tools import load_tools
 from planner.validation import validate_plan
 from workers.toolsets import BENCH_TOOLS
@@ -39,13 +35,18 @@ def test_duplicates_come_from_the_audit_file_one_per_extra_application(tmp_path:
     ]
     text = "\n".join(json.dumps(line) for line in lines) + '\n{"key": "s1:c", "to'  # cut short
     audit.write_text(text)
-    unused = cast(redis.Redis, None)  # the audit file is read; Redis is not asked
 
-    extra, times, trusted = count_duplicates(unused, Keys("x"), Ledger(), audit)
+    extra, times, trusted = count_duplicates(audit)
 
     assert trusted
     assert dict(extra) == {"s1:a": 1}
     assert times == [12.5]
+
+
+def test_without_an_audit_file_the_duplicate_count_is_not_trusted(tmp_path: Path) -> None:
+    extra, _times, trusted = count_duplicates(tmp_path / "never-written.jsonl")
+    assert not trusted
+    assert not extra
 
 
 def test_a_fault_is_blamed_for_what_follows_it_within_the_window() -> None:
