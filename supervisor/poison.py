@@ -86,7 +86,7 @@ async def end_crashed_session(
 
 async def _load_what_can(runner: SessionRunner) -> None:
     """Session record, plan and step states, each only if it parses; claim the SQL row."""
-    ctx, sid, store, state = runner.ctx, runner.sid, runner.store, runner.state
+    ctx, sid, store, state = runner.ctx, runner.sid, runner.ctx.store, runner.state
     fields = cast(dict[str, str], await store.r.hgetall(store.keys.session(sid)))
     if fields.get("status") and SessionStatus(fields["status"]).ended:
         raise SessionEndedError(sid, fields["status"])

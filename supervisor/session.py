@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import redis
 
@@ -19,7 +18,6 @@ from core.models import (
     StepState,
     StepStatus,
 )
-from core.record import Checkpoint
 from core.redis_faults import is_redis_fault
 from planner.agents import Planner
 from planner.plan import Plan, Step
@@ -32,8 +30,8 @@ from supervisor.plan_changes import PlanChanges
 from supervisor.scheduler import wait_ms
 from supervisor.scheduling import Scheduling
 from supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
-from supervisor.session_state import FINAL, SessionState, has_ended
-from supervisor.store_port import Entry
+from supervisor.session_state import FINAL, SessionState, attempt_row, session_end
+from supervisor.store_port import Entry, SessionStorePort
 from supervisor.thinking import Deliberation, record_decision, record_usage
 from supervisor.verdict import Decision
 
@@ -70,7 +68,7 @@ class SessionRunner:
     def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
-        self.store = ctx.store
+        self.store: SessionStorePort = ctx.store  # the loop needs the port, nothing more
         self.state = SessionState(sid, epoch)
         self.io = SessionIO(
             self.state,
@@ -470,70 +468,4 @@ class SessionRunner:
         await self.checkpointer.flush()
 
     def _checkpoint(self) -> None:
-        batch, acks = take_checkpoint(self.state)
-        self.checkpointer.submit(batch, acks)
-
-
-def session_end(
-    state: SessionState, default_deadline_s: float | None, *, deliberating: bool, now: float
-) -> tuple[SessionStatus, str] | None:
-    """How the session ends now, if it does: past its deadline, or every step has ended and
-    nothing is left to decide."""
-    if state.outcome is not None:
-        return None
-    deadline = state.info.options.deadline_s or default_deadline_s
-    if deadline and now > state.info.started_at + deadline:
-        return (
-            SessionStatus.FAILED,
-            f"session deadline of {deadline:g}s passed; partial results kept",
-        )
-    if state.candidates or state.running():
-        return None  # cheap exit while work is obviously left
-    if deliberating or not all(has_ended(s) for s in state.states.values()):
-        return None
-    failed = [
-        i
-        for i, s in state.states.items()
-        if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
-    ]
-    return (
-        SessionStatus.COMPLETED,
-        f"completed around failed steps: {', '.join(failed)}" if failed else "",
-    )
-
-
-def take_checkpoint(state: SessionState) -> tuple[Checkpoint, list[str]]:
-    """What the next checkpoint writes and acknowledges; the state starts a new batch."""
-    batch, state.batch = state.batch, Checkpoint()
-    dirty, state.dirty = sorted(state.dirty), set()
-    acks, state.acks = state.acks, []
-    for step_id in dirty:
-        st = state.states.get(step_id)
-        # READY/PENDING is the step between attempts: the attempt's own row (written
-        # when its outcome arrived) already says how it ended.
-        if st is not None and st.status not in (StepStatus.READY, StepStatus.PENDING):
-            batch.attempts.append(attempt_row(step_id, st))
-    return batch, acks
-
-
-def attempt_row(step_id: str, st: StepState) -> dict[str, Any]:
-    """An attempt's SQL row; the checkpointer fills in a completed attempt's output."""
-    row = st.model_dump(
-        include={
-            "epoch",
-            "worker",
-            "dispatched_at",
-            "started_at",
-            "finished_at",
-            "error",
-            "error_kind",
-            "output_ref",
-        }
-    )
-    return {
-        "step_id": step_id,
-        "attempt": st.attempt,
-        "status": st.status.value,
-        **row,
-        "output": None,
-    }
+        self.checkpointer.submit(*self.state.take_checkpoint())

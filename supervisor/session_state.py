@@ -101,3 +101,67 @@ class SessionState:
 
     def completed(self) -> set[str]:
         return {i for i, st in self.states.items() if st.status == StepStatus.COMPLETED}
+
+    def take_checkpoint(self) -> tuple[Checkpoint, list[str]]:
+        """What the next checkpoint writes and acknowledges; a new batch starts."""
+        batch, self.batch = self.batch, Checkpoint()
+        dirty, self.dirty = sorted(self.dirty), set()
+        acks, self.acks = self.acks, []
+        for step_id in dirty:
+            st = self.states.get(step_id)
+            # READY/PENDING is the step between attempts: the attempt's own row (written
+            # when its outcome arrived) already says how it ended.
+            if st is not None and st.status not in OPEN:
+                batch.attempts.append(attempt_row(step_id, st))
+        return batch, acks
+
+
+def session_end(
+    state: SessionState, default_deadline_s: float | None, *, deliberating: bool, now: float
+) -> tuple[SessionStatus, str] | None:
+    """How the session ends now, if it does: past its deadline, or every step has ended and
+    nothing is left to decide."""
+    if state.outcome is not None:
+        return None
+    deadline = state.info.options.deadline_s or default_deadline_s
+    if deadline and now > state.info.started_at + deadline:
+        return (
+            SessionStatus.FAILED,
+            f"session deadline of {deadline:g}s passed; partial results kept",
+        )
+    if state.candidates or state.running():
+        return None  # cheap exit while work is obviously left
+    if deliberating or not all(has_ended(s) for s in state.states.values()):
+        return None
+    failed = [
+        i
+        for i, s in state.states.items()
+        if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+    ]
+    return (
+        SessionStatus.COMPLETED,
+        f"completed around failed steps: {', '.join(failed)}" if failed else "",
+    )
+
+
+def attempt_row(step_id: str, st: StepState) -> dict[str, Any]:
+    """An attempt's SQL row; the checkpointer fills in a completed attempt's output."""
+    row = st.model_dump(
+        include={
+            "epoch",
+            "worker",
+            "dispatched_at",
+            "started_at",
+            "finished_at",
+            "error",
+            "error_kind",
+            "output_ref",
+        }
+    )
+    return {
+        "step_id": step_id,
+        "attempt": st.attempt,
+        "status": st.status.value,
+        **row,
+        "output": None,
+    }

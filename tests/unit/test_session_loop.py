@@ -9,8 +9,7 @@ from core.models import ErrorKind, EventType, SessionStatus, Severity, StepStatu
 from planner.plan import Plan
 from supervisor.failures import settle_failure
 from supervisor.scheduler import ready_steps, wait_ms
-from supervisor.session import session_end, take_checkpoint
-from supervisor.session_state import FINAL
+from supervisor.session_state import FINAL, session_end
 from tests.unit.loop_fixtures import Loop, step
 
 NOW = 1_000.0
@@ -140,7 +139,7 @@ def test_a_checkpoint_takes_the_batch_and_rows_of_steps_that_changed() -> None:
     loop = Loop(Plan(steps=[step("a"), step("b")]), a=StepStatus.COMPLETED, b=StepStatus.READY)
     loop.state.dirty |= {"a", "b"}
     loop.state.acks.append("1-0")
-    batch, acks = take_checkpoint(loop.state)
+    batch, acks = loop.state.take_checkpoint()
     assert acks == ["1-0"]
     assert [row["step_id"] for row in batch.attempts] == ["a"]  # b is between attempts
     assert not loop.state.dirty
