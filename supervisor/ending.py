@@ -61,11 +61,12 @@ async def finish_session(
     ``undo`` (compensate completed writes) defaults to aborted and cancelled sessions; a
     poison session that ends failed asks for it too.
     """
+    state, io = end.state, end.io
     if undo is None:
         undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
     if undo:
         await await_writes_in_flight(end)
-    unfinished = [i for i, st in end.state.states.items() if not has_ended(st)]
+    unfinished = [i for i, st in state.states.items() if not has_ended(st)]
     await end.changes.cancel_steps(unfinished, reason=f"session {status.value}")
     compensations: list[dict[str, Any]] = []
     if undo:
@@ -75,57 +76,53 @@ async def finish_session(
         error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
-    await end.io.load_outputs(
-        [i for i, st in end.state.states.items() if st.status == StepStatus.COMPLETED]
+    await io.load_outputs(
+        [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED]
     )
     # A goal whose planning failed has no plan to report steps of.
-    plan = (
-        end.state.plan
-        if end.state.steps
-        else Plan.model_construct(goal=end.state.info.goal, steps=[])
-    )
+    plan = state.plan if state.steps else Plan.model_construct(goal=state.info.goal, steps=[])
     report = build_report(
-        end.io.sid,
+        io.sid,
         plan,
-        end.state.states,
-        end.state.outputs,
+        state.states,
+        state.outputs,
         status=status,
         error=error,
-        started_at=end.state.info.started_at,
+        started_at=state.info.started_at,
         finished_at=now,
-        replans=end.state.info.replans,
-        plan_version=end.state.info.plan_version,
+        replans=state.info.replans,
+        plan_version=state.info.plan_version,
         sensitive=end.sensitive.of_tools(s.tool for s in plan.steps),
     )
     report["compensations"] = mask(compensations)
-    end.state.batch.session.update(
+    state.batch.session.update(
         {
             "status": status.value,
             "finished_at": now,
             "error": error,
             "report": dumps(report),
-            "replans": end.state.info.replans,
-            "plan_version": end.state.info.plan_version,
+            "replans": state.info.replans,
+            "plan_version": state.info.plan_version,
         }
     )
     # The record first: whoever sees the session ended in Redis finds it complete in SQL.
     await drain_events(end)
     await end.checkpoint()
-    keys = end.io.store.keys
-    await end.io.store.write(
-        end.io.sid,
-        end.io.epoch,
+    keys = io.store.keys
+    await io.store.write(
+        io.sid,
+        io.epoch,
         [
             (
                 "HSET",
-                keys.session(end.io.sid),
+                keys.session(io.sid),
                 ["status", status.value, "finished_at", now, "error", error, "report", report],
             ),
-            ("SREM", keys.active, [end.io.sid]),
+            ("SREM", keys.active, [io.sid]),
         ],
     )
-    await end.io.store.note_progress(end.io.sid, "ended", status=status.value, error=error)
-    log.info("session=%s ended %s%s", end.io.sid, status.value, f": {error}" if error else "")
+    await io.store.note_progress(io.sid, "ended", status=status.value, error=error)
+    log.info("session=%s ended %s%s", io.sid, status.value, f": {error}" if error else "")
 
 
 async def adopt_recorded_ending(
@@ -150,8 +147,9 @@ async def adopt_recorded_ending(
 
 async def drain_events(end: Ending) -> None:
     """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
+    io = end.io
     while True:
-        entries = await end.io.read_events(count=500, block_ms=1)
+        entries = await io.read_events(count=500, block_ms=1)
         if not entries:
             return
         for entry_id, fields in entries:
@@ -165,38 +163,39 @@ async def await_writes_in_flight(end: Ending) -> None:
     outcome while its effect still lands, uncompensated. Writes not yet started are
     cancelled with the rest (their claim then fails, so they never run).
     """
-    fresh = await end.io.store.steps(end.io.sid, list(end.state.steps))
+    state, io = end.state, end.io
+    fresh = await io.store.steps(io.sid, list(state.steps))
     for step_id, st in fresh.items():
-        mine = end.state.states.get(step_id)
+        mine = state.states.get(step_id)
         if (
             mine is not None
             and mine.status == StepStatus.RUNNING
             and st.status == StepStatus.COMPLETED
             and st.attempt == mine.attempt
         ):  # completed, its event not read yet: it is undone like any completed write
-            end.state.states[step_id] = st
-            end.state.dirty.add(step_id)
+            state.states[step_id] = st
+            state.dirty.add(step_id)
     waiting = {
         step_id: st.attempt
         for step_id, st in fresh.items()
         if st.status == StepStatus.RUNNING
         and st.started_at > 0
-        and compensation_of(end, end.state.steps[step_id]) is not None
+        and compensation_of(end, state.steps[step_id]) is not None
     }
     if not waiting:
         return
-    longest = max(end.io.timeout(end.state.steps[i]) for i in waiting)
-    deadline = time.monotonic() + longest + end.io.settings.watchdog_grace_s
-    log.info("session=%s waiting for writes in flight: %s", end.io.sid, ", ".join(waiting))
+    longest = max(io.timeout(state.steps[i]) for i in waiting)
+    deadline = time.monotonic() + longest + io.settings.watchdog_grace_s
+    log.info("session=%s waiting for writes in flight: %s", io.sid, ", ".join(waiting))
     while waiting and time.monotonic() < deadline:
-        entries = await end.io.read_events(count=100, block_ms=500)
+        entries = await io.read_events(count=100, block_ms=500)
         for entry_id, fields in entries:
             event = await _record_entry(end, entry_id, fields)
             if event is None or waiting.get(event.step_id) != event.attempt:
                 continue
             if event.type in _OUTCOMES:
-                _apply_outcome(end.state.states[event.step_id], event)
-                end.state.dirty.add(event.step_id)
+                _apply_outcome(state.states[event.step_id], event)
+                state.dirty.add(event.step_id)
                 del waiting[event.step_id]
 
 
@@ -220,14 +219,15 @@ def _apply_outcome(st: StepState, event: Event) -> None:
 
 async def _record_entry(end: Ending, entry_id: str, fields: dict[str, str]) -> Event | None:
     """Acknowledge and record one entry read while ending; an unreadable one is dead-lettered."""
-    end.state.acks.append(entry_id)
+    state, io = end.state, end.io
+    state.acks.append(entry_id)
     try:
         event = read_event(fields)
     except (ValueError, KeyError) as exc:
         cause = f"unreadable event: {describe_error(exc)}"
-        await end.io.store.dead_letter(end.io.sid, [(entry_id, fields)], cause=cause)
+        await io.store.dead_letter(io.sid, [(entry_id, fields)], cause=cause)
         return None
-    end.state.batch.events.append((entry_id, event))
+    state.batch.events.append((entry_id, event))
     return event
 
 
@@ -238,36 +238,36 @@ def compensation_of(end: Ending, step: Step) -> tuple[str, dict[str, Any]] | Non
     ``reservation_id`` from the receipt, the ``sku`` from the params); injected simulations
     stay with the step they were meant for.
     """
+    state, io = end.state, end.io
     if step.compensate is not None:
         return step.compensate.tool, dict(step.compensate.params)
-    if step.tool not in end.io.tools:
+    if step.tool not in io.tools:
         return None
-    spec = end.io.tools.get(step.tool)
-    if spec.side_effect != "write" or not spec.compensate or spec.compensate not in end.io.tools:
+    spec = io.tools.get(step.tool)
+    if spec.side_effect != "write" or not spec.compensate or spec.compensate not in io.tools:
         return None
-    accepted = set(end.io.tools.get(spec.compensate).params_model.model_fields) - {"simulate"}
-    output = end.state.outputs.get(step.id)
+    accepted = set(io.tools.get(spec.compensate).params_model.model_fields) - {"simulate"}
+    output = state.outputs.get(step.id)
     known = {**step.params, **(output if isinstance(output, dict) else {})}
     return spec.compensate, {k: v for k, v in known.items() if k in accepted}
 
 
 async def compensate(end: Ending) -> list[dict[str, Any]]:
     """Undo completed write steps in reverse completion order, each a Celery task with retries."""
-    if not end.state.steps:  # a plan that never loaded: nothing is known to undo
+    state, io = end.state, end.io
+    if not state.steps:  # a plan that never loaded: nothing is known to undo
         return []
-    done = [
-        s for s in end.state.plan.steps if end.state.states[s.id].status == StepStatus.COMPLETED
-    ]
-    done.sort(key=lambda s: end.state.states[s.id].finished_at, reverse=True)
+    done = [s for s in state.plan.steps if state.states[s.id].status == StepStatus.COMPLETED]
+    done.sort(key=lambda s: state.states[s.id].finished_at, reverse=True)
     results = []
     for step in done:
-        await end.io.load_outputs([step.id, *step.dependencies])
+        await io.load_outputs([step.id, *step.dependencies])
         call = compensation_of(end, step)
         if call is None:
             continue
         tool, raw_params = call
         try:
-            params = resolve_params(raw_params, end.state.outputs, step_id=step.id)
+            params = resolve_params(raw_params, state.outputs, step_id=step.id)
         except Exception as exc:  # a compensation we cannot even build is reported, not raised
             results.append(
                 {
@@ -286,39 +286,38 @@ async def compensate(end: Ending) -> list[dict[str, Any]]:
 async def _run_compensation(
     end: Ending, step: Step, tool: str, params: dict[str, Any]
 ) -> dict[str, Any]:
+    io = end.io
     pseudo = f"{step.id}{COMPENSATE_SUFFIX}"
-    timeout = end.io.timeout(step)
+    timeout = io.timeout(step)
     outcome: Event | None = None
     attempt = 0
     for attempt in range(1, COMPENSATION_ATTEMPTS + 1):
         args = StepTaskArgs(
-            session_id=end.io.sid,
+            session_id=io.sid,
             step_id=pseudo,
             attempt=attempt,
-            epoch=end.io.epoch,
+            epoch=io.epoch,
             tool=tool,
             params=params,
             timeout_s=timeout,
-            idempotency_key=f"{end.io.sid}:{step.id}:compensate",
+            idempotency_key=f"{io.sid}:{step.id}:compensate",
         )
         state = StepState(
             status=StepStatus.RUNNING,
             attempt=attempt,
-            epoch=end.io.epoch,
+            epoch=io.epoch,
             task_id=args.task_id,
             dispatched_at=time.time(),
         )
-        await end.io.store.write(
-            end.io.sid,
-            end.io.epoch,
+        await io.store.write(
+            io.sid,
+            io.epoch,
             [
-                end.io.store.step_write(end.io.sid, pseudo, **state.to_fields()),
+                io.store.step_write(io.sid, pseudo, **state.to_fields()),
                 *end.queue.commands(args),
             ],
         )
-        outcome = await _await_outcome(
-            end, pseudo, attempt, timeout + end.io.settings.watchdog_grace_s
-        )
+        outcome = await _await_outcome(end, pseudo, attempt, timeout + io.settings.watchdog_grace_s)
         if outcome is not None and outcome.type in (
             EventType.TASK_COMPLETED,
             EventType.TASK_UNEXPECTED_RESULT,
@@ -340,17 +339,16 @@ async def _run_compensation(
         else (outcome.description if outcome else "no outcome before the timeout"),
     }
     if not ok:
-        log.error(
-            "session=%s step=%s COMPENSATION FAILED: %s", end.io.sid, step.id, result["error"]
-        )
+        log.error("session=%s step=%s COMPENSATION FAILED: %s", io.sid, step.id, result["error"])
     return result
 
 
 async def _await_outcome(end: Ending, pseudo: str, attempt: int, timeout_s: float) -> Event | None:
     """Read the session's events until the outcome of ``pseudo``'s ``attempt`` arrives."""
+    io = end.io
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        entries = await end.io.read_events(count=100, block_ms=500)
+        entries = await io.read_events(count=100, block_ms=500)
         found = None
         for entry_id, fields in entries:
             event = await _record_entry(end, entry_id, fields)
@@ -359,7 +357,7 @@ async def _await_outcome(end: Ending, pseudo: str, attempt: int, timeout_s: floa
         await end.checkpoint()
         if found is not None:
             return found
-    await end.io.end_attempt(
+    await io.end_attempt(
         pseudo,
         attempt,
         status=StepStatus.INTERRUPTED,
