@@ -160,6 +160,17 @@ class SessionEndedError(SessionError):
         )
 
 
+class HotStateLostError(SessionError):
+    """The session's hot state vanished while it was being loaded (Redis lost its data)."""
+
+    def __init__(self, session_id: str, what: str) -> None:
+        super().__init__(
+            f"session {session_id}: {what} vanished from Redis while the session was loaded "
+            "(Redis lost its data); it is rebuilt from the SQL record if one was written",
+            session_id=session_id,
+        )
+
+
 class DispatchError(PlanloopError):
     """A step attempt could not be turned into a Celery message."""
 

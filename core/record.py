@@ -280,6 +280,23 @@ class SqlRecord:
             for call in batch.llm_calls:
                 db.add(LlmCallRow(session_id=sid, **call))
 
+    def add_events(self, sid: str, events: Sequence[tuple[str, Event]]) -> None:
+        """Record ``events`` (id, event) that no checkpoint carried (rebuilt after a loss)."""
+        with self._tx() as db:
+            _upsert(db, EventRow, [_event_values(sid, i, ev) for i, ev in events])
+
+    def fail_unrecoverable(self, sid: str, error: str) -> bool:
+        """End a session whose hot state is gone and cannot be rebuilt (failed, with
+        ``error``); False if it had ended already (ended is written once)."""
+        now = time.time()
+        with self._tx() as db:
+            ended = db.execute(
+                update(SessionRow)
+                .where(SessionRow.id == sid, SessionRow.status.notin_(ENDED_STATUSES))
+                .values(status="failed", error=error, finished_at=now, updated_at=now)
+            )
+            return bool(ended.rowcount)  # type: ignore[attr-defined]
+
     # --- reads ----------------------------------------------------------------------------
     def session(self, sid: str) -> SessionRow | None:
         with self._sessions() as db:

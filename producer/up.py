@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -23,7 +23,7 @@ import redis
 from rich.console import Console
 
 from config.settings import Settings
-from core.errors import ConfigError
+from core.errors import ConfigError, SessionEndedError
 from core.keys import INBOX_GROUP, Keys
 from core.redis_faults import redact_url
 from core.tools import load_tools
@@ -220,7 +220,8 @@ def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
     try:
         status = watch_session(producer, sid, console=console)
     except KeyboardInterrupt:
-        producer.cancel(sid, "demo interrupted (Ctrl-C)")
+        with suppress(SessionEndedError):  # it ended as Ctrl-C came: nothing to stop
+            producer.cancel(sid, "demo interrupted (Ctrl-C)")
         record = producer.wait(sid, timeout_s=10)
         console.print(f"session {sid} {record.status.value}; stopping the stack")
         return EXIT_INTERRUPTED

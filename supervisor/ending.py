@@ -146,8 +146,14 @@ async def adopt_recorded_ending(
 
 
 async def drain_events(end: Ending) -> None:
-    """Record and acknowledge what is still on the stream: nothing stays pending after the end."""
+    """Record and acknowledge what is still on the stream: nothing stays pending after the end.
+
+    Pending entries first: a reply lost to a dropped connection, or a former owner's read,
+    leaves events delivered but never applied, and the end may come before the idle claim.
+    """
     io = end.io
+    for entry_id, fields in await io.store.claim_pending(io.sid, io.consumer):
+        await _record_entry(end, entry_id, fields)
     while True:
         entries = await io.read_events(count=500, block_ms=1)
         if not entries:

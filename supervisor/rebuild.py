@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from core.hot_state import blob_digest
-from core.models import SessionStatus, StepState, StepStatus
+from core.models import Event, EventType, SessionStatus, StepState, StepStatus
+from core.record import EventRow, StepAttemptRow
 from planner.plan import Plan
 from supervisor.context import SupervisorContext
 
@@ -34,14 +38,24 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     """
     row = await ctx.sql(lambda: ctx.record.session(sid))
     versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
-    if row is None or not versions:
+    if row is None:
         return False
     if SessionStatus(row.status).ended:  # ended is final: never back to running
         log.info("session=%s ended %s; not rebuilt", sid, row.status)
         return False
+    if not versions and row.plan_version:
+        # The plan it was given lived only in Redis: nothing can run it again.
+        error = (
+            f"Redis lost this session's plan (version {row.plan_version}) before it was "
+            "recorded in SQL; submit the session again"
+        )
+        if await ctx.sql(lambda: ctx.record.fail_unrecoverable(sid, error)):
+            log.error("session=%s failed: %s", sid, error)
+        return False
     attempts = await ctx.sql(lambda: ctx.record.attempts(sid))
-    plan_row = versions[-1]
-    plan = Plan.model_validate_json(plan_row.plan)
+    events = await ctx.sql(lambda: ctx.record.events(sid))
+    plan_row = versions[-1] if versions else None
+    plan = Plan.model_validate_json(plan_row.plan) if plan_row else None
     latest: dict[str, Any] = {}
     for attempt in attempts:
         latest[attempt.step_id] = attempt  # ordered by step, then attempt
@@ -55,7 +69,8 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
         mapping={
             "status": row.status,
             "goal": row.goal,
-            "plan_version": plan_row.version,
+            # 0: it was being planned from its goal; the next owner plans it again.
+            "plan_version": plan_row.version if plan_row else 0,
             "epoch": row.epoch,
             "created_at": repr(row.created_at),
             "replans": row.replans,
@@ -65,8 +80,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
             "started_at": repr(row.updated_at or row.created_at),
         },
     )
-    pipe.set(keys.plan(sid, plan_row.version), plan_row.plan)
-    for step in plan.steps:
+    if plan_row is not None:
+        pipe.set(keys.plan(sid, plan_row.version), plan_row.plan)
+    for step in plan.steps if plan else []:
         st = StepState()
         last = latest.get(step.id)
         if last is not None:
@@ -90,5 +106,45 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     pipe.sadd(keys.active, sid)
     pipe.zadd(keys.sessions, {sid: row.created_at})
     await pipe.execute()
-    log.warning("session=%s hot state rebuilt from SQL (plan version %d)", sid, plan_row.version)
+    recovered = completions_without_event(latest.values(), events)
+    if recovered:
+        await ctx.sql(lambda: ctx.record.add_events(sid, recovered))
+    log.warning(
+        "session=%s hot state rebuilt from SQL (plan version %d; %d completion events "
+        "recovered from attempt rows)",
+        sid,
+        plan_row.version if plan_row else 0,
+        len(recovered),
+    )
     return True
+
+
+def completions_without_event(
+    attempts: Iterable[StepAttemptRow], events: Iterable[EventRow]
+) -> list[tuple[str, Event]]:
+    """Completion events for completed attempts the record has no event for.
+
+    A takeover records a completed step's attempt row as soon as it sees the step hash;
+    the worker's event may still sit unread in the stream when Redis loses its data. The
+    attempt row proves the completion, so the event is written back from it.
+    """
+    seen = {
+        (e.step_id, e.attempt)
+        for e in events
+        if e.type in (EventType.TASK_COMPLETED.value, EventType.TASK_UNEXPECTED_RESULT.value)
+    }
+    return [
+        (
+            # Stream ids look like 1700000000000-0; this one cannot collide with them.
+            "rebuilt-" + hashlib.sha256(f"{a.step_id}#{a.attempt}".encode()).hexdigest()[:24],
+            Event(
+                type=EventType.TASK_COMPLETED,
+                step_id=a.step_id,
+                attempt=a.attempt,
+                description="completion recovered from the attempt record (Redis lost the event)",
+                occurred_at=a.finished_at or time.time(),
+            ),
+        )
+        for a in attempts
+        if a.status == StepStatus.COMPLETED.value and (a.step_id, a.attempt) not in seen
+    ]

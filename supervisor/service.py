@@ -19,7 +19,7 @@ from config.settings import Settings
 from core.keys import Keys
 from core.models import SessionStatus
 from core.record import SqlRecord
-from core.redis_faults import Outage, is_missing_group, is_redis_fault
+from core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
 from core.redis_version import require_supported_redis
 from core.tools import load_tools
 from planner.llm import build_chat_model
@@ -72,6 +72,8 @@ class Supervisor:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
 
+        0. Wait for Redis to answer (a supervisor started during an outage waits it out)
+           and refuse a Redis older than 6.2.
         1. Keep the leases of owned sessions alive (a task of its own; a lease that cannot
            be renewed stops its session loop at once, and so does Redis staying out of
            reach for longer than the lease TTL: the leases are taken as lost).
@@ -84,7 +86,12 @@ class Supervisor:
         4. On stop: cancel the session loops and release their leases, so a peer resumes
            them without waiting for the leases to expire.
         """
-        await require_supported_redis(self.store.r, self.settings.redis_url)
+        log.info(
+            "supervisor %s starting (redis at %s)", self.name, redact_url(self.settings.redis_url)
+        )
+        if not await self._until_redis_answers(stop):
+            await self.store.r.aclose()
+            return
         keeper = asyncio.create_task(self._keep_leases(stop), name="leases")
         log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
         try:
@@ -109,6 +116,22 @@ class Supervisor:
             await self._let_go()
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
+
+    async def _until_redis_answers(self, stop: asyncio.Event) -> bool:
+        """Check the Redis version, waiting out an unreachable Redis (a supervisor started,
+        or restarted, while Redis is down waits for it instead of dying). False: stopped."""
+        while not stop.is_set():
+            try:
+                await require_supported_redis(self.store.r, self.settings.redis_url)
+            except redis.RedisError as exc:
+                if not is_redis_fault(exc):
+                    raise
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+            else:
+                self.outage.over()
+                return True
+        return False
 
     async def _serve_once(self) -> None:
         """One turn: (re)create the inbox group if needed, reclaim, take what was announced."""
@@ -232,9 +255,10 @@ class Supervisor:
             else:
                 renewed_at = sent
                 for (sid, _token), ok in zip(owned, renewed, strict=True):
-                    if not ok:
+                    lost = self.owned.get(sid)  # its loop may have ended during the renewal
+                    if not ok and lost is not None:
                         log.error("session=%s lease lost; stopping its loop at once", sid)
-                        self.owned[sid].task.cancel()
+                        lost.task.cancel()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
 

@@ -8,7 +8,14 @@ import time
 
 import redis
 
-from core.errors import FencedOutError, LLMError, PlanError, SessionEndedError, SessionError
+from core.errors import (
+    FencedOutError,
+    HotStateLostError,
+    LLMError,
+    PlanError,
+    SessionEndedError,
+    SessionError,
+)
 from core.models import (
     ErrorKind,
     Event,
@@ -150,6 +157,8 @@ class SessionRunner:
             log.warning(
                 "session=%s epoch=%d fenced out: another supervisor owns it", self.sid, self.epoch
             )
+        except HotStateLostError as exc:
+            log.warning("session=%s epoch=%d loop stopped: %s", self.sid, self.epoch, exc)
         except redis.RedisError as exc:
             if not is_redis_fault(exc):
                 raise
@@ -201,6 +210,10 @@ class SessionRunner:
         await store.ensure_groups(self.sid)
         started = info.started_at or time.time()
         raw = await store.plan_json(self.sid, info.plan_version) if info.plan_version else None
+        if info.plan_version and raw is None:
+            # Wiped between the two reads: claiming now would record a session without
+            # its plan, which no rebuild could ever restore.
+            raise HotStateLostError(self.sid, f"plan version {info.plan_version}")
         try:
             await self.claim((info.plan_version, raw) if raw is not None else None)
         except SessionEndedError:
@@ -218,10 +231,7 @@ class SessionRunner:
             if state.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
                 await self._plan_goal()
         else:
-            if raw is None:
-                raise SessionError(
-                    f"plan version {info.plan_version} is missing", session_id=self.sid
-                )
+            assert raw is not None  # checked before the claim
             state.use_plan(Plan.model_validate_json(raw))
             if info.started_at:  # taken before: read what happened so far
                 state.states = await store.steps(self.sid, state.steps)

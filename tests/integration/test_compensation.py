@@ -20,7 +20,7 @@ steps:
   - {id: w1, tool: bench.write, params: {label: first}}
   - {id: w2, tool: bench.write, params: {label: second, seconds: 0.05}, dependencies: [w1]}
   - {id: w3, tool: bench.write, params: {label: third}, dependencies: [w2]}
-  - {id: hold, tool: bench.sleep, params: {seconds: 30}, dependencies: [w3], timeout_s: 60}
+  - {id: hold, tool: bench.sleep, params: {seconds: 12}, dependencies: [w3], timeout_s: 60}
 """
 
 BROKEN_UNDO = """
@@ -34,7 +34,7 @@ steps:
     compensate:
       tool: bench.sleep
       params: {seconds: 0.01, simulate: {fail_attempts: [1, 2, 3], permanent: true}}
-  - {id: hold, tool: bench.sleep, params: {seconds: 30}, dependencies: [doomed], timeout_s: 60}
+  - {id: hold, tool: bench.sleep, params: {seconds: 12}, dependencies: [doomed], timeout_s: 60}
 """
 
 
@@ -123,7 +123,7 @@ RESERVE = """
 goal: reserve stock, then get cancelled
 steps:
   - {id: reserve, tool: supply_chain.reserve_stock, params: {sku: SKU12345, qty: 5}}
-  - {id: hold, tool: bench.sleep, params: {seconds: 30}, dependencies: [reserve], timeout_s: 60}
+  - {id: hold, tool: bench.sleep, params: {seconds: 12}, dependencies: [reserve], timeout_s: 60}
 """
 
 

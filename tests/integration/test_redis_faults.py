@@ -277,3 +277,27 @@ def test_worker_that_must_stop_exits_non_zero(private_stack: MakeStack, tmp_path
     )
     assert b"broker gone for good" in done.stderr + done.stdout
     assert done.returncode == 1, done.stderr[-2000:]
+
+
+def test_a_supervisor_started_while_redis_is_down_waits_for_it(
+    private_redis: MakeRedis, private_stack: MakeStack
+) -> None:
+    """Started (or restarted by `up`) during an outage, it waits instead of exiting."""
+    server, ps = faulty_stack(private_redis, private_stack)
+    ps.redis.save()
+    assert server.process is not None
+    server.process.terminate()
+    server.process.wait(10)
+    late = ps.start_supervisor()
+    wait_for(
+        lambda: "redis unreachable at" in ps.supervisor_log(late), 30, "the outage to be noticed"
+    )
+    assert late.poll() is None, ps.supervisor_log(late)[-3000:]
+    server.start()
+
+    plan = write_plan("started-while-down")
+    ids = [s.id for s in plan.steps]
+    record = ps.finish(ps.producer.submit(plan), ids, 60, "after the late start")
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    alive(ps)

@@ -184,3 +184,57 @@ def test_a_session_that_crashes_its_loop_cools_off_instead_of_crashing_every_sup
         lambda: "loop crashed (2 of 5); retried in 4.0s" in ps.supervisor_log(sup), 20, "a retry"
     )
     assert not ps.producer.session(sid).status.ended
+
+
+def _recorded_only(ps: PrivateStack, sid: str, plan_version: int) -> None:
+    """A session the SQL record shows running whose hot state (and plan) Redis lost."""
+    ps.record.claim(
+        sid,
+        1,
+        owner="a supervisor that died",
+        fields={
+            "status": SessionStatus.RUNNING.value,
+            "goal": "recorded, then lost by redis",
+            "created_at": 1.0,
+            "plan_version": plan_version,
+            "options": "{}",
+        },
+    )
+
+
+def test_a_recorded_session_whose_plan_redis_lost_fails_naming_the_loss(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=0, supervisors=1)
+    sid = "lost-plan-session"
+    _recorded_only(ps, sid, plan_version=1)
+
+    row = wait_for(
+        lambda: (r := ps.record.session(sid)) is not None and r.status != "running" and r,
+        30,
+        "the session to end",
+    )
+
+    assert row.status == SessionStatus.FAILED
+    assert "Redis lost this session's plan (version 1)" in row.error
+    assert "submit the session again" in row.error
+
+
+def test_a_recorded_session_lost_while_it_was_planned_is_planned_again(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=0, supervisors=1)
+    sid = "lost-while-planning"
+    _recorded_only(ps, sid, plan_version=0)
+
+    row = wait_for(
+        lambda: (r := ps.record.session(sid)) is not None and r.status != "running" and r,
+        30,
+        "the session to end",
+    )
+
+    # Rebuilt with no plan: the next owner planned the goal again (no LLM in this stack,
+    # so planning fails, naming it), instead of leaving the session running forever.
+    assert ps.redis.exists(ps.keys.session(sid))
+    assert row.status == SessionStatus.FAILED
+    assert "Redis lost" not in row.error
