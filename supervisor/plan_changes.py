@@ -1,37 +1,67 @@
-"""Changing what a session runs: skip a branch, cancel steps, install a new plan version."""
+"""Changing what a session runs: skip a branch, cancel steps, install a new plan version, and
+carry out a deliberation's verdict through that one freeze / prune / inject path."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from core.models import Event, EventType, Severity, StepState, StepStatus
+from core.errors import LLMError, PlanError
+from core.models import Event, EventType, SessionStatus, Severity, StepState, StepStatus
 from planner.dag import descendants
+from planner.decision import ReplanAction
+from planner.merge import inject_fallback
 from planner.plan import Plan
-from supervisor.session_base import SessionBase, has_ended
+from planner.validation import validate_plan
+from supervisor.policy import FAILURES
+from supervisor.session_base import SessionIO
+from supervisor.session_state import has_ended
+from supervisor.thinking import Deliberation, record_usage
+from supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
 
+Revoke = Callable[[Iterable[str]], None]  # revoke queued task ids (the dispatcher's)
 
-class PlanChanges(SessionBase):
+
+def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
+    """The plan with the declared fallback of each of ``failed`` injected, validated."""
+    state = io.state
+    plan = state.plan
+    for step_id in failed:
+        if state.steps[step_id].fallback:
+            plan = inject_fallback(plan, step_id)
+    validate_plan(plan, io.tools, completed=state.completed())
+    return plan
+
+
+class PlanChanges:
     """The freeze / prune / inject path every decision goes through."""
 
+    def __init__(self, io: SessionIO, revoke: Revoke) -> None:
+        self.io = io
+        self.state = io.state
+        self.store = io.store
+        self.revoke = revoke
+
     async def skip_descendants(self, step_id: str) -> None:
+        state, sid = self.state, self.io.sid
         skipped = [
-            d for d in sorted(descendants(self.plan, step_id)) if not has_ended(self.states[d])
+            d for d in sorted(descendants(state.plan, step_id)) if not has_ended(state.states[d])
         ]
         for d in skipped:
-            self.states[d].status = StepStatus.SKIPPED
-            self.states[d].note = f"dependency {step_id!r} did not complete"
-            self.dirty.add(d)
+            state.states[d].status = StepStatus.SKIPPED
+            state.states[d].note = f"dependency {step_id!r} did not complete"
+            state.dirty.add(d)
         ops = [
-            self.store.step_write(self.sid, d, status="skipped", note=self.states[d].note)
+            self.store.step_write(sid, d, status="skipped", note=state.states[d].note)
             for d in skipped
         ]
-        await self.store.write(self.sid, self.epoch, ops)
+        await self.store.write(sid, self.io.epoch, ops)
         if skipped:
-            await self.append_event(
+            await self.io.append_event(
                 Event(
                     type=EventType.DEPENDENCY_BROKEN,
                     severity=Severity.INFO,
@@ -45,34 +75,31 @@ class PlanChanges(SessionBase):
         self, step_ids: list[str], reason: str = "cancelled by a re-plan"
     ) -> None:
         """Cancel steps that have not ended: revoke and fence running attempts."""
-        running = [i for i in step_ids if self.states[i].status == StepStatus.RUNNING]
-        self.ctx.dispatcher.revoke(self.states[i].task_id for i in running)
+        states, sid = self.state.states, self.io.sid
+        running = [i for i in step_ids if states[i].status == StepStatus.RUNNING]
+        self.revoke(states[i].task_id for i in running)
         for step_id in running:
-            st = self.states[step_id]
-            await self.end_attempt(
+            await self.io.end_attempt(
                 step_id,
-                st.attempt,
+                states[step_id].attempt,
                 status=StepStatus.CANCELLED,
                 error_kind="cancelled",
                 description=reason,
             )
         ops = []
         for step_id in step_ids:
-            st = self.states[step_id]
+            st = states[step_id]
             if step_id in running or not has_ended(st):
                 st.status, st.note = StepStatus.CANCELLED, reason
-                ops.append(self.store.step_write(self.sid, step_id, status=st.status, note=reason))
-                self.dirty.add(step_id)
-        await self.store.write(self.sid, self.epoch, ops)
+                ops.append(self.store.step_write(sid, step_id, status=st.status, note=reason))
+                self.state.dirty.add(step_id)
+        await self.store.write(sid, self.io.epoch, ops)
 
     async def count_replan(self) -> None:
-        self.info = self.info.model_copy(update={"replans": self.info.replans + 1})
-        await self.store.write(
-            self.sid,
-            self.epoch,
-            [("HSET", self.store.keys.session(self.sid), ["replans", self.info.replans])],
-        )
-        self.batch.session["replans"] = self.info.replans
+        state = self.state
+        state.info = state.info.model_copy(update={"replans": state.info.replans + 1})
+        await self.io.write_session("replans", state.info.replans)
+        state.batch.session["replans"] = state.info.replans
 
     async def install_plan(self, plan: Plan, *, reason: str, replan: bool) -> None:
         """Store ``plan`` as the next version and run it from here on.
@@ -80,40 +107,94 @@ class PlanChanges(SessionBase):
         Steps of the old version that the new one drops are cancelled; new steps start
         pending; a re-used id keeps counting attempts so task ids stay unique.
         """
-        version = self.info.plan_version + 1
+        state, sid = self.state, self.io.sid
+        version = state.info.plan_version + 1
         keys, raw = self.store.keys, plan.model_dump_json()
-        ops: list[tuple[str, str, list[Any]]] = [("SET", keys.plan(self.sid, version), [raw, "NX"])]
-        for step_id in [i for i in self.steps if i not in {s.id for s in plan.steps}]:
-            if not has_ended(self.states[step_id]):
+        ops: list[tuple[str, str, list[Any]]] = [("SET", keys.plan(sid, version), [raw, "NX"])]
+        kept = {s.id for s in plan.steps}
+        for step_id in [i for i in state.steps if i not in kept]:
+            if not has_ended(state.states[step_id]):
                 ops.append(
                     self.store.step_write(
-                        self.sid, step_id, status="cancelled", note="dropped by re-plan"
+                        sid, step_id, status="cancelled", note="dropped by re-plan"
                     )
                 )
-            self.states.pop(step_id, None)
+            state.states.pop(step_id, None)
         for step in plan.steps:
-            old = self.states.get(step.id)
+            old = state.states.get(step.id)
             # New ids start fresh, and so do dropped steps a re-plan brings back; a step
             # that failed for good and stays (a fallback took its place) keeps its state.
             if old is None or old.status in (StepStatus.CANCELLED, StepStatus.SKIPPED):
                 fresh = StepState(attempt=old.attempt if old else 0)
-                self.states[step.id] = fresh
-                ops.append(self.store.step_write(self.sid, step.id, **fresh.to_fields()))
-                self.dirty.add(step.id)
-        replans = self.info.replans + (1 if replan else 0)
-        ops.append(("HSET", keys.session(self.sid), ["plan_version", version, "replans", replans]))
-        await self.store.write(self.sid, self.epoch, ops)
-        self._use_plan(plan)
-        self._reindex()
-        self.info = self.info.model_copy(update={"plan_version": version, "replans": replans})
-        self.batch.plan_versions.append(
+                state.states[step.id] = fresh
+                ops.append(self.store.step_write(sid, step.id, **fresh.to_fields()))
+                state.dirty.add(step.id)
+        replans = state.info.replans + (1 if replan else 0)
+        ops.append(("HSET", keys.session(sid), ["plan_version", version, "replans", replans]))
+        await self.store.write(sid, self.io.epoch, ops)
+        state.use_plan(plan)
+        state.reindex()
+        state.info = state.info.model_copy(update={"plan_version": version, "replans": replans})
+        state.batch.plan_versions.append(
             {"version": version, "plan": raw, "reason": reason, "created_at": time.time()}
         )
-        self.batch.session.update({"plan_version": version, "replans": replans})
+        state.batch.session.update({"plan_version": version, "replans": replans})
         log.info(
             "session=%s plan version %d installed (%d steps): %s",
-            self.sid,
+            sid,
             version,
             len(plan.steps),
             reason,
         )
+
+    # --- carrying out a verdict -----------------------------------------------------------
+    async def execute(self, decision: Decision, brain: Deliberation) -> None:
+        """Carry out ``decision``: park it for a person, end the session, skip what cannot
+        run, or install the next plan version (a declared fallback, or the LLM's)."""
+        state, sid = self.state, self.io.sid
+        verdict, changes, d = decision.verdict, decision.changes, decision.verdict.decision
+        if verdict.source == "await_human":
+            brain.park(changes)
+            await self.io.write_session("awaiting", "approval")
+            await self.store.note_progress(sid, "approval_required", reason=d.reasoning)
+            return
+        await self.store.note_progress(
+            sid, "decision", action=d.action.value, source=verdict.source, reasoning=d.reasoning
+        )
+        if d.action == ReplanAction.ABORT:
+            status = SessionStatus.FAILED if verdict.fail_session else SessionStatus.ABORTED
+            state.outcome = (status, d.reasoning)
+            return
+        failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in state.steps]
+        rules = verdict.source == "rule" or brain.chat is None
+        fallbacks = [i for i in failed if state.steps[i].fallback]
+        if d.action != ReplanAction.CONTINUE and brain.chat is None and not fallbacks:
+            # Without an LLM only declared fallbacks can be injected; with none to inject,
+            # a re-plan (say, one a person approved) can only go on with what is left.
+            log.info("session=%s no LLM and no fallback to inject: continuing", sid)
+            d = d.model_copy(update={"action": ReplanAction.CONTINUE})
+        if d.action == ReplanAction.CONTINUE:
+            for step_id in failed:
+                await self.skip_descendants(step_id)
+            return
+        await self.store.note_progress(
+            sid,
+            "replan_required",
+            reason=decision.reason,
+            count=state.info.replans + 1,
+            action=d.action.value,
+        )
+        try:
+            if rules:
+                plan = fallback_plan(self.io, failed)
+            else:
+                cancel = brain.to_cancel(d, changes)
+                await self.cancel_steps(sorted(cancel))
+                plan, usages = await brain.replan(d, cancel)
+                record_usage(state.batch, usages)
+        except (PlanError, LLMError) as exc:
+            log.error("session=%s re-plan failed: %s", sid, exc)
+            await self.count_replan()
+            brain.requeue(changes)
+            return
+        await self.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)

@@ -31,8 +31,7 @@ from core.record import Checkpoint
 from planner.plan import Plan
 from supervisor.context import SupervisorContext
 from supervisor.ending import finish_session
-from supervisor.session import SessionRunner
-from supervisor.session_base import read_event
+from supervisor.session import SessionRunner, record_events
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ async def end_crashed_session(
     runner = SessionRunner(ctx, sid, epoch)
     try:
         await _load_what_can(runner)
-        await finish_session(runner, status, error, undo=True)
+        await finish_session(runner.ending, status, error, undo=True)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
         await ctx.store.r.srem(ctx.store.keys.active, sid)
@@ -88,35 +87,34 @@ async def end_crashed_session(
 
 async def _load_what_can(runner: SessionRunner) -> None:
     """Session record, plan and step states, each only if it parses; claim the SQL row."""
-    ctx, sid, store = runner.ctx, runner.sid, runner.store
+    ctx, sid, store, state = runner.ctx, runner.sid, runner.ctx.store, runner.state
     fields = cast(dict[str, str], await store.r.hgetall(store.keys.session(sid)))
     if fields.get("status") and SessionStatus(fields["status"]).ended:
         raise SessionEndedError(sid, fields["status"])
     try:
-        runner.info = SessionRecord.from_fields(sid, fields)
+        state.info = SessionRecord.from_fields(sid, fields)
     except ValueError:
-        runner.info = SessionRecord(id=sid, goal=fields.get("goal", ""))
-    version = runner.info.plan_version
+        state.info = SessionRecord(id=sid, goal=fields.get("goal", ""))
+    version = state.info.plan_version
     raw = await store.plan_json(sid, version) if version else None
     if raw is None and version:
         versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
         raw = versions[-1].plan if versions else None
     with contextlib.suppress(FencedOutError):  # claimed at this epoch already
-        await _claim(runner, (version, raw) if raw is not None else None)
+        await runner.claim((version, raw) if raw is not None else None)
     plan = _parse_plan(sid, raw)
     if plan is None:
         return
-    runner._use_plan(plan)
-    runner.states = await store.steps(sid, runner.steps)
-    for step_id in runner.steps:
-        runner.states.setdefault(step_id, StepState())
-    runner._reindex()
+    state.use_plan(plan)
+    state.states = await store.steps(sid, state.steps)
+    for step_id in state.steps:
+        state.states.setdefault(step_id, StepState())
+    state.reindex()
     # What a former owner left unacknowledged is recorded, not applied: nothing stays
     # pending after the end (the step hashes already say which writes completed).
-    for entry_id, entry in await store.claim_pending(sid, ctx.name):
-        runner.acks.append(entry_id)
-        with contextlib.suppress(ValueError, KeyError):
-            runner.batch.events.append((entry_id, read_event(entry)))
+    pending = await store.claim_pending(sid, ctx.name)
+    state.acks += [entry_id for entry_id, _ in pending]
+    record_events(state, pending)
 
 
 def _parse_plan(sid: str, raw: str | None) -> Plan | None:
@@ -127,22 +125,6 @@ def _parse_plan(sid: str, raw: str | None) -> Plan | None:
     except (ValueError, RecursionError) as exc:
         log.error("session=%s plan cannot be read (%s): no step can be compensated", sid, exc)
         return None
-
-
-async def _claim(runner: SessionRunner, plan: tuple[int, str] | None) -> None:
-    info = runner.info
-    fields = {
-        "status": SessionStatus.RUNNING.value,
-        "goal": info.goal,
-        "created_at": info.created_at,
-        "plan_version": info.plan_version,
-        "options": info.options.model_dump_json(),
-    }
-    await runner.ctx.sql(
-        lambda: runner.ctx.record.claim(
-            runner.sid, runner.epoch, owner=runner.ctx.name, fields=fields, plan=plan
-        )
-    )
 
 
 async def _end_bare(

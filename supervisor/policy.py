@@ -1,16 +1,24 @@
 """The rule policy: what to do with a step that failed, when no LLM decides.
 
 Order (DESIGN.md): retry budget → fallback sub-graph → skip the branch if not critical → fail.
+The session loop asks :func:`decide_failure` whether a failed attempt is retried; once a
+failure is final, :func:`rule_verdict` is the decision of the no-LLM path and of the
+decision agent's fallback when the LLM fails: one policy for both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
-from core.models import ErrorKind
+from core.models import ErrorKind, Event, EventType
+from planner.decision import ReplanAction, ReplanDecision
 from planner.plan import Step
+from supervisor.verdict import Verdict
 
 RETRYABLE = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.LOST})
+FAILURES = (EventType.TASK_FAILED, EventType.TASK_INTERRUPTED)
+RULE = "rule policy (no LLM configured)"
 
 
 class RuleAction(StrEnum):
@@ -26,11 +34,44 @@ def decide_failure(step: Step, attempt: int, error_kind: str, max_retries: int) 
     """The rule policy's answer for ``step`` whose attempt ``attempt`` failed."""
     if error_kind in RETRYABLE and attempt <= max_retries:
         return RuleAction.RETRY
+    return decide_final_failure(step)
+
+
+def decide_final_failure(step: Step) -> RuleAction:
+    """The answer for ``step`` once its retries are spent (or cannot help)."""
     if step.fallback:
         return RuleAction.FALLBACK
     if not step.critical:
         return RuleAction.SKIP_BRANCH
     return RuleAction.FAIL_SESSION
+
+
+def rule_verdict(changes: Sequence[Event], steps: Mapping[str, Step]) -> Verdict:
+    """The rule policy's verdict on ``changes``: the first final failure with a fallback
+    injects it, the first critical one fails the session; else continue, skipping what
+    cannot run."""
+    for event in changes:
+        if event.type not in FAILURES or event.step_id not in steps:
+            continue
+        step = steps[event.step_id]
+        action = decide_final_failure(step)
+        if action == RuleAction.FALLBACK:
+            text = f"{RULE}: {step.id} failed for good; inject its fallback"
+            decision = ReplanDecision(
+                action=ReplanAction.REPLAN_REMAINING,
+                reasoning=text,
+                steps_to_cancel=[],
+                confidence=1.0,
+            )
+            return Verdict(decision, "rule")
+        if action == RuleAction.FAIL_SESSION:
+            text = f"{RULE}: critical step {step.id} failed: {event.description}"
+            decision = ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0)
+            return Verdict(decision, "rule", fail_session=True)
+    kinds = ", ".join(sorted({e.type.value for e in changes}))
+    text = f"{RULE}: continue; skip what cannot run ({kinds})"
+    decision = ReplanDecision(action=ReplanAction.CONTINUE, reasoning=text, confidence=1.0)
+    return Verdict(decision, "rule")
 
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:

@@ -105,6 +105,14 @@ class SessionStore:
         fields = cast(dict[str, str], await self.r.hgetall(self.keys.session(sid)))
         return SessionRecord.from_fields(sid, fields) if fields else None
 
+    async def session_field(self, sid: str, name: str) -> str | None:
+        """One field of the session hash (``status``, ``cancel_requested``)."""
+        return cast(str | None, await self.r.hget(self.keys.session(sid), name))
+
+    async def leave_active(self, sid: str) -> None:
+        """Drop an ended session from the active set (unfenced: it is over either way)."""
+        await self.r.srem(self.keys.active, sid)
+
     async def plan_json(self, sid: str, version: int) -> str | None:
         return cast(str | None, await self.r.get(self.keys.plan(sid, version)))
 
@@ -161,7 +169,7 @@ class SessionStore:
         encoded: list[Op] = []
         for command, key, args in ops:
             index = targets.setdefault(key, len(targets) + 1)
-            encoded.append([command, index, *[_arg(a) for a in args]])
+            encoded.append([command, index, *[arg_text(a) for a in args]])
         call = FencedWrite(
             session_key=self.keys.session(sid),
             epoch=epoch,
@@ -204,7 +212,11 @@ class SessionStore:
 
     async def note_progress(self, sid: str, kind: str, **fields: Any) -> None:
         """A note for ``watch`` (re-plans, session end); never needed for correctness."""
-        data = {"kind": kind, "at": repr(time.time()), **{k: _arg(v) for k, v in fields.items()}}
+        data = {
+            "kind": kind,
+            "at": repr(time.time()),
+            **{k: arg_text(v) for k, v in fields.items()},
+        }
         await self.r.xadd(self.keys.progress(sid), data, maxlen=10_000, approximate=True)  # type: ignore[arg-type]
 
     async def last_note(self, sid: str, kinds: Sequence[str]) -> dict[str, str] | None:
@@ -267,7 +279,7 @@ class SessionStore:
         newest: Any = await self.r.xrevrange(key, count=keep)
         cutoff = newest[-1][0]
         pending: Any = await self.r.xpending(key, EVENTS_GROUP)
-        if pending.get("pending") and _stream_id(pending["min"]) < _stream_id(cutoff):
+        if pending.get("pending") and stream_id(pending["min"]) < stream_id(cutoff):
             cutoff = pending["min"]
         return int(await self.r.xtrim(key, minid=cutoff, approximate=False))
 
@@ -292,13 +304,16 @@ class SessionStore:
         await pipe.execute()
 
     async def delivery_counts(self, sid: str, entry_ids: Sequence[str]) -> dict[str, int]:
+        """How often each of ``entry_ids`` (pending) was delivered."""
         if not entry_ids:
             return {}
+        # Ids order as (ms, seq) numbers: as strings "…-10" sorts before "…-9", and a range
+        # cut that way would miss entries (and let a poison event escape dead-lettering).
         rows: Any = await self.r.xpending_range(
             self.keys.events(sid),
             EVENTS_GROUP,
-            min=min(entry_ids),
-            max=max(entry_ids),
+            min=min(entry_ids, key=stream_id),
+            max=max(entry_ids, key=stream_id),
             count=len(entry_ids) * 2,
         )
         return {row["message_id"]: int(row["times_delivered"]) for row in rows}
@@ -327,12 +342,14 @@ class SessionStore:
             await self.r.xdel(self.keys.inbox, *entry_ids)
 
 
-def _stream_id(entry_id: str) -> tuple[int, int]:
+def stream_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as the numbers it orders by."""
     millis, _, seq = entry_id.partition("-")
     return int(millis), int(seq or 0)
 
 
-def _arg(value: Any) -> str:
+def arg_text(value: Any) -> str:
+    """A value as the text a Redis command argument carries."""
     if isinstance(value, str):
         return value
     if isinstance(value, float):

@@ -1,8 +1,9 @@
-"""The session's deliberation: when a trigger fires, decide (LLM or rules) and carry it out.
+"""The session's deliberation: when a trigger fires, decide (LLM or rules) what to do.
 
 The trigger policy says *when*; the decision agent (or, with no LLM configured, the rule
-policy) says *what*; the supervisor enforces the re-plan budget and executes the decision
-through one freeze / prune / inject path.
+policy) says *what*, as a :class:`Verdict` the session loop carries out (plan_changes.py)
+through one freeze / prune / inject path. The deliberation reads the session's state and
+never changes it; it keeps only its own memory (pending changes, constraints, hints).
 """
 
 from __future__ import annotations
@@ -10,45 +11,94 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from core.errors import LLMError, PlanError
-from core.models import Event, EventType, SessionStatus, Severity, StepStatus
+from config.settings import Settings
+from core.catalogue import SensitiveNames
+from core.errors import LLMError
+from core.models import Event, EventType, Severity, StepStatus
+from core.record import Checkpoint
+from core.tools import ToolRegistry
 from planner.agents import Decider, Planner
 from planner.decision import ReplanAction, ReplanDecision
 from planner.llm import ChatModel, Usage
-from planner.merge import inject_fallback, merge_remaining, replace_remaining
+from planner.merge import merge_remaining, replace_remaining
 from planner.plan import Plan
 from planner.situation import EventView, Situation, StepView
-from planner.validation import validate_plan
+from supervisor.policy import FAILURES, rule_verdict
+from supervisor.session_state import SessionState
 from supervisor.triggers import TriggerConfig, trigger_reason
-
-if TYPE_CHECKING:
-    from supervisor.session import SessionRunner
+from supervisor.verdict import Decision, Verdict
 
 log = logging.getLogger(__name__)
 
-FAILURES = (EventType.TASK_FAILED, EventType.TASK_INTERRUPTED)
 RECENT_EVENTS = 30
+LoadOutputs = Callable[[list[str]], Awaitable[None]]
 
 
-@dataclass
-class Verdict:
-    """A decision with where it came from."""
+async def _loaded(step_ids: list[str]) -> None:
+    return None
 
-    decision: ReplanDecision
-    source: str  # "llm", "rule", "budget" or "human"
-    usages: list[Usage] = field(default_factory=list)
-    fail_session: bool = False  # the rule policy's answer to a critical failure
+
+def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
+    """Put a decision (and the LLM calls behind it) into the session's next checkpoint."""
+    verdict, d = decision.verdict, decision.verdict.decision
+    batch.decisions.append(
+        {
+            "created_at": time.time(),
+            "action": d.action.value,
+            "source": verdict.source,
+            "reasoning": d.reasoning,
+            "payload": d.model_dump_json(),
+            "prompt_tokens": sum(u.prompt_tokens for u in verdict.usages),
+            "completion_tokens": sum(u.completion_tokens for u in verdict.usages),
+        }
+    )
+    record_usage(batch, verdict.usages)
+    log.info(
+        "session=%s decision %s (%s) on %s: %s",
+        sid,
+        d.action.value,
+        verdict.source,
+        decision.reason,
+        d.reasoning,
+    )
+
+
+def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
+    """Put LLM calls into the session's next checkpoint."""
+    for u in usages:
+        batch.llm_calls.append(
+            {
+                "created_at": time.time(),
+                "role": str(u.role),
+                "model": u.model,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "latency_s": u.latency_s,
+            }
+        )
 
 
 class Deliberation:
     """Pending context changes of one session, and what to do about them."""
 
-    def __init__(self, runner: SessionRunner, chat: ChatModel | None) -> None:
-        self.runner = runner
+    def __init__(
+        self,
+        state: SessionState,
+        settings: Settings,
+        chat: ChatModel | None,
+        tools: ToolRegistry,
+        sensitive: SensitiveNames,
+        load_outputs: LoadOutputs = _loaded,
+    ) -> None:
+        self.state = state
+        self.settings = settings
         self.chat = chat
+        self.tools = tools
+        self.sensitive = sensitive
+        self.load_outputs = load_outputs
         self.pending: list[Event] = []
         self.recent: list[Event] = []
         self.constraints: list[str] = []
@@ -60,7 +110,7 @@ class Deliberation:
     @property
     def config(self) -> TriggerConfig:
         """The session's trigger settings (read when needed: options arrive with the load)."""
-        settings, options = self.runner.settings, self.runner.info.options
+        settings, options = self.settings, self.state.info.options
         return TriggerConfig(
             batch_size=options.batch_react_size or settings.batch_react_size,
             react_severity=Severity(settings.react_severity),
@@ -69,10 +119,8 @@ class Deliberation:
 
     @property
     def max_replans(self) -> int:
-        options = self.runner.info.options
-        return (
-            self.runner.settings.max_replans if options.max_replans is None else options.max_replans
-        )
+        options = self.state.info.options
+        return self.settings.max_replans if options.max_replans is None else options.max_replans
 
     # --- gathering ------------------------------------------------------------------------
     def note(self, event: Event) -> None:
@@ -90,43 +138,63 @@ class Deliberation:
                 self.failed_fingerprints.add(fingerprint)
         remaining = [
             s
-            for s in self.runner.plan.steps
-            if self.runner.states[s.id].status != StepStatus.COMPLETED
+            for s in self.state.plan.steps
+            if self.state.states[s.id].status != StepStatus.COMPLETED
         ]
         if remaining:
             self.failed_fingerprints.add(Plan(steps=remaining).fingerprint())
 
+    def park(self, changes: list[Event]) -> None:
+        """Keep ``changes`` until a person approves what to do about them."""
+        self.awaiting += changes
+
+    def requeue(self, changes: list[Event]) -> None:
+        """``changes`` are still unresolved (a re-plan failed): the next trigger decides."""
+        self.pending = [*changes, *self.pending]
+
     # --- deciding -------------------------------------------------------------------------
-    async def maybe_decide(self, *, idle: bool) -> None:
-        """Decide about the pending changes if the trigger policy says so."""
-        if not self.pending or self.runner.outcome is not None:
-            return
+    async def maybe_decide(self, *, idle: bool) -> Decision | None:
+        """A decision about the pending changes, if the trigger policy says decide now."""
+        if not self.pending or self.state.outcome is not None:
+            return None
         reason = trigger_reason(self.pending, self.config, idle=idle)
         if reason is None:
-            return
+            return None
         changes, self.pending = self.pending, []
         verdict = await self._decide(reason, changes)
-        self._record(reason, verdict)
-        await self._execute(verdict, changes, reason)
+        self.hints += verdict.decision.new_context_hints
+        return Decision(verdict, changes, reason)
+
+    def approve(self, event: Event) -> Decision | None:
+        """A person answered ``planloop approve``: their action on the parked changes."""
+        if not self.awaiting:
+            log.info("session=%s approval ignored: nothing is waiting for one", self.state.sid)
+            return None
+        action = ReplanAction(str(event.payload.get("action", "ABORT")).upper())
+        text = f"approved by a person: {action.value}" + (
+            f" ({event.description})" if event.description else ""
+        )
+        verdict = Verdict(ReplanDecision(action=action, reasoning=text, confidence=1.0), "human")
+        changes, self.awaiting = self.awaiting, []
+        self.hints += verdict.decision.new_context_hints
+        return Decision(verdict, changes, "approval")
 
     async def _decide(self, reason: str, changes: list[Event]) -> Verdict:
-        runner = self.runner
-        if runner.info.replans >= self.max_replans and runner.settings.approval_on_budget:
-            spent = f"{runner.info.replans}/{self.max_replans}"
+        info = self.state.info
+        if info.replans >= self.max_replans and self.settings.approval_on_budget:
+            spent = f"{info.replans}/{self.max_replans}"
             text = f"re-plan budget spent ({spent}): waiting for a person"
             return Verdict(
                 ReplanDecision(action=ReplanAction.CONTINUE, reasoning=text), "await_human"
             )
-        if runner.info.replans >= self.max_replans:
-            text = f"re-plan budget spent ({runner.info.replans}/{self.max_replans}): forced ABORT"
+        if info.replans >= self.max_replans:
+            text = f"re-plan budget spent ({info.replans}/{self.max_replans}): forced ABORT"
             return Verdict(
                 ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0), "budget"
             )
         if self.chat is None:
-            return self._rule_verdict(changes)
-        await runner.load_outputs(
-            [i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED]
-        )
+            return rule_verdict(changes, self.state.steps)
+        await self.load_outputs(sorted(self.state.completed()))
         situation = self.situation(reason)
         try:
             decision, usage = await asyncio.to_thread(
@@ -134,9 +202,11 @@ class Deliberation:
             )
         except LLMError as exc:
             log.error(
-                "session=%s decision agent failed, the rule policy decides: %s", runner.sid, exc
+                "session=%s decision agent failed, the rule policy decides: %s",
+                self.state.sid,
+                exc,
             )
-            verdict = self._rule_verdict(changes)
+            verdict = rule_verdict(changes, self.state.steps)
             verdict.decision = verdict.decision.model_copy(
                 update={
                     "reasoning": f"decision agent unavailable ({exc}); {verdict.decision.reasoning}"
@@ -145,245 +215,87 @@ class Deliberation:
             return verdict
         return Verdict(decision, "llm", [usage])
 
-    def _rule_verdict(self, changes: list[Event]) -> Verdict:
-        """No LLM configured: fallback sub-graph → skip a non-critical branch → fail."""
-        for event in changes:
-            if event.type not in FAILURES or event.step_id not in self.runner.steps:
-                continue
-            step = self.runner.steps[event.step_id]
-            if step.fallback:
-                text = (
-                    f"rule policy (no LLM configured): {step.id} failed for good; "
-                    "inject its fallback"
-                )
-                return Verdict(
-                    ReplanDecision(
-                        action=ReplanAction.REPLAN_REMAINING,
-                        reasoning=text,
-                        steps_to_cancel=[],
-                        confidence=1.0,
-                    ),
-                    "rule",
-                )
-            if step.critical:
-                text = (
-                    f"rule policy (no LLM configured): critical step {step.id} failed: "
-                    f"{event.description}"
-                )
-                return Verdict(
-                    ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0),
-                    "rule",
-                    fail_session=True,
-                )
-        kinds = ", ".join(sorted({e.type.value for e in changes}))
-        text = f"rule policy (no LLM configured): continue; skip what cannot run ({kinds})"
-        return Verdict(
-            ReplanDecision(action=ReplanAction.CONTINUE, reasoning=text, confidence=1.0), "rule"
-        )
+    # --- re-planning ----------------------------------------------------------------------
+    def to_cancel(self, decision: ReplanDecision, changes: list[Event]) -> set[str]:
+        """Steps an LLM re-plan replaces: everything not completed (full), or the failed
+        ones and those the decision names (remaining)."""
+        steps, completed = self.state.steps, self.state.completed()
+        if decision.action == ReplanAction.REPLAN_FULL:
+            return {i for i in steps if i not in completed}
+        failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in steps]
+        return {*(c for c in decision.steps_to_cancel if c in steps), *failed} - completed
 
-    def _record(self, reason: str, verdict: Verdict) -> None:
-        d = verdict.decision
-        runner = self.runner
-        runner.batch.decisions.append(
-            {
-                "created_at": time.time(),
-                "action": d.action.value,
-                "source": verdict.source,
-                "reasoning": d.reasoning,
-                "payload": d.model_dump_json(),
-                "prompt_tokens": sum(u.prompt_tokens for u in verdict.usages),
-                "completion_tokens": sum(u.completion_tokens for u in verdict.usages),
-            }
-        )
-        self.record_usage(verdict.usages)
-        self.hints += d.new_context_hints
-        log.info(
-            "session=%s decision %s (%s) on %s: %s",
-            runner.sid,
-            d.action.value,
-            verdict.source,
-            reason,
-            d.reasoning,
-        )
-
-    def record_usage(self, usages: list[Usage]) -> None:
-        for u in usages:
-            self.runner.batch.llm_calls.append(
-                {
-                    "created_at": time.time(),
-                    "role": str(u.role),
-                    "model": u.model,
-                    "prompt_tokens": u.prompt_tokens,
-                    "completion_tokens": u.completion_tokens,
-                    "latency_s": u.latency_s,
-                }
-            )
-
-    # --- executing ------------------------------------------------------------------------
-    async def approve(self, event: Event) -> None:
-        """A person answered ``planloop approve``: carry out their action on the parked changes."""
-        if not self.awaiting:
-            log.info("session=%s approval ignored: nothing is waiting for one", self.runner.sid)
-            return
-        action = ReplanAction(str(event.payload.get("action", "ABORT")).upper())
-        text = f"approved by a person: {action.value}" + (
-            f" ({event.description})" if event.description else ""
-        )
-        verdict = Verdict(ReplanDecision(action=action, reasoning=text, confidence=1.0), "human")
-        changes, self.awaiting = self.awaiting, []
-        await self.runner.store.write(
-            self.runner.sid,
-            self.runner.epoch,
-            [("HSET", self.runner.store.keys.session(self.runner.sid), ["awaiting", ""])],
-        )
-        self._record("approval", verdict)
-        await self._execute(verdict, changes, "approval")
-
-    async def _execute(self, verdict: Verdict, changes: list[Event], reason: str) -> None:
-        runner, d = self.runner, verdict.decision
-        if verdict.source == "await_human":
-            self.awaiting += changes
-            await runner.store.write(
-                runner.sid,
-                runner.epoch,
-                [("HSET", runner.store.keys.session(runner.sid), ["awaiting", "approval"])],
-            )
-            await runner.store.note_progress(runner.sid, "approval_required", reason=d.reasoning)
-            return
-        await runner.store.note_progress(
-            runner.sid,
-            "decision",
-            action=d.action.value,
-            source=verdict.source,
-            reasoning=d.reasoning,
-        )
-        if d.action == ReplanAction.ABORT:
-            status = SessionStatus.FAILED if verdict.fail_session else SessionStatus.ABORTED
-            runner.outcome = (status, d.reasoning)
-            return
-        if d.action != ReplanAction.CONTINUE and self.chat is None and not self._fallbacks(changes):
-            # Without an LLM only declared fallbacks can be injected; with none to inject,
-            # a re-plan (say, one a person approved) can only go on with what is left.
-            log.info("session=%s no LLM and no fallback to inject: continuing", runner.sid)
-            d = d.model_copy(update={"action": ReplanAction.CONTINUE})
-        if d.action == ReplanAction.CONTINUE:
-            for event in changes:
-                if event.type in FAILURES and event.step_id in runner.steps:
-                    await runner.skip_descendants(event.step_id)
-            return
-        await runner.store.note_progress(
-            runner.sid,
-            "replan_required",
-            reason=reason,
-            count=runner.info.replans + 1,
-            action=d.action.value,
-        )
-        try:
-            plan = await self._new_plan(verdict, changes)
-        except (PlanError, LLMError) as exc:
-            log.error("session=%s re-plan failed: %s", runner.sid, exc)
-            await runner.count_replan()
-            self.pending = [*changes, *self.pending]  # still unresolved: the next trigger decides
-            return
-        await runner.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)
-
-    def _fallbacks(self, changes: list[Event]) -> list[str]:
-        """Failed steps among ``changes`` that declare a fallback sub-graph."""
-        steps = self.runner.steps
-        return [
-            e.step_id
-            for e in changes
-            if e.type in FAILURES and e.step_id in steps and steps[e.step_id].fallback
-        ]
-
-    async def _new_plan(self, verdict: Verdict, changes: list[Event]) -> Plan:
-        runner, d = self.runner, verdict.decision
-        completed = {i for i, st in runner.states.items() if st.status == StepStatus.COMPLETED}
-        failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in runner.steps]
-        if verdict.source == "rule" or self.chat is None:
-            plan = runner.plan
-            for step_id in failed:
-                if runner.steps[step_id].fallback:
-                    plan = inject_fallback(plan, step_id)
-            validate_plan(plan, runner.ctx.tools, completed=completed)
-            return plan
+    async def replan(self, decision: ReplanDecision, cancel: set[str]) -> tuple[Plan, list[Usage]]:
+        """The LLM planner's next plan version (the cancelled steps already ended)."""
         assert self.chat is not None
-        planner = Planner(self.chat, runner.ctx.tools, max_repairs=runner.settings.plan_max_repairs)
-        full = d.action == ReplanAction.REPLAN_FULL
-        cancel = (
-            {i for i in runner.steps if i not in completed}
-            if full
-            else {*(c for c in d.steps_to_cancel if c in runner.steps), *failed} - completed
-        )
-        await runner.cancel_steps(sorted(cancel))
-        await runner.load_outputs(sorted(completed))
-        situation = self.situation(f"{d.action.value}: {d.reasoning}")
-        if full:
+        state = self.state
+        planner = Planner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
+        completed = state.completed()
+        await self.load_outputs(sorted(completed))
+        situation = self.situation(f"{decision.action.value}: {decision.reasoning}")
+        if decision.action == ReplanAction.REPLAN_FULL:
             new_plan, usages = await asyncio.to_thread(
                 planner.replan_full,
                 situation,
-                runner.plan,
+                state.plan,
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
             )
-            self.record_usage(usages)
-            merged = replace_remaining(runner.plan, completed, new_plan)
+            merged = replace_remaining(state.plan, completed, new_plan)
             new_ids = frozenset(s.id for s in new_plan.steps) - completed
         else:
             subgraph, usages = await asyncio.to_thread(
                 planner.replan_remaining,
                 situation,
-                runner.plan,
+                state.plan,
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
                 cancel=cancel,
             )
-            self.record_usage(usages)
-            merged = merge_remaining(runner.plan, completed, cancel, subgraph.steps)
+            merged = merge_remaining(state.plan, completed, cancel, subgraph.steps)
             new_ids = frozenset(s.id for s in subgraph.steps)
         self.subgraphs.append(
             (Plan(steps=[s for s in merged.steps if s.id in new_ids]).fingerprint(), new_ids)
         )
-        return merged
+        return merged, usages
 
     # --- the situation report -------------------------------------------------------------
     def situation(self, trigger: str) -> Situation:
-        runner = self.runner
+        state = self.state
         steps = tuple(
             StepView(
                 id=s.id,
                 tool=s.tool,
                 title=s.title,
-                status=runner.states[s.id].status.value,
-                attempts=runner.states[s.id].attempt,
-                error=runner.states[s.id].error,
-                output=runner.outputs.get(s.id),
+                status=state.states[s.id].status.value,
+                attempts=state.states[s.id].attempt,
+                error=state.states[s.id].error,
+                output=state.outputs.get(s.id),
                 dependencies=tuple(s.dependencies),
             )
-            for s in runner.plan.steps
+            for s in state.plan.steps
         )
         events = tuple(
             EventView(e.type.value, e.severity.value, e.step_id, e.description) for e in self.recent
         )
         return Situation(
-            goal=runner.plan.goal or runner.info.goal,
-            constraints=tuple([*runner.plan.constraints, *self.constraints]),
+            goal=state.plan.goal or state.info.goal,
+            constraints=tuple([*state.plan.constraints, *self.constraints]),
             steps=steps,
             events=events,
-            replans_used=runner.info.replans,
+            replans_used=state.info.replans,
             max_replans=self.max_replans,
             trigger=trigger,
-            down_tools=tuple(sorted(runner.down_tools)),
+            down_tools=tuple(sorted(state.down_tools)),
             hints=tuple(self.hints),
             sensitive=frozenset(self._sensitive()),
         )
 
     def _sensitive(self) -> set[str]:
         # the catalogue's too: this supervisor may not have imported every tool's module
-        sensitive = self.runner.ctx.dispatcher.sensitive
-        return set(sensitive.of_tools(step.tool for step in self.runner.plan.steps))
+        return set(self.sensitive.of_tools(step.tool for step in self.state.plan.steps))
 
-    def state(self) -> dict[str, Any]:
+    def memory(self) -> dict[str, Any]:
         """What must survive a supervisor crash (stored in the session hash)."""
         return {
             "pending": [e.model_dump(mode="json") for e in self.pending],

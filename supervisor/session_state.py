@@ -1,0 +1,167 @@
+"""The state one session loop owns: plan, step states, what to checkpoint next, the outcome.
+
+One dataclass, so every decision of the loop (which steps are ready, how a failure settles,
+what a new plan version changes, whether the session has ended) is a function of it that a
+unit test can build and call without Redis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.models import SessionRecord, SessionStatus, StepState, StepStatus
+from core.record import Checkpoint
+from planner.plan import Plan, Step
+from supervisor.candidates import Candidates
+
+FINAL = "final"  # a step's note once a failure is settled for good in its plan version
+OPEN = (StepStatus.PENDING, StepStatus.READY)
+
+
+def has_ended(st: StepState) -> bool:
+    """True when nothing more will happen to the step in this plan version."""
+    if st.status in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
+        return True
+    return st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note == FINAL
+
+
+def placeholder_plan() -> Plan:
+    """The plan a session has before its own is loaded (or when none ever loads)."""
+    return Plan(steps=[Step(id="_", tool="_")])
+
+
+@dataclass
+class SessionState:
+    """One owned session: its plan version, step states, pending batch and outcome."""
+
+    sid: str
+    epoch: int
+    info: SessionRecord = field(init=False)
+    plan: Plan = field(default_factory=placeholder_plan)
+    steps: dict[str, Step] = field(default_factory=dict)
+    states: dict[str, StepState] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    down_tools: set[str] = field(default_factory=set)
+    # What the next checkpoint writes to SQL, and the stream entries it acknowledges.
+    batch: Checkpoint = field(default_factory=Checkpoint)
+    dirty: set[str] = field(default_factory=set)
+    acks: list[str] = field(default_factory=list)
+    outcome: tuple[SessionStatus, str] | None = None
+    approved: set[str] = field(default_factory=set)  # steps a person approved
+    awaiting_approval: set[str] = field(default_factory=set)  # found waiting, not announced
+    announced: set[str] = field(default_factory=set)
+    # Scheduling indexes, so one loop turn costs what changed, not the plan's size.
+    order: dict[str, int] = field(default_factory=dict)
+    dependents: dict[str, list[str]] = field(default_factory=dict)
+    candidates: Candidates = field(init=False)  # may be dispatchable; re-checked on use
+    inflight: set[str] = field(default_factory=set)  # dispatched by us; pruned lazily
+    backing_off: set[str] = field(default_factory=set)  # READY, waiting out a back-off
+
+    def __post_init__(self) -> None:
+        self.info = SessionRecord(id=self.sid)
+        self.candidates = Candidates(self.order)
+
+    def end(self, status: SessionStatus, reason: str) -> None:
+        """Set the outcome unless one is set already: the first reason to end wins."""
+        if self.outcome is None:
+            self.outcome = (status, reason)
+
+    def use_plan(self, plan: Plan) -> None:
+        """Run ``plan`` from here on; step states are kept (see :meth:`reindex`)."""
+        self.plan = plan
+        self.steps = {s.id: s for s in plan.steps}
+        self.order = {s.id: i for i, s in enumerate(plan.steps)}
+        self.dependents = {s.id: [] for s in plan.steps}
+        for step in plan.steps:
+            for dep in step.dependencies:
+                self.dependents.setdefault(dep, []).append(step.id)
+
+    def reindex(self) -> None:
+        """Rebuild the scheduling indexes from the step states (after load or re-plan)."""
+        self.candidates = Candidates(
+            self.order, (i for i, st in self.states.items() if st.status in OPEN)
+        )
+        self.inflight = {i for i, st in self.states.items() if st.status == StepStatus.RUNNING}
+        self.backing_off = {i for i, st in self.states.items() if st.status == StepStatus.READY}
+
+    def running(self) -> int:
+        """How many dispatched attempts have not ended."""
+        self.inflight = {
+            i
+            for i in self.inflight
+            if i in self.states and self.states[i].status == StepStatus.RUNNING
+        }
+        return len(self.inflight)
+
+    def running_attempts(self) -> dict[str, int]:
+        """Step id -> attempt of what we dispatched and has not ended."""
+        self.running()
+        return {i: self.states[i].attempt for i in self.inflight}
+
+    def completed(self) -> set[str]:
+        return {i for i, st in self.states.items() if st.status == StepStatus.COMPLETED}
+
+    def take_checkpoint(self) -> tuple[Checkpoint, list[str]]:
+        """What the next checkpoint writes and acknowledges; a new batch starts."""
+        batch, self.batch = self.batch, Checkpoint()
+        dirty, self.dirty = sorted(self.dirty), set()
+        acks, self.acks = self.acks, []
+        for step_id in dirty:
+            st = self.states.get(step_id)
+            # READY/PENDING is the step between attempts: the attempt's own row (written
+            # when its outcome arrived) already says how it ended.
+            if st is not None and st.status not in OPEN:
+                batch.attempts.append(attempt_row(step_id, st))
+        return batch, acks
+
+
+def session_end(
+    state: SessionState, default_deadline_s: float | None, *, deliberating: bool, now: float
+) -> tuple[SessionStatus, str] | None:
+    """How the session ends now, if it does: past its deadline, or every step has ended and
+    nothing is left to decide."""
+    if state.outcome is not None:
+        return None
+    deadline = state.info.options.deadline_s or default_deadline_s
+    if deadline and now > state.info.started_at + deadline:
+        return (
+            SessionStatus.FAILED,
+            f"session deadline of {deadline:g}s passed; partial results kept",
+        )
+    if state.candidates or state.running():
+        return None  # cheap exit while work is obviously left
+    if deliberating or not all(has_ended(s) for s in state.states.values()):
+        return None
+    failed = [
+        i
+        for i, s in state.states.items()
+        if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+    ]
+    return (
+        SessionStatus.COMPLETED,
+        f"completed around failed steps: {', '.join(failed)}" if failed else "",
+    )
+
+
+def attempt_row(step_id: str, st: StepState) -> dict[str, Any]:
+    """An attempt's SQL row; the checkpointer fills in a completed attempt's output."""
+    row = st.model_dump(
+        include={
+            "epoch",
+            "worker",
+            "dispatched_at",
+            "started_at",
+            "finished_at",
+            "error",
+            "error_kind",
+            "output_ref",
+        }
+    )
+    return {
+        "step_id": step_id,
+        "attempt": st.attempt,
+        "status": st.status.value,
+        **row,
+        "output": None,
+    }

@@ -1,0 +1,28 @@
+"""A decision about a session's context changes, with where it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.models import Event
+from planner.decision import ReplanDecision
+from planner.llm import Usage
+
+
+@dataclass
+class Verdict:
+    """A decision with where it came from; the session loop carries it out."""
+
+    decision: ReplanDecision
+    source: str  # "llm", "rule", "budget", "human" or "await_human"
+    usages: list[Usage] = field(default_factory=list)
+    fail_session: bool = False  # the rule policy's answer to a critical failure
+
+
+@dataclass
+class Decision:
+    """What the deliberation decided, about which changes, and why it decided now."""
+
+    verdict: Verdict
+    changes: list[Event]
+    reason: str

@@ -1,0 +1,125 @@
+"""Whole loop turns of a real ``SessionRunner`` over the in-memory store: dispatch, apply the
+workers' outcomes, settle failures, deliberate, end. No Redis, no workers, no SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from config.settings import Settings
+from core.catalogue import SensitiveNames
+from core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
+from planner.plan import Plan
+from supervisor.context import SupervisorContext
+from supervisor.memory_store import MemorySessionStore
+from supervisor.session import SessionRunner
+from tests.unit.loop_fixtures import EPOCH, SID, Queue, registry, run, step
+
+
+class Dispatcher(Queue):
+    """The dispatcher's ports: task commands, revocation, sensitive names."""
+
+    def __init__(self, store: MemorySessionStore) -> None:
+        super().__init__(store)
+        self.sensitive = SensitiveNames(registry())
+
+
+def runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionStore]:
+    store = MemorySessionStore()
+    store.own(SID, EPOCH, status="running", plan_version=1)
+    ctx = SupervisorContext(
+        settings=Settings(retry_backoff_s=0.0, **settings),
+        store=store,  # type: ignore[arg-type]
+        record=None,  # type: ignore[arg-type]
+        dispatcher=Dispatcher(store),  # type: ignore[arg-type]
+        tools=registry(),
+        name="sup",
+    )
+    loop = SessionRunner(ctx, SID, EPOCH)
+    loop.state.use_plan(plan)
+    loop.state.states = {s.id: StepState() for s in plan.steps}
+    loop.state.reindex()
+    return loop, store
+
+
+def outcome(loop: SessionRunner, store: MemorySessionStore, step_id: str, **kw: Any) -> None:
+    """A worker's outcome of the step's current attempt, read and applied by the loop."""
+    kind = kw.pop("type", EventType.TASK_COMPLETED)
+    attempt = loop.state.states[step_id].attempt
+    store.add_event(SID, Event(type=kind, step_id=step_id, attempt=attempt, payload=kw))
+
+    run(loop._apply(run(loop._wait_for_events())))
+
+
+def queued(store: MemorySessionStore) -> int:
+    return len(store.lists.get("q", []))
+
+
+def test_steps_are_dispatched_as_their_dependencies_complete() -> None:
+    loop, store = runner(Plan(steps=[step("a"), step("b", "a"), step("c")]))
+    run(loop.scheduling.dispatch_ready())
+    assert {i: st.status for i, st in loop.state.states.items()} == {
+        "a": StepStatus.RUNNING,
+        "b": StepStatus.PENDING,
+        "c": StepStatus.RUNNING,
+    }
+    assert queued(store) == 2
+    assert store.hashes[store.keys.step(SID, "a")]["status"] == "running"
+    outcome(loop, store, "a")
+    run(loop.scheduling.dispatch_ready())
+    assert loop.state.states["b"].status == StepStatus.RUNNING
+    assert queued(store) == 3
+
+
+def test_a_transient_failure_is_retried_as_a_new_attempt() -> None:
+    loop, store = runner(Plan(steps=[step("a")]), default_max_retries=1)
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.TRANSIENT)
+    assert loop.state.states["a"].status == StepStatus.READY
+    run(loop.scheduling.dispatch_ready())
+    assert (loop.state.states["a"].status, loop.state.states["a"].attempt) == (
+        StepStatus.RUNNING,
+        2,
+    )
+
+
+def test_a_final_failure_skips_its_branch_and_the_session_completes_around_it() -> None:
+    loop, store = runner(Plan(steps=[step("a"), step("b", "a"), step("c")]))
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "c")
+    outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
+    assert [e.step_id for e in loop.brain.pending] == ["a"]
+    run(loop._think())  # nothing else can run: the rule policy decides now
+    assert loop.state.states["b"].status == StepStatus.SKIPPED
+    loop._check_end()
+    assert loop.state.outcome == (SessionStatus.COMPLETED, "completed around failed steps: a")
+    decisions = loop.state.batch.decisions
+    assert [(d["action"], d["source"]) for d in decisions] == [("CONTINUE", "rule")]
+
+
+def test_a_critical_failure_fails_the_session() -> None:
+    loop, store = runner(Plan(steps=[step("a", critical=True), step("b")]))
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
+    run(loop._think())
+    assert loop.state.outcome is not None
+    assert loop.state.outcome[0] == SessionStatus.FAILED
+
+
+def test_a_cancel_command_ends_the_session_cancelled() -> None:
+    loop, store = runner(Plan(steps=[step("a")]))
+    store.add_event(
+        SID,
+        Event(type=EventType.EXTERNAL_SIGNAL, description="stop", payload={"command": "cancel"}),
+    )
+    run(loop._apply(run(loop._wait_for_events())))
+    assert loop.state.outcome == (SessionStatus.CANCELLED, "stop")
+
+
+def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None:
+    loop, store = runner(Plan(steps=[step("a")]), max_deliveries=2)
+    store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, description="late"))
+    run(store.read_events(SID, "old", count=10, block_ms=1))  # a former owner read it
+    run(store.claim_pending(SID, "older"))  # and another before that: delivered twice
+    assert run(loop.take_over_pending()) == []
+    assert [cause for _, _, cause in store.dead] == ["delivered more than 2 times"]
+    assert [e.description for _, e in loop.state.batch.events] == ["late"]
