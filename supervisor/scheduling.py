@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import closing
-from typing import Any
 
 from core.errors import PlanError
 from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
+from core.values import ValueLimits
 from planner.references import find_references, resolve_params
+from supervisor.big_params import SentParams, send_params
 from supervisor.consumers import ConsumerMonitor
 from supervisor.context import SupervisorContext
 from supervisor.session_base import SessionBase
@@ -111,12 +112,22 @@ class Scheduling(SessionBase):
         )
         return True
 
-    async def _params(self, step_id: str) -> dict[str, Any]:
+    async def _params(self, step_id: str) -> SentParams:
         step = self.steps[step_id]
         await self.load_outputs(sorted(find_references(step.params)))
-        return resolve_params(step.params, self.outputs, step_id=step_id)
+        params = resolve_params(step.params, self.outputs, step_id=step_id)
+        limits = ValueLimits.from_settings(self.settings)
+        return await send_params(
+            self.store,
+            step,
+            params,
+            states=self.states,
+            outputs=self.outputs,
+            limits=limits,
+            ttl_s=self.settings.blob_ttl_s,
+        )
 
-    def _task_args(self, step_id: str, attempt: int, params: dict[str, Any]) -> StepTaskArgs:
+    def _task_args(self, step_id: str, attempt: int, params: SentParams) -> StepTaskArgs:
         step = self.steps[step_id]
         return StepTaskArgs(
             session_id=self.sid,
@@ -124,7 +135,8 @@ class Scheduling(SessionBase):
             attempt=attempt,
             epoch=self.epoch,
             tool=step.tool,
-            params=params,
+            params=params.inline,
+            param_refs=params.refs,
             timeout_s=self.timeout(step),
             idempotency_key=f"{self.sid}:{step_id}",
             critical=step.critical,

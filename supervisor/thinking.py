@@ -376,6 +376,7 @@ class Deliberation:
             down_tools=tuple(sorted(runner.down_tools)),
             hints=tuple(self.hints),
             sensitive=frozenset(self._sensitive()),
+            preview_above_bytes=runner.settings.inline_value_max_bytes,
         )
 
     def _sensitive(self) -> set[str]:

@@ -20,6 +20,7 @@ from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.masking import install_log_masking
 from core.tools import load_tools
+from core.values import ValueLimits
 from workers.catalogue import publish_while_serving
 from workers.executor import StepExecutor
 
@@ -54,7 +55,12 @@ def executor() -> StepExecutor:
     cache = RedisEffectCache(connect(settings.redis_url), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
     return StepExecutor(
-        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s), tools, effects, worker, policy
+        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
+        tools,
+        effects,
+        worker,
+        policy,
+        limits=ValueLimits.from_settings(settings),
     )
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.hot_state import dumps
 from core.models import SessionStatus, StepState, StepStatus
+from core.values import PREVIEW_CHARS as OUTPUT_PREVIEW_CHARS
 from planner.plan import Plan
-from supervisor.report import OUTPUT_PREVIEW_CHARS, build_report
+from supervisor.report import build_report
 
 PLAN = Plan.model_validate(
     {
@@ -133,6 +135,7 @@ def test_large_outputs_are_truncated_to_a_preview() -> None:
     preview = steps["a"]["output"]
     assert preview["truncated"] is True
     assert len(preview["preview"]) == OUTPUT_PREVIEW_CHARS
+    assert preview["bytes"] == len(dumps(big)), "the preview says how big the output is"
     assert steps["b"]["output"] == small
 
 
