@@ -65,13 +65,16 @@ def walk(value: Any, path: Sequence[str]) -> Any:
     return current
 
 
-def preview(value: Any, sensitive: Collection[str] = (), *, chars: int = PREVIEW_CHARS) -> Any:
+def preview(
+    value: Any, sensitive: Collection[str] = (), *, chars: int = PREVIEW_CHARS, ref: str = ""
+) -> Any:
     """``value`` masked; one whose JSON is longer than ``chars`` becomes the masked start of
-    its JSON with its size (masking only what is shown keeps a huge value from costing
-    seconds)."""
+    its JSON with its size, and its stored copy's digest when ``ref`` names it (masking only
+    what is shown keeps a huge value from costing seconds)."""
     if value is None:
         return None
     text = encode(value)
     if len(text) <= chars:
         return mask(value, sensitive)
-    return {"truncated": True, "bytes": len(text), "preview": mask_text(text[:chars], sensitive)}
+    shown = {"truncated": True, "bytes": len(text), "preview": mask_text(text[:chars], sensitive)}
+    return {**shown, "ref": ref} if ref else shown

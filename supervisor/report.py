@@ -47,7 +47,7 @@ def build_report(
                 "duration_s": round(duration, 4) if duration is not None else None,
                 "error": mask_text(st.error) or None,
                 "note": mask_text(st.note) or None,
-                "output": preview(outputs.get(step.id), sensitive),
+                "output": preview(outputs.get(step.id), sensitive, ref=st.output_ref),
             }
         )
     counts: dict[str, int] = {}
