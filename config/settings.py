@@ -242,6 +242,15 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
+    def _value_limits_fit(self) -> Settings:
+        if self.inline_value_max_bytes > self.value_max_bytes:
+            raise ValueError(
+                "inline_value_max_bytes must not exceed value_max_bytes "
+                f"({self.inline_value_max_bytes} > {self.value_max_bytes})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:
             raise ValueError(

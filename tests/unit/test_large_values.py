@@ -6,7 +6,9 @@ import json
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
+from config.settings import Settings
 from core.errors import OutputTooLarge, PermanentToolError
 from core.hot_state import HotState, blob_digest
 from core.models import StepTaskArgs
@@ -160,3 +162,10 @@ def test_show_puts_a_big_outputs_size_first() -> None:
     assert cell == '(1,048,600 bytes) {"payload":"xx'
     assert output_cell({"n": 1}) == '{"n":1}'
     assert output_cell(None) == ""
+
+
+def test_the_inline_limit_may_not_exceed_the_hard_limit() -> None:
+    with pytest.raises(ValidationError, match="inline_value_max_bytes must not exceed"):
+        Settings(inline_value_max_bytes=2_000, value_max_bytes=1_000)
+    limits = ValueLimits.from_settings(Settings())
+    assert (limits.inline_max_bytes, limits.max_bytes) == (64 * 1024, 16 * 1024 * 1024)
