@@ -10,7 +10,8 @@ one the runtime made; ``bench.echo`` returns it, a second value of the same size
 
 Printed side by side, one row per size: the bytes Redis keys hold (sum of MEMORY USAGE)
 above the baseline while the second step runs (its task message is queued or unacked then)
-and after the end, each in copies of the value; Redis ``used_memory`` growth and its peak
+and after the end, each in copies of the value (``nan`` mid-run: the second step was over
+before it could be measured, or never ran); Redis ``used_memory`` growth and its peak
 (these also count clients' buffers and Lua garbage, which come and go); the bytes of
 outputs in the SQL record (blobs table and attempt rows, read with plain SQL so older
 records measure the same way); the peak RSS of worker and supervisor. The machine is
@@ -131,14 +132,16 @@ def run(size_mib: float, consumer: str, hold_s: float) -> dict[str, Any]:
         before, keys_before = int(client.info("memory")["used_memory"]), stored_bytes(client)
         sid = producer.submit(plan_for(size, consumer, hold_s))
 
-        def after_running() -> bool:
+        def after_running_or_over() -> bool:
             states = producer.state.steps(sid, ["big", "after"])
-            if states["big"].status.value == "failed":
+            if states["big"].status.value == "failed" or producer.session(sid).status.ended:
                 return True
             return states["after"].status.value == "running" and states["after"].started_at > 0
 
-        wait(after_running, 300, "the second step running")
+        wait(after_running_or_over, 300, "the second step running")
         keys_during = stored_bytes(client) - keys_before
+        # Still running after the measurement: it saw the second step's message in Redis.
+        seen = producer.state.steps(sid, ["after"])["after"].status.value == "running"
         record = producer.wait(sid, timeout_s=300)
         sql = SqlRecord.from_url(settings.database_url)
 
@@ -157,7 +160,7 @@ def run(size_mib: float, consumer: str, hold_s: float) -> dict[str, Any]:
             "status": record.status.value,
             "big": big_step.get("status"),
             "error": (big_step.get("error") or "")[:60],
-            "keys_during_copies": keys_during / size,
+            "keys_during_copies": keys_during / size if seen else float("nan"),
             "keys_end_copies": keys_end / size,
             "used_growth_mib": (used - before) / MIB,
             "used_peak_growth_mib": (peak - before) / MIB,
