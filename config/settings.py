@@ -226,6 +226,30 @@ class Settings(BaseSettings):
         "or last read (0: forever); the SQL record keeps the durable copy.",
     )
 
+    # --- Large values by reference (issue 10, item 3) -----------------------------------
+    inline_value_max_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="Largest step param, as JSON bytes, that travels inline in a step's task "
+        "message (default 64 KiB); a bigger one travels as a reference to its one stored "
+        "copy, and prompts show a preview of any value above it with its size.",
+    )
+    value_max_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest step output or param, as JSON bytes (default 16 MiB): a step "
+        "whose output or params are bigger fails for good with OutputTooLarge.",
+    )
+
+    @model_validator(mode="after")
+    def _value_limits_fit(self) -> Settings:
+        if self.inline_value_max_bytes > self.value_max_bytes:
+            raise ValueError(
+                "inline_value_max_bytes must not exceed value_max_bytes "
+                f"({self.inline_value_max_bytes} > {self.value_max_bytes})"
+            )
+        return self
+
     @model_validator(mode="after")
     def _timeouts_fit(self) -> Settings:
         if self.default_step_timeout_s > self.max_step_timeout_s:

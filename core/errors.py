@@ -16,6 +16,7 @@
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
     │   │   └── EffectNotRecordedError  a write's key was claimed but holds no receipt
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
+    │   │   └── OutputTooLarge      an output or param above value_max_bytes
     │   └── ToolTimeoutError        the tool ran past its timeout
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
@@ -112,6 +113,22 @@ class EffectNotRecordedError(TransientToolError):
 
 class PermanentToolError(ToolError):
     """A failure that retrying cannot fix."""
+
+
+class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, issue 10)
+    """Step ``step_id``'s ``what`` (its output, or one param) is ``size`` bytes of JSON, above
+    ``limit``: permanent, since the same call makes the same value again."""
+
+    def __init__(self, step_id: str, what: str, *, size: int, limit: int) -> None:
+        self.step_id = step_id
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"step {step_id!r}: its {what} is {size:,} bytes of JSON, above the limit of "
+            f"{limit:,} bytes; make the tool return less (store the data elsewhere and pass "
+            "a link), or raise PLANLOOP_VALUE_MAX_BYTES"
+        )
 
 
 class ToolTimeoutError(ToolError):

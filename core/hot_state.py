@@ -133,6 +133,10 @@ class HotState:
         raw = cast(str | None, self.r.get(self.keys.blob(ref))) if ref else None
         return json.loads(raw) if raw is not None else None
 
+    def blob_text(self, digest: str) -> str | None:
+        """A stored value's JSON text by its content address (None when it is not in Redis)."""
+        return cast(str | None, self.r.get(self.keys.blob(digest)))
+
     # --- events ---------------------------------------------------------------------------
     def append_event(self, sid: str, event: Event) -> str:
         return cast(str, self.r.xadd(self.keys.events(sid), event.to_fields()))  # type: ignore[arg-type]
@@ -210,6 +214,7 @@ class HotState:
         status: str,
         event: Event,
         output: Any = None,
+        output_json: str | None = None,
         error: str = "",
         error_kind: str = "",
         tool: str = "",
@@ -222,9 +227,12 @@ class HotState:
         None), append its event and delete the ``receipt``'s unacked entry (the ack),
         atomically; None when the attempt is stale (the ack happens all the same).
 
-        ``finished_at`` is when the tool returned (default: now).
+        ``finished_at`` is when the tool returned (default: now). ``output_json`` is the
+        output already encoded (:func:`dumps`), so a big one is not encoded twice.
         """
-        blob = dumps(output) if output is not None else ""
+        if output_json is None:
+            output_json = dumps(output) if output is not None else ""
+        blob = output_json
         ref = blob_digest(blob) if blob else ""
         event = event.model_copy(update={"payload": {**event.payload, "output_ref": ref}})
         flat: list[str] = []

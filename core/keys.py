@@ -10,8 +10,10 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:s:{sid}:events``                  stream: context-change events (consumer group ``sup``)
 ``pl:s:{sid}:lease``                   string: the owning supervisor's lease token
 ``pl:s:{sid}:progress``                stream: progress notes for ``watch`` (replans, ends)
-``pl:blob:{sha256}``                   string: a step output, stored once by content; expires
-                                       after ``blob_ttl_s`` (SQL keeps the durable copy)
+``pl:blob:{sha256}``                   string: a step output (or a big param made from
+                                       outputs), stored once by content; expires after
+                                       ``blob_ttl_s`` (SQL ``blobs`` keeps outputs for good);
+                                       task messages refer to it (core/values.py)
 ``pl:inbox``                           stream: new session ids for supervisors
 ``pl:sessions``                        zset: every session id, scored by creation time
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)

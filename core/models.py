@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.values import ValueRef
+
 
 class StepStatus(StrEnum):
     """Where one step of a plan stands."""
@@ -163,6 +165,8 @@ class StepTaskArgs(BaseModel):
     idempotency_key: str
     critical: bool = False
     expect: list[dict[str, Any]] = Field(default_factory=list)
+    # Params too big to travel inline (core/values.py): the worker reads them before the call.
+    param_refs: dict[str, ValueRef] = Field(default_factory=dict)
 
     @property
     def task_id(self) -> str:

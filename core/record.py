@@ -82,7 +82,19 @@ class StepAttemptRow(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     error_kind: Mapped[str] = mapped_column(String(16), default="")
     output_ref: Mapped[str] = mapped_column(String(64), default="")
+    # Records written before the blobs table kept the output here; new rows leave it NULL.
     output: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class BlobRow(Base):
+    """A step output by content address (sha256 of its JSON), stored once whichever attempt
+    or session made it: the durable copy of ``pl:blob:{digest}``, which expires in Redis."""
+
+    __tablename__ = "blobs"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    data: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class EventRow(Base):
@@ -148,10 +160,12 @@ class Checkpoint:
     plan_versions: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    blobs: dict[str, str] = field(default_factory=dict)  # digest -> JSON, inserted once
 
     def __bool__(self) -> bool:
         return bool(
-            self.session
+            self.blobs
+            or self.session
             or self.attempts
             or self.events
             or self.plan_versions
@@ -270,6 +284,7 @@ class SqlRecord:
             )
             if fenced.rowcount != 1:  # type: ignore[attr-defined]
                 raise FencedOutError(sid, epoch)
+            _insert_new(db, BlobRow, [_blob_values(d, text) for d, text in batch.blobs.items()])
             _upsert(db, PlanVersionRow, [{"session_id": sid, **v} for v in batch.plan_versions])
             attempts = {(a["step_id"], a["attempt"]): a for a in batch.attempts}  # last wins
             _upsert(db, StepAttemptRow, [{"session_id": sid, **a} for a in attempts.values()])
@@ -313,16 +328,25 @@ class SqlRecord:
             return db.scalars(query.order_by(StepAttemptRow.step_id, StepAttemptRow.attempt)).all()
 
     def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
-        """Stored outputs (JSON) by content address: the durable copy of what Redis expires."""
-        if not refs:
+        """Stored outputs (JSON) by content address: the durable copy of what Redis expires.
+
+        Read from the blobs table, then, for what it lacks, from the attempt rows of ``sid``
+        (a record written before the table existed).
+        """
+        wanted = set(refs)
+        if not wanted:
             return {}
         with self._sessions() as db:
-            query = select(StepAttemptRow.output_ref, StepAttemptRow.output).where(
-                StepAttemptRow.session_id == sid,
-                StepAttemptRow.output_ref.in_(set(refs)),
-                StepAttemptRow.output.is_not(None),
-            )
-            return {ref: output for ref, output in db.execute(query) if output is not None}
+            query = select(BlobRow.digest, BlobRow.data).where(BlobRow.digest.in_(wanted))
+            found: dict[str, str] = {digest: data for digest, data in db.execute(query)}
+            if wanted - found.keys():
+                legacy = select(StepAttemptRow.output_ref, StepAttemptRow.output).where(
+                    StepAttemptRow.session_id == sid,
+                    StepAttemptRow.output_ref.in_(wanted - found.keys()),
+                    StepAttemptRow.output.is_not(None),
+                )
+                found.update({ref: out for ref, out in db.execute(legacy) if out is not None})
+            return found
 
     def events(self, sid: str) -> Sequence[EventRow]:
         with self._sessions() as db:
@@ -369,6 +393,22 @@ def _event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
         "payload": json.dumps(ev.payload, default=str),
         "occurred_at": ev.occurred_at,
     }
+
+
+def _blob_values(digest: str, text: str) -> dict[str, Any]:
+    return {"digest": digest, "data": text, "size": len(text), "created_at": time.time()}
+
+
+def _insert_new(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING (SQLite and PostgreSQL): a row by content address
+    that is there already is the same row."""
+    if not rows:
+        return
+    table = cast(Table, model.__table__)
+    insert = (
+        pg_insert(table) if db.get_bind().dialect.name == "postgresql" else sqlite_insert(table)
+    )
+    db.execute(insert.on_conflict_do_nothing(), rows)
 
 
 def _upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:

@@ -106,6 +106,17 @@ def sensitive_params(producer: Producer, plan: Plan | None) -> frozenset[str]:
     return names.of_tools(step.tool for step in plan.steps)
 
 
+def output_cell(output: Any) -> str:
+    """A step output for one table cell; a big one's preview (core/values.py) leads with its
+    size, which the cell would otherwise cut off."""
+    if output is None:
+        return ""
+    if isinstance(output, dict) and output.get("truncated") is True and "preview" in output:
+        size = output.get("bytes")
+        return f"({size:,} bytes) {output['preview']}" if isinstance(size, int) else "(truncated)"
+    return dumps(output)
+
+
 def masked_report(report: Mapping[str, Any], sensitive: frozenset[str]) -> dict[str, Any]:
     """The report through the masker; ``sensitive`` param names apply inside step outputs
     (a tool's param may share a name with a field of the report itself)."""
@@ -226,7 +237,7 @@ def print_report(
             seconds(step.get("duration_s")),
             short(step.get("worker") or "", 24),
             short(step.get("error") or step.get("note") or "", 40),
-            short(dumps(step["output"]) if step.get("output") is not None else "", SHORT_OUTPUT),
+            short(output_cell(step.get("output")), SHORT_OUTPUT),
         )
     console.print(table)
     counts = report.get("counts") or {}

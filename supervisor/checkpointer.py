@@ -35,6 +35,7 @@ def merge(into: Checkpoint, batch: Checkpoint) -> None:
     into.plan_versions += batch.plan_versions
     into.decisions += batch.decisions
     into.llm_calls += batch.llm_calls
+    into.blobs.update(batch.blobs)
 
 
 class Checkpointer:
@@ -50,6 +51,7 @@ class Checkpointer:
         self._acked_since_trim = 0
         self._flushing = asyncio.Event()  # set while someone waits: no lingering then
         self._submitted = 0
+        self._stored: set[str] = set()  # output digests this writer committed to SQL
 
     def submit(self, batch: Checkpoint, acks: list[str]) -> None:
         """Queue ``batch``; its ``acks`` are acknowledged once it is committed."""
@@ -123,6 +125,7 @@ class Checkpointer:
         await self._fill_outputs(batch)
         if batch:
             await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, batch))
+            self._stored.update(batch.blobs)
         await self.ctx.store.ack(self.sid, acks)
         self._acked_since_trim += len(acks)
         keep = self.ctx.settings.stream_keep
@@ -131,20 +134,23 @@ class Checkpointer:
             await self.ctx.store.trim_events(self.sid, keep)
 
     async def _fill_outputs(self, batch: Checkpoint) -> None:
-        """Completed attempts carry their output into SQL (what a rebuild restores).
+        """Completed attempts' outputs go to the SQL blobs table, once by content address
+        (what a rebuild restores and an expired hot copy is read back from).
 
-        The blob's text is the stored JSON already (no parse and re-encode of a big value);
-        a hot copy that expired is taken from the row written before, so the durable copy
-        is never overwritten with nothing.
+        The blob's text is the stored JSON already (no parse and re-encode of a big value).
+        An output this writer committed before is not read or sent again; one whose hot
+        copy expired was committed before it could expire (its TTL is far longer than a
+        checkpoint takes), so it is left alone.
         """
-        rows = [r for r in batch.attempts if r["status"] == "completed" and r.get("output_ref")]
-        if not rows:
+        refs = sorted(
+            {
+                r["output_ref"]
+                for r in batch.attempts
+                if r["status"] == "completed" and r.get("output_ref")
+            }
+            - self._stored
+        )
+        if not refs:
             return
-        refs = [r["output_ref"] for r in rows]
         texts = await self.ctx.store.blobs(refs)
-        expired = [ref for ref, text in zip(refs, texts, strict=True) if text is None]
-        stored: dict[str, str] = {}
-        if expired:
-            stored = await self.ctx.sql(lambda: self.ctx.record.outputs(self.sid, expired))
-        for row, text in zip(rows, texts, strict=True):
-            row["output"] = text if text is not None else stored.get(row["output_ref"])
+        batch.blobs.update({ref: t for ref, t in zip(refs, texts, strict=True) if t is not None})

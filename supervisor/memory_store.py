@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from core.errors import FencedOutError
@@ -116,6 +116,10 @@ class MemorySessionStore:
 
     async def leave_active(self, sid: str) -> None:
         self.sets.get(self.keys.active, set()).discard(sid)
+
+    async def keep_blobs(self, needed: Mapping[str, Callable[[], str]], *, ttl_s: float) -> None:
+        for digest, text in needed.items():  # no expiry here: only write back what is gone
+            self.strings.setdefault(self.keys.blob(digest), text())
 
     # --- events ---------------------------------------------------------------------------
     async def ensure_groups(self, sid: str) -> None:

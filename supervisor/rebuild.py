@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from core.hot_state import blob_digest
 from core.models import Event, EventType, SessionStatus, StepState, StepStatus
 from core.record import EventRow, StepAttemptRow
 from planner.plan import Plan
@@ -59,6 +58,9 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     latest: dict[str, Any] = {}
     for attempt in attempts:
         latest[attempt.step_id] = attempt  # ordered by step, then attempt
+    refs = [a.output_ref for a in latest.values() if a.status == "completed" and a.output_ref]
+    outputs = await ctx.sql(lambda: ctx.record.outputs(sid, refs))
+    ttl = math.ceil(ctx.settings.blob_ttl_s) or None
     keys, r = ctx.store.keys, ctx.store.r
     # Before the hash, outside the transaction: a stream that survived (only the hash was
     # lost) already has its group, and BUSYGROUP inside it would fail the whole rebuild.
@@ -98,10 +100,8 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
                 error_kind=last.error_kind,
                 output_ref=last.output_ref,
             )
-            if last.output is not None:
-                st.output_ref = blob_digest(last.output)
-                ttl = math.ceil(ctx.settings.blob_ttl_s) or None
-                pipe.set(keys.blob(st.output_ref), last.output, ex=ttl)
+            if st.output_ref in outputs:
+                pipe.set(keys.blob(st.output_ref), outputs[st.output_ref], ex=ttl)
         pipe.hset(keys.step(sid, step.id), mapping=dict(st.to_fields()))  # type: ignore[arg-type]
     pipe.sadd(keys.active, sid)
     pipe.zadd(keys.sessions, {sid: row.created_at})

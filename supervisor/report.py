@@ -8,12 +8,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from core.hot_state import dumps
-from core.masking import mask, mask_text
+from core.masking import mask_text
 from core.models import SessionStatus, StepState
+from core.values import preview
 from planner.plan import Plan
-
-OUTPUT_PREVIEW_CHARS = 2_000
 
 
 def build_report(
@@ -49,7 +47,7 @@ def build_report(
                 "duration_s": round(duration, 4) if duration is not None else None,
                 "error": mask_text(st.error) or None,
                 "note": mask_text(st.note) or None,
-                "output": _preview(outputs.get(step.id), sensitive),
+                "output": preview(outputs.get(step.id), sensitive, ref=st.output_ref),
             }
         )
     counts: dict[str, int] = {}
@@ -68,14 +66,3 @@ def build_report(
         "counts": counts,
         "steps": steps,
     }
-
-
-def _preview(output: Any, sensitive: Collection[str]) -> Any:
-    """The output, masked; a large one as the masked start of its JSON (masking only what is
-    shown keeps a huge output from costing seconds here)."""
-    if output is None:
-        return None
-    text = dumps(output)
-    if len(text) <= OUTPUT_PREVIEW_CHARS:
-        return mask(output, sensitive)
-    return {"truncated": True, "preview": mask_text(text[:OUTPUT_PREVIEW_CHARS], sensitive)}

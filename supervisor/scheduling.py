@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from core.errors import PlanError
 from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
+from core.values import ValueLimits
 from planner.references import find_references, resolve_params
+from supervisor.big_params import SentParams, send_params
 from supervisor.consumers import ConsumerMonitor
 from supervisor.dispatch import Op
 from supervisor.scheduler import ready_steps
@@ -102,12 +104,21 @@ class Scheduling:
         await io.write_step(step_id, along=queue, dispatched_at=st.dispatched_at, resent=st.resent)
         return True
 
-    async def _params(self, step_id: str) -> dict[str, Any]:
+    async def _params(self, step_id: str) -> SentParams:
         step = self.state.steps[step_id]
         await self.io.load_outputs(sorted(find_references(step.params)))
-        return resolve_params(step.params, self.state.outputs, step_id=step_id)
+        params = resolve_params(step.params, self.state.outputs, step_id=step_id)
+        return await send_params(
+            self.io.store,
+            step,
+            params,
+            states=self.state.states,
+            outputs=self.state.outputs,
+            limits=ValueLimits.from_settings(self.io.settings),
+            ttl_s=self.io.settings.blob_ttl_s,
+        )
 
-    def _task_args(self, step_id: str, attempt: int, params: dict[str, Any]) -> StepTaskArgs:
+    def _task_args(self, step_id: str, attempt: int, params: SentParams) -> StepTaskArgs:
         step, sid = self.state.steps[step_id], self.io.sid
         return StepTaskArgs(
             session_id=sid,
@@ -115,7 +126,8 @@ class Scheduling:
             attempt=attempt,
             epoch=self.io.epoch,
             tool=step.tool,
-            params=params,
+            params=params.inline,
+            param_refs=params.refs,
             timeout_s=self.io.timeout(step),
             idempotency_key=f"{sid}:{step_id}",
             critical=step.critical,

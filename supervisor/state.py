@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -112,6 +112,27 @@ class SessionStore:
     async def leave_active(self, sid: str) -> None:
         """Drop an ended session from the active set (unfenced: it is over either way)."""
         await self.r.srem(self.keys.active, sid)
+
+    async def keep_blobs(self, needed: Mapping[str, Callable[[], str]], *, ttl_s: float) -> None:
+        """Renew each digest's hot copy for ``ttl_s``; write back those that expired."""
+        if not needed:
+            return
+        keys = {digest: self.keys.blob(digest) for digest in needed}
+        ttl = math.ceil(ttl_s) if ttl_s > 0 else 0
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys.values():
+            if ttl:
+                pipe.expire(key, ttl)
+            else:
+                pipe.exists(key)
+        present = await pipe.execute()
+        missing = [d for d, there in zip(keys, present, strict=True) if not there]
+        if not missing:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for digest in missing:
+            pipe.set(keys[digest], needed[digest](), ex=ttl or None, nx=True)
+        await pipe.execute()
 
     async def plan_json(self, sid: str, version: int) -> str | None:
         return cast(str | None, await self.r.get(self.keys.plan(sid, version)))

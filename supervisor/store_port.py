@@ -7,7 +7,7 @@ tested without Redis. Both take the same ``(command, key, args)`` ops in :meth:`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from core.keys import Keys
@@ -51,6 +51,10 @@ class SessionStorePort(Protocol):
     async def note_progress(self, sid: str, kind: str, **fields: Any) -> None: ...
 
     async def leave_active(self, sid: str) -> None: ...
+
+    async def keep_blobs(self, needed: Mapping[str, Callable[[], str]], *, ttl_s: float) -> None:
+        """Make sure each digest's stored copy exists for ``ttl_s`` more (written back from
+        ``needed[digest]()`` if it expired)."""
 
     # --- events ---------------------------------------------------------------------------
     async def ensure_groups(self, sid: str) -> None: ...

@@ -289,6 +289,7 @@ class Deliberation:
             down_tools=tuple(sorted(state.down_tools)),
             hints=tuple(self.hints),
             sensitive=frozenset(self._sensitive()),
+            preview_above_bytes=self.settings.inline_value_max_bytes,
         )
 
     def _sensitive(self) -> set[str]:

@@ -6,6 +6,7 @@ so the executor can be driven directly by tests and benchmarks.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -17,11 +18,18 @@ from functools import partial
 from typing import Any
 
 from core.broker import receipts
-from core.errors import PermanentToolError, ToolError, ToolTimeoutError, TransientToolError
-from core.hot_state import BreakerPolicy, HotState
+from core.errors import (
+    OutputTooLarge,
+    PermanentToolError,
+    ToolError,
+    ToolTimeoutError,
+    TransientToolError,
+)
+from core.hot_state import BreakerPolicy, HotState, dumps
 from core.masking import error_text, mask_text
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
+from core.values import ValueLimits, walk
 from planner.expect import check_expectations
 from planner.plan import Expectation
 
@@ -39,6 +47,7 @@ class Outcome:
     output: Any = None
     error: str = ""
     error_kind: str = ""
+    encoded: str | None = None  # the output's stored JSON, encoded once
 
 
 class ToolThreads:
@@ -95,8 +104,10 @@ class StepExecutor:
         effects: EffectLedger,
         worker: str,
         breaker: BreakerPolicy | None = None,
+        limits: ValueLimits | None = None,
     ) -> None:
         self.state = state
+        self.limits = limits or ValueLimits()
         self.tools = tools
         self.effects = effects
         self.worker = worker
@@ -161,6 +172,7 @@ class StepExecutor:
             status=outcome.status.value,
             event=event,
             output=outcome.output,
+            output_json=outcome.encoded,
             error=outcome.error,
             error_kind=outcome.error_kind,
             tool=args.tool,
@@ -188,7 +200,11 @@ class StepExecutor:
         except ToolError as exc:
             return _failed(exc, ErrorKind.PERMANENT)
         try:
-            return self._call(spec, args)
+            params = self._params(args)
+        except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
+            return _failed(exc, _classify(exc))
+        try:
+            return self._call(spec, args, params)
         except Exception as exc:
             # Something around the tool broke (a timeout_s of 1e300 overflows the wait):
             # an attempt without an outcome would stay running forever, so it fails for good.
@@ -207,7 +223,24 @@ class StepExecutor:
             StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, ErrorKind.UNAVAILABLE
         )
 
-    def _call(self, spec: ToolSpec, args: StepTaskArgs) -> Outcome:
+    def _params(self, args: StepTaskArgs) -> dict[str, Any]:
+        """The params, with those sent by reference read back from their stored copy."""
+        if not args.param_refs:
+            return args.params
+        params, limit = dict(args.params), self.limits.max_bytes
+        for name, ref in args.param_refs.items():
+            if ref.size > limit:
+                raise OutputTooLarge(args.step_id, f"param {name!r}", size=ref.size, limit=limit)
+            text = self.state.blob_text(ref.digest)
+            if text is None:
+                raise TransientToolError(
+                    f"param {name!r}: its stored value is no longer in Redis; the supervisor "
+                    "stores it again when it dispatches the next attempt"
+                )
+            params[name] = walk(json.loads(text), ref.path)
+        return params
+
+    def _call(self, spec: ToolSpec, args: StepTaskArgs, params: dict[str, Any]) -> Outcome:
         ctx = ToolContext(
             session_id=args.session_id,
             step_id=args.step_id,
@@ -215,7 +248,7 @@ class StepExecutor:
             idempotency_key=args.idempotency_key,
             effects=self.effects,
         )
-        call = self.threads.submit(partial(spec.run, args.params, ctx))
+        call = self.threads.submit(partial(spec.run, params, ctx))
         try:
             failure = call.exception(args.timeout_s)  # a tool's own exception is returned
         except TimeoutError:
@@ -223,6 +256,12 @@ class StepExecutor:
         if failure is not None:
             return _failed(failure, _classify(failure))
         output = call.result()
+        encoded = dumps(output)
+        if len(encoded) > self.limits.max_bytes:
+            too_big = OutputTooLarge(
+                args.step_id, "output", size=len(encoded), limit=self.limits.max_bytes
+            )
+            return _failed(too_big, ErrorKind.PERMANENT)
         misses = check_expectations([Expectation.model_validate(e) for e in args.expect], output)
         if misses:
             return Outcome(
@@ -231,8 +270,9 @@ class StepExecutor:
                 output,
                 mask_text("; ".join(misses)),
                 "",
+                encoded,
             )
-        return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, output)
+        return Outcome(StepStatus.COMPLETED, EventType.TASK_COMPLETED, output, encoded=encoded)
 
     @staticmethod
     def _severity(args: StepTaskArgs, outcome: Outcome) -> Severity:

@@ -24,6 +24,7 @@ from core.effects import SqlEffectLedger
 from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.tools import load_tools
+from core.values import ValueLimits
 from workers.executor import StepExecutor
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,12 @@ def build_executor(settings: Settings) -> StepExecutor:
     cache = RedisEffectCache(connect(settings.redis_url), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
     return StepExecutor(
-        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s), tools, effects, worker, policy
+        HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
+        tools,
+        effects,
+        worker,
+        policy,
+        limits=ValueLimits.from_settings(settings),
     )
 
 

@@ -39,9 +39,10 @@ def test_an_expired_output_is_read_from_sql_by_dispatch_report_and_show(
     sid = ps.producer.submit(PLAN)
     blob_key = ps.keys.blob(blob_digest(dumps({"value": VALUE})))
 
+    ref = blob_digest(dumps({"value": VALUE}))
+
     def stored_in_sql() -> bool:
-        rows = [a for a in ps.record.attempts(sid) if a.step_id == "make"]
-        return bool(rows) and rows[-1].output is not None
+        return ref in ps.record.outputs(sid, [ref])
 
     wait_for(stored_in_sql, 30, "make's output in the SQL record")
     ttl = ps.redis.ttl(blob_key)
@@ -60,9 +61,7 @@ def test_an_expired_output_is_read_from_sql_by_dispatch_report_and_show(
     steps = report_steps(record)
     assert steps["use"]["output"] == {"value": 42}, "the reference was resolved from SQL"
     assert steps["make"]["output"]["value"]["n"] == 42, "the report read the output from SQL"
-    rows = [a for a in ps.record.attempts(sid) if a.step_id == "make"]
-    assert rows[-1].output is not None
-    assert json.loads(rows[-1].output) == {"value": VALUE}
+    assert json.loads(ps.record.outputs(sid, [ref])[ref]) == {"value": VALUE}
 
     capsys.readouterr()
     print_show(ps.producer, sid, as_json=True)

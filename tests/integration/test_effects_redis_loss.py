@@ -41,7 +41,9 @@ def receipts(ps: PrivateStack, sid: str, ids: list[str]) -> dict[str, dict[str, 
 
 def durable(ps: PrivateStack, sid: str) -> set[str]:
     """Steps whose completed attempt, output included, is in the SQL record."""
-    return {a.step_id for a in ps.record.attempts(sid) if a.status == "completed" and a.output}
+    done = [a for a in ps.record.attempts(sid) if a.status == "completed" and a.output_ref]
+    stored = ps.record.outputs(sid, [a.output_ref for a in done])
+    return {a.step_id for a in done if a.output_ref in stored}
 
 
 @pytest.mark.timeout(120)

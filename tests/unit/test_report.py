@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.hot_state import dumps
 from core.models import SessionStatus, StepState, StepStatus
+from core.values import PREVIEW_CHARS as OUTPUT_PREVIEW_CHARS
 from planner.plan import Plan
-from supervisor.report import OUTPUT_PREVIEW_CHARS, build_report
+from supervisor.report import build_report
 
 PLAN = Plan.model_validate(
     {
@@ -128,11 +130,14 @@ def test_failed_session_carries_its_error() -> None:
 def test_large_outputs_are_truncated_to_a_preview() -> None:
     big = {"text": "x" * (OUTPUT_PREVIEW_CHARS * 2)}
     small = {"text": "y" * 10}
-    steps = {s["id"]: s for s in report(STATES, {"a": big, "b": small})["steps"]}
+    states = {**STATES, "a": STATES["a"].model_copy(update={"output_ref": "d" * 64})}
+    steps = {s["id"]: s for s in report(states, {"a": big, "b": small})["steps"]}
 
     preview = steps["a"]["output"]
     assert preview["truncated"] is True
     assert len(preview["preview"]) == OUTPUT_PREVIEW_CHARS
+    assert preview["bytes"] == len(dumps(big)), "the preview says how big the output is"
+    assert preview["ref"] == "d" * 64, "and where the whole output is stored"
     assert steps["b"]["output"] == small
 
 

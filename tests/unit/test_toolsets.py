@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -30,6 +31,7 @@ MINIMAL_PARAMS: dict[str, dict[str, Any]] = {
     "supply_chain.request_approval": {"subject": "restock SKU12345"},
     "bench.sleep": {},
     "bench.echo": {"value": {"a": [1, 2]}},
+    "bench.digest": {"value": {"a": [1, 2]}},
     "bench.write": {"label": "w"},
     "bench.undo_write": {"label": "w"},
 }
@@ -334,3 +336,11 @@ def test_bench_echo_returns_the_value() -> None:
     assert run("bench.echo", {"value": [1, {"b": None}]}) == {"value": [1, {"b": None}]}
     with pytest.raises(PermanentToolError):
         run("bench.echo", {})
+
+
+def test_bench_digest_answers_the_hash_and_size_of_the_stored_json() -> None:
+    text = '[1,{"b":null}]'
+    assert run("bench.digest", {"value": [1, {"b": None}]}) == {
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "bytes": len(text),
+    }

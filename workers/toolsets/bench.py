@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from core.errors import TransientToolError
 from core.tools import ToolContext, simulate, tool
+from core.values import encode
 from workers.toolsets._data import ToolParams, receipt_id, undo_key
 
 
@@ -74,6 +76,33 @@ def echo(params: EchoParams, ctx: ToolContext) -> Echo:
     """Return ``value``."""
     simulate(params.simulate, ctx)
     return Echo(value=params.value)
+
+
+class DigestParams(ToolParams):
+    """Params of ``bench.digest``."""
+
+    value: Any = Field(description="Any JSON value.")
+
+
+class Digest(BaseModel):
+    """The content address and size of a value."""
+
+    sha256: str = Field(description="sha256 of the value's stored JSON (core/values.py).")
+    bytes: int = Field(description="Length of that JSON.")
+
+
+@tool(
+    "bench.digest",
+    description="Return the sha256 and size of the given value's JSON (checks that a big "
+    "value arrived unchanged without storing it again).",
+    params=DigestParams,
+    output=Digest,
+)
+def digest(params: DigestParams, ctx: ToolContext) -> Digest:
+    """Hash ``value`` as the store encodes it."""
+    simulate(params.simulate, ctx)
+    text = encode(params.value)
+    return Digest(sha256=hashlib.sha256(text.encode()).hexdigest(), bytes=len(text))
 
 
 class WriteParams(ToolParams):
