@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -108,16 +108,27 @@ def clean(roots: list[tuple[Any, int]]) -> bool:
             if not budget:
                 return False
             if kind is dict:
-                if any(type(key) is str and search(key) for key in item):
+                if _bad_keys(item, search):
                     return False
                 item = item.values()
             todo.extend(zip(item, repeat(budget - 1)))
         elif kind is float:
             if not math.isfinite(item):
                 return False
+        elif item is None or kind is int or kind is bool:
+            continue  # the usual scalars, without the slow isinstance checks below
         elif _unusual(item) and next(_problems(item, budget, ""), None) is not None:
             return False
     return True
+
+
+def _bad_keys(item: dict[Any, Any], search: Callable[[str], object]) -> bool:
+    """Whether a str key of ``item`` holds a forbidden character: one search when every key
+    is a str (the pattern matches single characters, so joining the keys changes nothing)."""
+    try:
+        return bool(search("".join(item)))
+    except TypeError:
+        return any(type(key) is str and search(key) for key in item)
 
 
 def _unusual(item: Any) -> bool:

@@ -14,6 +14,8 @@ def orphans(plan: Plan, removed: Collection[str], completed: Collection[str]) ->
     The removed steps themselves are not included.
     """
     gone = set(removed)
+    if not gone:
+        return set()  # the usual re-plan that only adds steps: no walk over the plan
     dependents: dict[str, list[str]] = {}
     for step in plan.steps:
         for dep in step.dependencies:
@@ -118,12 +120,13 @@ def _without_completed(
     plan: Plan, completed: Collection[str], incoming: Sequence[Step]
 ) -> list[Step]:
     """``incoming`` minus unchanged repeats of completed steps; a changed repeat is refused."""
-    before = plan.by_id
     kept: list[Step] = []
+    before: dict[str, Step] | None = None
     for step in incoming:
         if step.id not in completed:
             kept.append(step)
             continue
+        before = plan.by_id if before is None else before
         was = before.get(step.id)
         if was is not None and _same_call(was, step):
             continue
@@ -140,6 +143,8 @@ def _same_call(a: Step, b: Step) -> bool:
 
 
 def _plan_like(plan: Plan, steps: list[Step]) -> Plan:
+    """``plan`` with ``steps``; they were validated as steps already, so the copy does not
+    validate them again (an O(n) walk per re-plan of an n-step plan)."""
     if not steps:
         raise PlanValidationError("the re-planned plan has no steps left")
-    return Plan(goal=plan.goal, steps=steps, constraints=list(plan.constraints))
+    return plan.model_copy(update={"steps": steps, "constraints": list(plan.constraints)})

@@ -13,16 +13,21 @@ REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output((?:\.[A-Za-z0-
 
 
 def find_references(value: Any) -> set[str]:
-    """Ids of the steps referenced anywhere inside ``value`` (nested dicts, lists, strings)."""
-    if isinstance(value, str):
-        return {m.group(1) for m in REFERENCE.finditer(value)}
+    """Ids of the steps referenced anywhere inside ``value`` (nested dicts, lists, strings).
+
+    One iterative walk; the regex only runs on strings that hold ``{{``.
+    """
     found: set[str] = set()
-    if isinstance(value, Mapping):
-        for item in value.values():
-            found |= find_references(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            found |= find_references(item)
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if "{{" in item:
+                found.update(m.group(1) for m in REFERENCE.finditer(item))
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        elif isinstance(item, dict | Mapping):  # dict first: no abc check for plain JSON
+            todo.extend(item.values())
     return found
 
 
