@@ -56,7 +56,11 @@ def merge_remaining(
     removed |= orphans(plan, removed, completed)
     incoming = _without_completed(plan, completed, subgraph)
     replacing = {s.id: s for s in incoming if s.id in known}
-    steps = [replacing.get(s.id, s) for s in plan.steps if s.id not in removed or s.id in replacing]
+    steps = (
+        [replacing.get(s.id, s) for s in plan.steps if s.id not in removed or s.id in replacing]
+        if removed or replacing
+        else list(plan.steps)  # the usual re-plan that only adds steps
+    )
     steps += [s for s in incoming if s.id not in known]
     return _plan_like(plan, steps)
 

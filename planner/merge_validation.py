@@ -75,11 +75,10 @@ def _merge_errors(
         if s.id not in completed and (s.id not in before or index.get(s.id) is s)
     ]
     yield from _duplicates(new, index, before)
-    known = index.keys() | set(completed)
     for step in new:
         for dep in step.dependencies:
-            if dep not in known:
-                yield unknown_dependency(step, dep, known)
+            if dep not in index and dep not in completed:
+                yield unknown_dependency(step, dep, index.keys() | set(completed))
     for step in new:
         if step.id in step.dependencies:
             yield PlanValidationError(f"step {step.id!r} depends on itself", step_id=step.id)
@@ -105,10 +104,11 @@ def _duplicates(
     for step_id, count in counts.items():
         if count > 1:
             yield PlanValidationError(f"duplicate step id {step_id!r}", step_id=step_id)
+    owners = [s for s in before.values() if s.fallback]
     kept_fallbacks = {
         extra.id: owner.id
-        for owner in before.values()
-        if owner.fallback and owner.id in index and index[owner.id] is owner
+        for owner in owners
+        if index.get(owner.id) is owner
         for extra in _fallback_steps(owner)
     }
     for step in new:
@@ -156,13 +156,13 @@ def _cycles(
 ) -> Iterator[PlanValidationError]:
     graph = {
         node: [d for d in index[node].dependencies if d in affected and d != node]
-        for node in affected
+        for node in sorted(affected)  # the same cycle every time when there are several
         if node in index
     }
     if not graph:
         return
-    order = {s.id: i for i, s in enumerate(merged.steps) if s.id in graph}
-    cycle = find_cycle(graph, sorted(graph, key=order.__getitem__))
+    in_plan_order = (s.id for s in merged.steps if s.id in graph)  # read on a cycle only
+    cycle = find_cycle(graph, in_plan_order)
     if cycle:
         yield PlanValidationError(f"cycle: {' -> '.join(cycle)}", step_id=cycle[0])
 

@@ -10,6 +10,8 @@ from typing import Any
 from core.errors import PlanReferenceError
 
 REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output((?:\.[A-Za-z0-9_-]+)*)\s*\}\}")
+# The same pattern with the step id as its only group, for ``findall``.
+_REFERENCED_ID = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output(?:\.[A-Za-z0-9_-]+)*\s*\}\}")
 
 
 def find_references(value: Any) -> set[str]:
@@ -23,10 +25,12 @@ def find_references(value: Any) -> set[str]:
         item = todo.pop()
         if isinstance(item, str):
             if "{{" in item:
-                found.update(m.group(1) for m in REFERENCE.finditer(item))
+                found.update(_REFERENCED_ID.findall(item))
+        elif isinstance(item, dict):
+            todo.extend(item.values())
         elif isinstance(item, list | tuple):
             todo.extend(item)
-        elif isinstance(item, dict | Mapping):  # dict first: no abc check for plain JSON
+        elif isinstance(item, Mapping):  # the slower abc check, after the JSON types
             todo.extend(item.values())
     return found
 
