@@ -23,8 +23,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from core.errors import PlanValidationError
 from core.tools import ToolRegistry
-from planner.dag import BitIndex, ancestor_bits, find_cycle, reachable
+from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
 from planner.plan import Plan, Step
+from planner.plan_index import PlanIndex, index_of
 from planner.validation import (
     fallback_errors,
     far_references,
@@ -66,15 +67,15 @@ def _merge_errors(
     tools: ToolRegistry,
     completed: Collection[str],
 ) -> Iterator[PlanValidationError]:
-    before = current.by_id
-    index = merged.by_id
+    old = index_of(current)
+    before, index = old.by_id, index_of(merged).by_id
     # completed repeats were dropped; of a kept id given twice, the last one replaced it
     new = [
         s
         for s in incoming
         if s.id not in completed and (s.id not in before or index.get(s.id) is s)
     ]
-    yield from _duplicates(new, index, before)
+    yield from _duplicates(new, index, old)
     for step in new:
         for dep in step.dependencies:
             if dep not in index and dep not in completed:
@@ -93,40 +94,25 @@ def _merge_errors(
 
 
 def _duplicates(
-    new: Sequence[Step], index: Mapping[str, Step], before: Mapping[str, Step]
+    new: Sequence[Step], index: Mapping[str, Step], old: PlanIndex
 ) -> Iterator[PlanValidationError]:
     """New ids given twice, or taken by a fallback step of a kept step.
 
     A kept step's id given twice replaces it once (the last one wins); a fresh one is
     appended twice.
     """
-    counts = Counter(s.id for s in new if s.id not in before)
+    counts = Counter(s.id for s in new if s.id not in old.by_id)
     for step_id, count in counts.items():
         if count > 1:
             yield PlanValidationError(f"duplicate step id {step_id!r}", step_id=step_id)
-    owners = [s for s in before.values() if s.fallback]
-    kept_fallbacks = {
-        extra.id: owner.id
-        for owner in owners
-        if index.get(owner.id) is owner
-        for extra in _fallback_steps(owner)
-    }
     for step in new:
-        owner = kept_fallbacks.get(step.id)
-        if owner is not None:
+        owner = old.fallback_owner.get(step.id)
+        if owner is not None and index.get(owner) is old.by_id[owner]:  # the owner was kept
             yield PlanValidationError(
                 f"fallback step {step.id!r} of step {owner!r} clashes with "
                 f"step id {step.id!r} already in the plan",
                 step_id=step.id,
             )
-
-
-def _fallback_steps(step: Step) -> Iterator[Step]:
-    todo = list(step.fallback)
-    while todo:
-        extra = todo.pop()
-        yield extra
-        todo.extend(extra.fallback)
 
 
 def _below(merged: Plan, new: set[str], redefined: set[str]) -> set[str]:
@@ -188,12 +174,14 @@ def _references(
     bits = ancestor_bits(graph, bits_index, needed=far.keys())
     if bits is None:
         return  # a cycle, reported above
-    for node in (s.id for s in merged.steps if s.id in far):  # plan order, as validate_plan
-        ancestors = bits.get(node, 0)
-        for ref in sorted(far[node]):
-            pos = bits_index.position.get(ref)
-            if pos is None or not ancestors >> pos & 1:
-                yield not_an_ancestor(index[node], ref, deps)
+    bad = {
+        node: sorted(ref for ref in refs if ref not in AncestorSet(bits.get(node, 0), bits_index))
+        for node, refs in far.items()
+    }
+    bad = {node: refs for node, refs in bad.items() if refs}
+    for node in (s.id for s in merged.steps if s.id in bad):  # plan order, on errors only
+        for ref in bad[node]:
+            yield not_an_ancestor(index[node], ref, deps)
 
 
 class _Deps(Mapping[str, Sequence[str]]):

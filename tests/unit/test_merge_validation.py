@@ -18,6 +18,7 @@ from core.tools import ToolContext, ToolRegistry, tool
 from planner.merge import merge_remaining
 from planner.merge_validation import validate_remaining_merge
 from planner.plan import Plan, Step
+from planner.plan_index import index_of
 from planner.validation import all_errors, validate_merge, validate_plan
 
 
@@ -256,3 +257,39 @@ def test_references_to_direct_dependencies_need_no_ancestor_pass(
     monkeypatch.setattr(validation, "ancestor_bits", refuse)
     steps = [step("s0")] + [step(f"s{i}", f"s{i - 1}", reads=f"s{i - 1}") for i in range(1, 500)]
     validate_plan(Plan(steps=steps), TOOLS)
+
+
+def test_the_index_a_merge_derives_equals_one_built_from_the_merged_plan() -> None:
+    current = Plan(
+        steps=[
+            step("a", fallback=[step("fa", fallback=[step("ffa")])]),
+            step("b", "a", fallback=[step("fb")]),
+            step("c", "b"),
+        ]
+    )
+    incoming = [step("b", "a"), step("d", "c", fallback=[step("fd")]), step("e"), step("e", "d")]
+    merged = merge_remaining(current, set(), [], incoming)
+    derived = index_of(merged)
+    built = index_of(merged.model_copy())  # another object: built by walking its steps
+    assert derived is not built
+    assert dict(derived.by_id) == dict(built.by_id)
+    assert (
+        dict(derived.fallback_owner)
+        == dict(built.fallback_owner)
+        == {
+            "fa": "a",
+            "ffa": "a",
+            "fd": "d",
+        }
+    )
+
+
+def test_successive_merges_keep_an_index_equal_to_the_plan() -> None:
+    plan = chain(5)
+    for round_ in range(12):  # past the layers the index keeps before it flattens them
+        incoming = [step(f"r{round_}", plan.steps[-1].id), step("s2", "s1")]
+        merged = merge_remaining(plan, {"s0", "s1"}, [], incoming)
+        validate_remaining_merge(plan, merged, incoming, TOOLS, completed={"s0", "s1"})
+        plan = merged
+    assert dict(index_of(plan).by_id) == plan.by_id
+    assert len(plan.steps) == 5 + 12
