@@ -11,9 +11,11 @@ kept step below a step it redefined ("affected" steps, whose ancestors changed):
 * references are checked for the new and affected steps; a reference to a direct dependency
   in O(1), the others with one ancestor pass over the steps above them.
 
-Cost: O(k + the affected steps' edges + the steps above far references) rule checks for
-k new steps, plus building the id maps of the merged plan (dict/set copies, no checks). The
-errors are the ones :func:`planner.validation.validate_plan` gives for the same rule.
+Cost: O(k + the affected steps' edges + the steps above far references) for k new steps.
+The steps-by-id index of the plan in force is built once per plan object
+(:mod:`planner.plan_index`) and the merged plan's is derived from it, so the untouched steps
+are not walked. The errors are the ones :func:`planner.validation.validate_plan` gives for
+the same rule.
 """
 
 from __future__ import annotations
