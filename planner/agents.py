@@ -22,6 +22,7 @@ from core.tools import ToolRegistry
 from planner.decision import ReplanDecision, SubGraph
 from planner.llm import ChatModel, Role, Usage
 from planner.merge import merge_remaining, orphans, replace_remaining
+from planner.merge_validation import validate_remaining_merge
 from planner.plan import Plan, Step
 from planner.prompting import bullets, plan_outline, render_prompt, tool_catalogue
 from planner.situation import Situation, render_situation
@@ -128,8 +129,8 @@ class Planner:
 
         def check(answer: SubGraph) -> SubGraph:
             merged = merge_remaining(current, done, removed, answer.steps)
-            validate_plan(merged, self.tools, completed=done)
-            validate_merge(current, merged, done)
+            # the plan in force is valid: check what the sub-graph changed, not every step
+            validate_remaining_merge(current, merged, answer.steps, self.tools, completed=done)
             return answer
 
         def prints(answer: SubGraph) -> list[str]:

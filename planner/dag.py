@@ -78,16 +78,23 @@ def reachable(start: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[s
 
 
 class BitIndex:
-    """Bit positions for node names, given out on first sight, and back to names."""
+    """Bit positions for node names, given out on first sight, and back to names.
 
-    def __init__(self) -> None:
+    With ``only``, just those names get a bit (every other name is 0), so ancestor sets
+    answer "is t an ancestor?" for those targets alone and stay as small as the targets.
+    """
+
+    def __init__(self, only: Collection[str] | None = None) -> None:
         self.position: dict[str, int] = {}
         self.names: list[str] = []
+        self.only = only
 
     def bit(self, name: str) -> int:
-        """The one-bit int of ``name``."""
+        """The one-bit int of ``name`` (0 for a name outside ``only``)."""
         pos = self.position.get(name)
         if pos is None:
+            if self.only is not None and name not in self.only:
+                return 0
             pos = self.position[name] = len(self.names)
             self.names.append(name)
         return 1 << pos

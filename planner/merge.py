@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from core.errors import PlanValidationError
 from planner.plan import Plan, Step
+from planner.plan_index import index_of, remember
 
 
 def orphans(plan: Plan, removed: Collection[str], completed: Collection[str]) -> set[str]:
@@ -14,6 +15,8 @@ def orphans(plan: Plan, removed: Collection[str], completed: Collection[str]) ->
     The removed steps themselves are not included.
     """
     gone = set(removed)
+    if not gone:
+        return set()  # the usual re-plan that only adds steps: no walk over the plan
     dependents: dict[str, list[str]] = {}
     for step in plan.steps:
         for dep in step.dependencies:
@@ -42,21 +45,29 @@ def merge_remaining(
         PlanValidationError: ``cancel`` names an unknown step, a sub-graph step redefines a
             completed step, or no step would be left.
     """
-    known = set(plan.step_ids)
-    unknown = sorted(set(cancel) - known)
+    base = index_of(plan)
+    known = base.by_id
+    unknown = sorted(c for c in set(cancel) if c not in known)
     if unknown:
         raise PlanValidationError(
             f"cannot cancel unknown step(s) {', '.join(map(repr, unknown))} "
             f"(steps: {', '.join(plan.step_ids)})",
             step_id=unknown[0],
         )
-    removed = set(cancel) - set(completed)
+    removed = {c for c in cancel if c not in completed}
     removed |= orphans(plan, removed, completed)
     incoming = _without_completed(plan, completed, subgraph)
     replacing = {s.id: s for s in incoming if s.id in known}
-    steps = [replacing.get(s.id, s) for s in plan.steps if s.id not in removed or s.id in replacing]
+    steps = (
+        [replacing.get(s.id, s) for s in plan.steps if s.id not in removed or s.id in replacing]
+        if removed or replacing
+        else list(plan.steps)  # the usual re-plan that only adds steps: a copy of pointers
+    )
     steps += [s for s in incoming if s.id not in known]
-    return _plan_like(plan, steps)
+    merged = _plan_like(plan, steps)
+    if not removed:  # the merged index is the old one plus the k new steps
+        remember(merged, base.with_steps(incoming))
+    return merged
 
 
 def replace_remaining(plan: Plan, completed: Collection[str], new_plan: Plan) -> Plan:
@@ -118,12 +129,13 @@ def _without_completed(
     plan: Plan, completed: Collection[str], incoming: Sequence[Step]
 ) -> list[Step]:
     """``incoming`` minus unchanged repeats of completed steps; a changed repeat is refused."""
-    before = plan.by_id
     kept: list[Step] = []
+    before: Mapping[str, Step] | None = None
     for step in incoming:
         if step.id not in completed:
             kept.append(step)
             continue
+        before = index_of(plan).by_id if before is None else before
         was = before.get(step.id)
         if was is not None and _same_call(was, step):
             continue
@@ -140,6 +152,8 @@ def _same_call(a: Step, b: Step) -> bool:
 
 
 def _plan_like(plan: Plan, steps: list[Step]) -> Plan:
+    """``plan`` with ``steps``; they were validated as steps already, so the copy does not
+    validate them again (an O(n) walk per re-plan of an n-step plan)."""
     if not steps:
         raise PlanValidationError("the re-planned plan has no steps left")
-    return Plan(goal=plan.goal, steps=steps, constraints=list(plan.constraints))
+    return plan.model_copy(update={"steps": steps, "constraints": list(plan.constraints)})

@@ -10,19 +10,28 @@ from typing import Any
 from core.errors import PlanReferenceError
 
 REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output((?:\.[A-Za-z0-9_-]+)*)\s*\}\}")
+# The same pattern with the step id as its only group, for ``findall``.
+_REFERENCED_ID = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output(?:\.[A-Za-z0-9_-]+)*\s*\}\}")
 
 
 def find_references(value: Any) -> set[str]:
-    """Ids of the steps referenced anywhere inside ``value`` (nested dicts, lists, strings)."""
-    if isinstance(value, str):
-        return {m.group(1) for m in REFERENCE.finditer(value)}
+    """Ids of the steps referenced anywhere inside ``value`` (nested dicts, lists, strings).
+
+    One iterative walk; the regex only runs on strings that hold ``{{``.
+    """
     found: set[str] = set()
-    if isinstance(value, Mapping):
-        for item in value.values():
-            found |= find_references(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            found |= find_references(item)
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if "{{" in item:
+                found.update(_REFERENCED_ID.findall(item))
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+        elif isinstance(item, Mapping):  # the slower abc check, after the JSON types
+            todo.extend(item.values())
     return found
 
 

@@ -44,7 +44,8 @@ def load_yaml(text: str, *, max_alias_nodes: int | None) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_aliases(node, max_alias_nodes)
+        if "&" in text:  # no anchor, no alias: the walk below has nothing to find
+            _check_aliases(node, max_alias_nodes)
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -86,16 +86,22 @@ def _plan_errors(
     by_id = plan.by_id
     outside: dict[str, Sequence[str]] = {c: () for c in completed if c not in by_id}
     taken = set(plan.step_ids) | set(completed)
-    yield from _graph_errors(plan.steps, tools, outside, taken, _Ancestry(BitIndex(), ChainMap()))
+    far = _far_by_step(plan.steps)
+    index = BitIndex(only=set().union(*far.values()))
+    yield from _graph_errors(plan.steps, tools, outside, taken, _Ancestry(index, ChainMap(), far))
 
 
 class _Ancestry:
-    """Ancestor bitsets shared down the fallback sub-graphs: the ones of the enclosing graphs'
+    """What the reference checks share down the fallback sub-graphs: each step's far
+    references (``far``, by step object), and the ancestor bitsets of the enclosing graphs'
     steps that a fallback step depends on (``known``), over one :class:`BitIndex`."""
 
-    def __init__(self, index: BitIndex, known: ChainMap[str, int]) -> None:
+    def __init__(
+        self, index: BitIndex, known: ChainMap[str, int], far: Mapping[int, set[str]]
+    ) -> None:
         self.index = index
         self.known = known
+        self.far = far
 
 
 def _graph_errors(
@@ -110,19 +116,14 @@ def _graph_errors(
     yield from _unknown_dependencies(steps, set(outside))
     yield from _self_dependencies(steps)
     yield from _cycles(steps)
-    yield from _unknown_tools(steps, tools)
-    yield from _unfit_params(steps, tools)
+    yield from step_errors(steps, tools)
     deps: dict[str, Sequence[str]] = {**outside, **{s.id: s.dependencies for s in steps}}
-    inner = _Ancestry(ancestry.index, ancestry.known.new_child())  # no copy per fallback
+    inner = _Ancestry(ancestry.index, ancestry.known.new_child(), ancestry.far)  # no copies
     yield from _bad_references(steps, deps, inner)
     for step in (s for s in steps if s.fallback):
         for extra in step.fallback:
             if extra.id in taken:
-                yield PlanValidationError(
-                    f"fallback step {extra.id!r} of step {step.id!r} clashes with "
-                    f"step id {extra.id!r} already in the plan",
-                    step_id=extra.id,
-                )
+                yield _fallback_clash(step, extra)
             taken.add(extra.id)
         # a fallback may depend on any main-plan step and on its own steps
         yield from _graph_errors(step.fallback, tools, deps, taken, inner)
@@ -143,10 +144,15 @@ def _unknown_dependencies(
     for step in steps:
         for dep in step.dependencies:
             if dep not in known:
-                yield PlanValidationError(
-                    f"step {step.id!r} depends on unknown step {dep!r}{_suggest(dep, known)}",
-                    step_id=step.id,
-                )
+                yield unknown_dependency(step, dep, known)
+
+
+def unknown_dependency(step: Step, dep: str, known: Collection[str]) -> PlanValidationError:
+    """The error of ``step`` depending on ``dep``, which is none of the ``known`` ids."""
+    return PlanValidationError(
+        f"step {step.id!r} depends on unknown step {dep!r}{_suggest(dep, known)}",
+        step_id=step.id,
+    )
 
 
 def _self_dependencies(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
@@ -164,6 +170,57 @@ def _cycles(steps: Sequence[Step]) -> Iterator[PlanValidationError]:
     cycle = find_cycle(graph, local)
     if cycle:
         yield PlanValidationError(f"cycle: {' -> '.join(cycle)}", step_id=cycle[0])
+
+
+def step_errors(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
+    """Unknown tools, then params that do not fit their tool, of ``steps`` in order."""
+    yield from _unknown_tools(steps, tools)
+    yield from _unfit_params(steps, tools)
+
+
+def fallback_errors(
+    owners: Sequence[Step], tools: ToolRegistry, plan: Plan, completed: Collection[str]
+) -> Iterator[PlanValidationError]:
+    """Errors of the fallback sub-graphs of ``owners`` (steps of ``plan``, whose other steps
+    passed), as :func:`validate_plan` reports them."""
+    by_id = plan.by_id
+    deps: dict[str, Sequence[str]] = {c: () for c in completed if c not in by_id}
+    deps.update((s.id, s.dependencies) for s in plan.steps)
+    taken = set(deps)
+    mine = {id(s) for s in owners}
+    for other in plan.steps:
+        if other.fallback and id(other) not in mine:
+            taken.update(extra.id for extra in _all_fallback_steps(other))
+    far = _far_by_step(owners)
+    index = BitIndex(only=set().union(*far.values()))
+    pinned = _fallback_dependencies(owners)
+    known: ChainMap[str, int] = ChainMap()
+    if index.only and pinned:
+        graph = {s.id: s.dependencies for s in plan.steps}
+        known.update(ancestor_bits(graph, index, needed=pinned) or {})
+    ancestry = _Ancestry(index, known, far)
+    for step in (s for s in owners if s.fallback):
+        for extra in step.fallback:
+            if extra.id in taken:
+                yield _fallback_clash(step, extra)
+            taken.add(extra.id)
+        yield from _graph_errors(step.fallback, tools, deps, taken, ancestry)
+
+
+def _fallback_clash(step: Step, extra: Step) -> PlanValidationError:
+    return PlanValidationError(
+        f"fallback step {extra.id!r} of step {step.id!r} clashes with "
+        f"step id {extra.id!r} already in the plan",
+        step_id=extra.id,
+    )
+
+
+def _all_fallback_steps(step: Step) -> Iterator[Step]:
+    todo = list(step.fallback)
+    while todo:
+        extra = todo.pop()
+        yield extra
+        todo.extend(extra.fallback)
 
 
 def _unknown_tools(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
@@ -206,10 +263,10 @@ def params_problem(params: Mapping[str, Any], spec: ToolSpec) -> str | None:
             if name not in accepted:
                 listed = ", ".join(sorted(accepted)) or "none"
                 return f"param {name!r}: unknown param for tool {spec.name!r} (params: {listed})"
-    with_refs = {name for name, value in params.items() if has_reference(value)}
     try:
         model.model_validate(dict(params))
     except ValidationError as exc:
+        with_refs = {name for name, value in params.items() if has_reference(value)}
         for error in exc.errors(include_url=False):
             loc = error["loc"]
             if with_refs and (not loc or str(loc[0]) in with_refs):
@@ -232,46 +289,73 @@ def _accepted_names(model: type[BaseModel]) -> frozenset[str]:
 def _bad_references(
     steps: Sequence[Step], deps: Deps, ancestry: _Ancestry
 ) -> Iterator[PlanValidationError]:
-    """References to steps that are not ancestors; fills ``ancestry.known`` for fallbacks."""
-    referenced = {s.id: _referenced(s) for s in steps}
-    with_refs = {step_id for step_id, refs in referenced.items() if any(refs)}
+    """References to steps that are not ancestors; fills ``ancestry.known`` for fallbacks.
+
+    A reference to a direct dependency (or, from a compensation, to the step itself) is
+    checked in O(1); only the other ("far") targets get bits in the ancestor sets, which
+    one topological pass computes, and not at all when no reference in the plan is far.
+    """
+    far = {s.id: refs for s in steps if (refs := ancestry.far.get(id(s)))}
     pinned = _fallback_dependencies(steps)
-    graph = {s.id: s.dependencies for s in steps}
-    bits = None
-    if len(graph) == len(steps):  # duplicate ids are reported above; walk those the slow way
-        bits = ancestor_bits(
-            graph, ancestry.index, needed=with_refs | pinned, outside=ancestry.known
-        )
-    if bits is not None:
-        ancestry.known.update((node, bits[node]) for node in pinned if node in bits)
+    bits: dict[str, int] | None = {}
+    if ancestry.index.only and (far or pinned):
+        graph = {s.id: s.dependencies for s in steps}
+        bits = None
+        if len(graph) == len(steps):  # duplicate ids are reported above; walk the slow way
+            bits = ancestor_bits(
+                graph, ancestry.index, needed=far.keys() | pinned, outside=ancestry.known
+            )
+        if bits is not None:
+            ancestry.known.update((node, bits[node]) for node in pinned if node in bits)
     for step in steps:
-        own, compensation = referenced[step.id]
-        if not own and not compensation:
+        refs = far.get(step.id)
+        if not refs:
             continue
         allowed: Collection[str] = (
-            AncestorSet(bits[step.id], ancestry.index)
+            AncestorSet(bits.get(step.id, 0), ancestry.index)
             if bits is not None
             else reachable(step.dependencies, deps)  # a cycle: reported above, error path only
         )
-        sources: list[tuple[set[str], Collection[str], tuple[str, ...]]] = [(own, allowed, ())]
-        if compensation:
-            # a compensation runs after its step, so it may also read the step's own output
-            sources.append((compensation, allowed, (step.id,)))
-        for refs, ok, also in sources:
-            for ref in sorted(r for r in refs if r not in ok and r not in also):
-                what = repr(ref) if ref in deps else f"unknown step {ref!r}"
-                listed = ", ".join(sorted(allowed)) or "none"
-                yield PlanValidationError(
-                    f"step {step.id!r} references {what} which is not among its dependencies "
-                    f"(ancestors: {listed})",
-                    step_id=step.id,
-                )
+        for ref in sorted(r for r in refs if r not in allowed):
+            yield not_an_ancestor(step, ref, deps)
 
 
-def _referenced(step: Step) -> tuple[set[str], set[str]]:
-    """Step ids referenced by the step's params and by its compensation's params."""
-    compensation = find_references(step.compensate.params) if step.compensate else set()
-    return find_references(step.params), compensation
+def not_an_ancestor(step: Step, ref: str, deps: Deps) -> PlanValidationError:
+    """The error of ``step`` referencing ``ref``, which is not among its ancestors."""
+    what = repr(ref) if ref in deps else f"unknown step {ref!r}"
+    listed = ", ".join(sorted(reachable(step.dependencies, deps))) or "none"
+    return PlanValidationError(
+        f"step {step.id!r} references {what} which is not among its dependencies "
+        f"(ancestors: {listed})",
+        step_id=step.id,
+    )
+
+
+def far_references(step: Step) -> set[str]:
+    """Ids ``step`` (or its compensation) references that are not direct dependencies.
+
+    A compensation runs after its step, so it may also read the step's own output.
+    """
+    refs = find_references(step.params)
+    if step.compensate:
+        refs |= find_references(step.compensate.params) - {step.id}
+    if refs:
+        refs.difference_update(step.dependencies)
+    return refs
+
+
+def _far_by_step(steps: Sequence[Step]) -> dict[int, set[str]]:
+    """The far references of every step of ``steps`` and of their fallback sub-graphs that
+    has some, by step object (ids may repeat in a plan that is invalid)."""
+    found: dict[int, set[str]] = {}
+    todo = list(steps)
+    while todo:
+        step = todo.pop()
+        refs = far_references(step)
+        if refs:
+            found[id(step)] = refs
+        todo.extend(step.fallback)
+    return found
 
 
 def _fallback_dependencies(steps: Sequence[Step]) -> set[str]:
