@@ -26,6 +26,7 @@ from planner.llm import ChatModel, Usage
 from planner.merge import merge_remaining, replace_remaining
 from planner.plan import Plan
 from planner.situation import EventView, Situation, StepView
+from supervisor.deadline import short_of_time
 from supervisor.policy import FAILURES, rule_verdict
 from supervisor.session_state import SessionState
 from supervisor.triggers import TriggerConfig, trigger_reason
@@ -194,6 +195,9 @@ class Deliberation:
             )
         if self.chat is None:
             return rule_verdict(changes, self.state.steps)
+        short = short_of_time(self.state, self.settings, time.time())
+        if short:
+            return self.rules_for_time(changes, short)
         await self.load_outputs(sorted(self.state.completed()))
         situation = self.situation(reason)
         try:
@@ -214,6 +218,15 @@ class Deliberation:
             )
             return verdict
         return Verdict(decision, "llm", [usage])
+
+    def rules_for_time(self, changes: list[Event], note: str) -> Verdict:
+        """The rule policy's verdict when the deadline leaves no time for an LLM call."""
+        log.info("session=%s %s", self.state.sid, note)
+        verdict = rule_verdict(changes, self.state.steps)
+        reasoning = f"{note}; {verdict.decision.reasoning}"
+        verdict.decision = verdict.decision.model_copy(update={"reasoning": reasoning})
+        verdict.deadline_note = note
+        return verdict
 
     # --- re-planning ----------------------------------------------------------------------
     def to_cancel(self, decision: ReplanDecision, changes: list[Event]) -> set[str]:

@@ -8,7 +8,7 @@ import pytest
 
 from core.effects import SqlEffectLedger
 from core.hot_state import HotState
-from core.models import EventType, SessionStatus, Severity
+from core.models import EventType, SessionOptions, SessionStatus, Severity
 from core.record import SqlRecord
 from producer.client import Producer
 from tests.integration.conftest import report_steps
@@ -113,3 +113,22 @@ def test_dependency_broken_reaches_the_decider_before_the_branch_is_skipped(
     assert broken[1].payload["skipped"] == ["b"]
     steps = report_steps(session)
     assert (steps["b"]["status"], steps["c"]["status"]) == ("skipped", "completed")
+
+
+def test_a_session_near_its_deadline_decides_by_rules_without_asking_the_llm(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
+) -> None:
+    # 30 s of deadline is less than one LLM call may take (llm_timeout_s, 60 s here)
+    sid, session = run(llm_producer, llm_record, THREE_STEPS, SessionOptions(deadline_s=30))
+
+    assert session.status == SessionStatus.FAILED, session.error
+    assert llm.requests_for("decider") == []
+    assert llm.requests_for("replanner") == []
+    (row,) = llm_record.decisions(sid)
+    assert (row.action, row.source) == ("ABORT", "rule")
+    assert "left before the session deadline" in row.reasoning
+    notices = [e for _, e in llm_hot.events(sid) if e.payload.get("notice") == "deadline_near"]
+    assert len(notices) == 1
+    assert "the rule policy decides" in notices[0].description
+    kinds = [fields.get("kind") for _, fields in llm_hot.progress(sid)]
+    assert "deadline_near" in kinds
