@@ -191,6 +191,9 @@ class SessionOptions(BaseModel):
     compensate_on_failure: bool = Field(
         True, description="A session that ends failed undoes its completed writes."
     )
+    milestone_reviews: bool | None = Field(
+        None, description="Review the plan (LLM) when a declared phase finishes."
+    )
 
 
 class SessionRecord(BaseModel):

@@ -465,7 +465,10 @@ class SessionRunner:
                 payload={"phase": phase, "steps": members},
             )
             await self.io.append_event(event)
-            self.brain.note(event)
+            if self.brain.reviews_milestones:
+                # Noted only for a review: a change nothing will decide about would hold
+                # the session open (it ends when nothing is left to decide).
+                self.brain.note(event)
 
     async def _think(self) -> None:
         state = self.state

@@ -115,8 +115,16 @@ class Deliberation:
         return TriggerConfig(
             batch_size=options.batch_react_size or settings.batch_react_size,
             react_severity=Severity(settings.react_severity),
-            milestones=settings.milestone_reviews,
+            milestones=self.reviews_milestones,
         )
+
+    @property
+    def reviews_milestones(self) -> bool:
+        """Whether a finished phase is reviewed: by the decision agent only (the rule
+        policy has nothing to review), when the session or the settings ask for it."""
+        chosen = self.state.info.options.milestone_reviews
+        wanted = self.settings.milestone_reviews if chosen is None else chosen
+        return wanted and self.chat is not None
 
     @property
     def max_replans(self) -> int:

@@ -11,7 +11,7 @@ from core.hot_state import HotState
 from core.models import EventType, SessionOptions, SessionStatus, Severity
 from core.record import SqlRecord
 from producer.client import Producer
-from tests.integration.conftest import report_steps
+from tests.integration.conftest import RunPlan, report_steps
 from tests.integration.test_planning_loop import (
     FAIL,
     THREE_STEPS,
@@ -132,3 +132,43 @@ def test_a_session_near_its_deadline_decides_by_rules_without_asking_the_llm(
     assert "the rule policy decides" in notices[0].description
     kinds = [fields.get("kind") for _, fields in llm_hot.progress(sid)]
     assert "deadline_near" in kinds
+
+
+PHASES = """
+goal: gather, then decide
+steps:
+  - {id: g1, tool: bench.echo, params: {value: 1}, phase: gather}
+  - {id: g2, tool: bench.echo, params: {value: 2}, phase: gather}
+  - {id: d, tool: bench.echo, params: {value: "{{g1.output.value}}"}, dependencies: [g1, g2],
+     phase: decide}
+"""
+
+
+def test_each_finished_phase_is_reviewed_by_the_decider(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
+) -> None:
+    llm.script("decider", decision("CONTINUE", "gathered"), decision("CONTINUE", "decided"))
+
+    sid, session = run(llm_producer, llm_record, PHASES, SessionOptions(milestone_reviews=True))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    reached = [e for _, e in llm_hot.events(sid) if e.type == EventType.MILESTONE_REACHED]
+    assert [e.payload["phase"] for e in reached] == ["gather", "decide"]
+    reviews = prompts(llm, "decider")
+    assert len(reviews) == 2
+    assert "milestone reached: proactive review" in reviews[0]
+    assert "phase 'gather' finished (2 steps)" in reviews[0]
+    assert [(r.action, r.reasoning) for r in llm_record.decisions(sid)] == [
+        ("CONTINUE", "gathered"),
+        ("CONTINUE", "decided"),
+    ]
+    assert llm.pending() == 0
+
+
+def test_a_plan_with_phases_ends_without_reviews(run_plan: RunPlan, hot_state: HotState) -> None:
+    # No LLM: each finished phase is announced, and nothing waits for a review.
+    sid, session = run_plan(PHASES, timeout_s=30)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    reached = [e for _, e in hot_state.events(sid) if e.type == EventType.MILESTONE_REACHED]
+    assert [e.payload["phase"] for e in reached] == ["gather", "decide"]
