@@ -191,3 +191,25 @@ def test_compensate_on_failure_false_keeps_the_writes_of_a_failed_session(
     assert record.report["compensations"] == []
     assert effects.count(f"{sid}:w") == 1
     assert effects.count(f"{sid}:w:compensate:undo") == 0
+
+
+WRITE_THEN_LONG_WAIT = """
+goal: a write, then a wait longer than the session's deadline
+steps:
+  - {id: w, tool: bench.write, params: {label: undone-at-the-deadline}}
+  - {id: hold, tool: bench.sleep, params: {seconds: 6}, dependencies: [w], timeout_s: 60}
+"""
+
+
+def test_a_session_past_its_deadline_undoes_its_completed_writes(
+    run_plan: RunPlan, effects: SqlEffectLedger
+) -> None:
+    sid, record = run_plan(WRITE_THEN_LONG_WAIT, SessionOptions(deadline_s=2.0))
+
+    assert record.status == SessionStatus.FAILED, record.error
+    assert "deadline" in (record.error or "")
+    assert record.report is not None
+    comps = record.report["compensations"]
+    assert [(c["step"], c["status"]) for c in comps] == [("w", "completed")], comps
+    assert effects.count(f"{sid}:w:compensate:undo") == 1
+    assert report_steps(record)["hold"]["status"] == "cancelled"
