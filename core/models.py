@@ -188,6 +188,12 @@ class SessionOptions(BaseModel):
     batch_react_size: int | None = Field(None, ge=1, description="WARNING batch size.")
     deadline_s: float | None = Field(None, gt=0, description="Session deadline, seconds.")
     tools: list[str] = Field(default_factory=list, description="Toolset prefixes for planning.")
+    compensate_on_failure: bool = Field(
+        True, description="A session that ends failed undoes its completed writes."
+    )
+    milestone_reviews: bool | None = Field(
+        None, description="Review the plan (LLM) when a declared phase finishes."
+    )
 
 
 class SessionRecord(BaseModel):

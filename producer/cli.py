@@ -58,6 +58,12 @@ def cli() -> None:
 @click.option(
     "--max-replans", type=click.IntRange(min=0), default=None, help="Re-plan budget of the session."
 )
+@click.option(
+    "--compensate-on-failure/--no-compensate-on-failure",
+    default=True,
+    show_default=True,
+    help="Undo completed writes when the session ends failed (critical failure, deadline).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -67,6 +73,7 @@ def submit(
     wait: bool,
     concurrency: int | None,
     max_replans: int | None,
+    compensate_on_failure: bool,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -77,7 +84,11 @@ def submit(
     if (plan_file is None) == (goal is None):
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
-    options = SessionOptions(concurrency=concurrency, max_replans=max_replans)
+    options = SessionOptions(
+        concurrency=concurrency,
+        max_replans=max_replans,
+        compensate_on_failure=compensate_on_failure,
+    )
     try:
         settings = _settings()
         producer = Producer.from_settings(settings)

@@ -1,4 +1,4 @@
-"""Ending a session: stop what runs, compensate (saga) when aborted or cancelled, report."""
+"""Ending a session: stop what runs, compensate (saga) when aborted, cancelled or failed, report."""
 
 from __future__ import annotations
 
@@ -58,12 +58,11 @@ async def finish_session(
 ) -> None:
     """End the session: every step ends, compensations run if needed, the report is written.
 
-    ``undo`` (compensate completed writes) defaults to aborted and cancelled sessions; a
-    poison session that ends failed asks for it too.
+    ``undo`` (compensate completed writes) defaults to :func:`undoes`.
     """
     state, io = end.state, end.io
     if undo is None:
-        undo = status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
+        undo = undoes(status, compensate_on_failure=state.info.options.compensate_on_failure)
     if undo:
         await await_writes_in_flight(end)
     unfinished = [i for i, st in state.states.items() if not has_ended(st)]
@@ -123,6 +122,15 @@ async def finish_session(
     )
     await io.store.note_progress(io.sid, "ended", status=status.value, error=error)
     log.info("session=%s ended %s%s", io.sid, status.value, f": {error}" if error else "")
+
+
+def undoes(status: SessionStatus, *, compensate_on_failure: bool) -> bool:
+    """Whether a session ending ``status`` compensates its completed writes: aborted and
+    cancelled ones always; failed ones (a critical failure, the deadline) unless the
+    submitter chose to keep the effects of a failed session."""
+    if status == SessionStatus.FAILED:
+        return compensate_on_failure
+    return status in (SessionStatus.ABORTED, SessionStatus.CANCELLED)
 
 
 async def adopt_recorded_ending(

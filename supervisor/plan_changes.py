@@ -15,10 +15,11 @@ from planner.decision import ReplanAction
 from planner.merge import inject_fallback
 from planner.plan import Plan
 from planner.validation import validate_plan
+from supervisor.deadline import DEADLINE_NEAR, short_of_time
 from supervisor.policy import FAILURES
 from supervisor.session_base import SessionIO
 from supervisor.session_state import has_ended
-from supervisor.thinking import Deliberation, record_usage
+from supervisor.thinking import Deliberation, record_decision, record_usage
 from supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,18 @@ class PlanChanges:
             reason,
         )
 
+    async def notice_deadline(self, note: str) -> None:
+        """Say on the stream and the progress stream that the rules decided for lack of time."""
+        await self.io.append_event(
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.INFO,
+                description=note,
+                payload={"notice": DEADLINE_NEAR},
+            )
+        )
+        await self.store.note_progress(self.io.sid, DEADLINE_NEAR, reason=note)
+
     # --- carrying out a verdict -----------------------------------------------------------
     async def execute(self, decision: Decision, brain: Deliberation) -> None:
         """Carry out ``decision``: park it for a person, end the session, skip what cannot
@@ -158,6 +171,8 @@ class PlanChanges:
             await self.io.write_session("awaiting", "approval")
             await self.store.note_progress(sid, "approval_required", reason=d.reasoning)
             return
+        if verdict.deadline_note:
+            await self.notice_deadline(verdict.deadline_note)
         await self.store.note_progress(
             sid, "decision", action=d.action.value, source=verdict.source, reasoning=d.reasoning
         )
@@ -176,6 +191,12 @@ class PlanChanges:
         if d.action == ReplanAction.CONTINUE:
             for step_id in failed:
                 await self.skip_descendants(step_id)
+            return
+        short = "" if rules else short_of_time(state, self.io.settings, time.time())
+        if short:  # the decision took the time a re-plan needs: the rules decide instead
+            ruled = Decision(brain.rules_for_time(changes, short), changes, decision.reason)
+            record_decision(state.batch, sid, ruled)
+            await self.execute(ruled, brain)
             return
         await self.store.note_progress(
             sid,

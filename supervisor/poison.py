@@ -72,7 +72,7 @@ async def end_crashed_session(
     runner = SessionRunner(ctx, sid, epoch)
     try:
         await _load_what_can(runner)
-        await finish_session(runner.ending, status, error, undo=True)
+        await finish_session(runner.ending, status, error)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
         await ctx.store.r.srem(ctx.store.keys.active, sid)

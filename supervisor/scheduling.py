@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.errors import PlanError
+from core.errors import PlanError, PlanReferenceError
 from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
 from core.values import ValueLimits
 from planner.references import find_references, resolve_params
@@ -48,6 +48,7 @@ class Scheduling:
         # (step, attempt) re-sent and found still queued -> when to look at it again.
         self._look_again: dict[tuple[str, int], float] = {}
         self._next_sweep = 0.0  # when the watchdog looks at the steps in flight next
+        self.unresolved: set[str] = set()  # steps failed by a reference that cannot resolve
 
     async def dispatch_ready(self) -> None:
         """Mark the ready steps running and queue their attempts, in one fenced write."""
@@ -64,6 +65,8 @@ class Scheduling:
                     ErrorKind.PERMANENT,
                 )
                 st.attempt += 1
+                if isinstance(exc, PlanReferenceError):
+                    self.unresolved.add(step_id)
                 await self.on_failure(step_id)
                 continue
             batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, params))

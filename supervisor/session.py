@@ -28,6 +28,7 @@ from core.models import (
 from core.redis_faults import is_redis_fault
 from planner.agents import Planner
 from planner.plan import Plan, Step
+from supervisor.broken import dependency_broken
 from supervisor.checkpointer import Checkpointer
 from supervisor.consumers import ConsumerMonitor
 from supervisor.context import SupervisorContext
@@ -436,6 +437,20 @@ class SessionRunner:
         await self.io.write_step(step_id, **settled.fields)
         if settled.final is not None:
             self.brain.note(settled.final)
+            await self._raise_broken(step_id)
+
+    async def _raise_broken(self, step_id: str) -> None:
+        """With an LLM, a final failure that breaks critical work (or an unresolvable
+        reference) is a CRITICAL DEPENDENCY_BROKEN the decision agent sees before any branch
+        is skipped; the rule policy keeps skipping the branch and saying so afterwards."""
+        if self.brain.chat is None:
+            return
+        unresolved = step_id in self.scheduling.unresolved
+        event = dependency_broken(self.state, step_id, unresolved=unresolved)
+        if event is None:
+            return
+        await self.io.append_event(event)
+        self.brain.note(event)
 
     async def _check_milestone(self, step: Step) -> None:
         phase, state = step.phase, self.state
@@ -450,7 +465,10 @@ class SessionRunner:
                 payload={"phase": phase, "steps": members},
             )
             await self.io.append_event(event)
-            self.brain.note(event)
+            if self.brain.reviews_milestones:
+                # Noted only for a review: a change nothing will decide about would hold
+                # the session open (it ends when nothing is left to decide).
+                self.brain.note(event)
 
     async def _think(self) -> None:
         state = self.state

@@ -26,6 +26,7 @@ from planner.llm import ChatModel, Usage
 from planner.merge import merge_remaining, replace_remaining
 from planner.plan import Plan
 from planner.situation import EventView, Situation, StepView
+from supervisor.deadline import short_of_time
 from supervisor.policy import FAILURES, rule_verdict
 from supervisor.session_state import SessionState
 from supervisor.triggers import TriggerConfig, trigger_reason
@@ -114,8 +115,16 @@ class Deliberation:
         return TriggerConfig(
             batch_size=options.batch_react_size or settings.batch_react_size,
             react_severity=Severity(settings.react_severity),
-            milestones=settings.milestone_reviews,
+            milestones=self.reviews_milestones,
         )
+
+    @property
+    def reviews_milestones(self) -> bool:
+        """Whether a finished phase is reviewed: by the decision agent only (the rule
+        policy has nothing to review), when the session or the settings ask for it."""
+        chosen = self.state.info.options.milestone_reviews
+        wanted = self.settings.milestone_reviews if chosen is None else chosen
+        return wanted and self.chat is not None
 
     @property
     def max_replans(self) -> int:
@@ -194,6 +203,9 @@ class Deliberation:
             )
         if self.chat is None:
             return rule_verdict(changes, self.state.steps)
+        short = short_of_time(self.state, self.settings, time.time())
+        if short:
+            return self.rules_for_time(changes, short)
         await self.load_outputs(sorted(self.state.completed()))
         situation = self.situation(reason)
         try:
@@ -214,6 +226,15 @@ class Deliberation:
             )
             return verdict
         return Verdict(decision, "llm", [usage])
+
+    def rules_for_time(self, changes: list[Event], note: str) -> Verdict:
+        """The rule policy's verdict when the deadline leaves no time for an LLM call."""
+        log.info("session=%s %s", self.state.sid, note)
+        verdict = rule_verdict(changes, self.state.steps)
+        reasoning = f"{note}; {verdict.decision.reasoning}"
+        verdict.decision = verdict.decision.model_copy(update={"reasoning": reasoning})
+        verdict.deadline_note = note
+        return verdict
 
     # --- re-planning ----------------------------------------------------------------------
     def to_cancel(self, decision: ReplanDecision, changes: list[Event]) -> set[str]:

@@ -17,6 +17,7 @@ class Verdict:
     source: str  # "llm", "rule", "budget", "human" or "await_human"
     usages: list[Usage] = field(default_factory=list)
     fail_session: bool = False  # the rule policy's answer to a critical failure
+    deadline_note: str = ""  # why the rules decided: too little time left for an LLM call
 
 
 @dataclass

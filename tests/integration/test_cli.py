@@ -312,3 +312,13 @@ def test_flower_shows_steps_by_name_with_their_state(
     task = tasks[f"{sid}:b:1"]
     assert task["name"] == "planloop.step"
     assert '"step": "b"' in str(task["args"])
+
+
+def test_submit_can_keep_the_writes_of_a_failed_session(
+    stack: Stack, env_overrides: dict[str, str], producer: Producer
+) -> None:
+    result = planloop(env_overrides, "submit", str(DIAMOND), "--no-compensate-on-failure")
+    assert result.returncode == 0, result.stderr
+    sid = result.stdout.strip()
+    assert producer.session(sid).options.compensate_on_failure is False
+    assert wait_ended(producer, sid, 60).status == SessionStatus.COMPLETED

@@ -1,14 +1,22 @@
-"""Saga compensation on `cancel`: undo completed writes in reverse completion order, loudly."""
+"""Saga compensation on `cancel` and on failure: undo completed writes in reverse completion
+order, loudly."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.models import EventType, SessionRecord, SessionStatus, StepStatus
+from core.effects import SqlEffectLedger
+from core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
 from planner.plan import parse_plan
 from supervisor.ending import COMPENSATE_SUFFIX
 from tests.conftest import wait_for
-from tests.integration.conftest import MakeStack, PrivateStack, report_steps, wait_ended
+from tests.integration.conftest import (
+    MakeStack,
+    PrivateStack,
+    RunPlan,
+    report_steps,
+    wait_ended,
+)
 from workers.toolsets import bench, supply_chain  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
@@ -142,3 +150,66 @@ def test_cancel_releases_a_stock_reservation_with_its_default_compensation(
     ]
     assert comps[0]["status"] == "completed", comps[0]["error"]
     assert "COMPENSATION FAILED" not in (record.error or "")
+
+
+# A write completes, then a critical step fails for good: the rule policy fails the session.
+WRITE_THEN_CRITICAL_FAILURE = """
+goal: a write, then a critical step that cannot succeed
+steps:
+  - {id: w, tool: bench.write, params: {label: kept-or-undone}}
+  - id: vital
+    tool: bench.sleep
+    critical: true
+    params: {seconds: 0.01, simulate: {fail_attempts: [1, 2, 3], permanent: true}}
+    dependencies: [w]
+"""
+
+
+def test_a_failed_session_undoes_its_completed_writes(
+    run_plan: RunPlan, effects: SqlEffectLedger
+) -> None:
+    sid, record = run_plan(WRITE_THEN_CRITICAL_FAILURE)
+
+    assert record.status == SessionStatus.FAILED, record.error
+    assert record.report is not None
+    comps = record.report["compensations"]
+    assert [(c["step"], c["tool"], c["status"]) for c in comps] == [
+        ("w", "bench.undo_write", "completed")
+    ], comps
+    assert effects.count(f"{sid}:w") == 1
+    assert effects.count(f"{sid}:w:compensate:undo") == 1  # once, not per attempt
+    assert report_steps(record)["vital"]["status"] == "failed"
+
+
+def test_compensate_on_failure_false_keeps_the_writes_of_a_failed_session(
+    run_plan: RunPlan, effects: SqlEffectLedger
+) -> None:
+    sid, record = run_plan(WRITE_THEN_CRITICAL_FAILURE, SessionOptions(compensate_on_failure=False))
+
+    assert record.status == SessionStatus.FAILED, record.error
+    assert record.report is not None
+    assert record.report["compensations"] == []
+    assert effects.count(f"{sid}:w") == 1
+    assert effects.count(f"{sid}:w:compensate:undo") == 0
+
+
+WRITE_THEN_LONG_WAIT = """
+goal: a write, then a wait longer than the session's deadline
+steps:
+  - {id: w, tool: bench.write, params: {label: undone-at-the-deadline}}
+  - {id: hold, tool: bench.sleep, params: {seconds: 6}, dependencies: [w], timeout_s: 60}
+"""
+
+
+def test_a_session_past_its_deadline_undoes_its_completed_writes(
+    run_plan: RunPlan, effects: SqlEffectLedger
+) -> None:
+    sid, record = run_plan(WRITE_THEN_LONG_WAIT, SessionOptions(deadline_s=2.0))
+
+    assert record.status == SessionStatus.FAILED, record.error
+    assert "deadline" in (record.error or "")
+    assert record.report is not None
+    comps = record.report["compensations"]
+    assert [(c["step"], c["status"]) for c in comps] == [("w", "completed")], comps
+    assert effects.count(f"{sid}:w:compensate:undo") == 1
+    assert report_steps(record)["hold"]["status"] == "cancelled"

@@ -8,7 +8,7 @@ import json
 from core.catalogue import SensitiveNames
 from core.models import SessionStatus, StepStatus
 from planner.plan import Plan
-from supervisor.ending import Ending, finish_session
+from supervisor.ending import Ending, finish_session, undoes
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
 
@@ -51,3 +51,11 @@ def test_ending_cancels_what_runs_reports_and_leaves_the_active_set() -> None:
     assert checkpoints  # the record is written before Redis says ended
     assert loop.state.batch.session["status"] == "aborted"
     assert [kind for _, kind, _ in loop.store.progress] == ["ended"]
+
+
+def test_failed_sessions_compensate_unless_the_submitter_said_not_to() -> None:
+    for status in (SessionStatus.ABORTED, SessionStatus.CANCELLED):
+        assert undoes(status, compensate_on_failure=False)
+    assert undoes(SessionStatus.FAILED, compensate_on_failure=True)
+    assert not undoes(SessionStatus.FAILED, compensate_on_failure=False)
+    assert not undoes(SessionStatus.COMPLETED, compensate_on_failure=True)
