@@ -18,7 +18,7 @@ from planner.validation import validate_plan
 from supervisor.policy import FAILURES
 from supervisor.session_base import SessionIO
 from supervisor.session_state import has_ended
-from supervisor.thinking import Deliberation, record_usage
+from supervisor.thinking import Deliberation, record_decision, record_usage
 from supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
@@ -176,6 +176,12 @@ class PlanChanges:
         if d.action == ReplanAction.CONTINUE:
             for step_id in failed:
                 await self.skip_descendants(step_id)
+            return
+        spent = None if rules or verdict.source == "human" else brain.llm_budget_spent()
+        if spent is not None:  # the decision's own call spent it: no re-planner call starts
+            budget = Decision(brain.budget_verdict(spent), changes, "budget")
+            record_decision(state.batch, sid, budget)
+            await self.execute(budget, brain)
             return
         await self.store.note_progress(
             sid,
