@@ -58,6 +58,18 @@ def cli() -> None:
 @click.option(
     "--max-replans", type=click.IntRange(min=0), default=None, help="Re-plan budget of the session."
 )
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="LLM token budget of the session (every role).",
+)
+@click.option(
+    "--max-cost-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -67,6 +79,8 @@ def submit(
     wait: bool,
     concurrency: int | None,
     max_replans: int | None,
+    max_tokens: int | None,
+    max_cost_usd: float | None,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -77,7 +91,12 @@ def submit(
     if (plan_file is None) == (goal is None):
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
-    options = SessionOptions(concurrency=concurrency, max_replans=max_replans)
+    options = SessionOptions(
+        concurrency=concurrency,
+        max_replans=max_replans,
+        max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
+    )
     try:
         settings = _settings()
         producer = Producer.from_settings(settings)
