@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from config.settings import Settings
 from core.models import SessionOptions, SessionStatus, StepStatus
 from core.record import SqlRecord
 from planner.plan import parse_plan
 from producer.client import Producer
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, report_steps, wait_ended
 from tests.integration.llm_conftest import wait_recorded
 from tests.llm_server import ScriptedLLMServer
 
@@ -97,3 +100,36 @@ def test_a_cost_budget_spent_by_the_decider_starts_no_replan(
     ) / 1e6
     assert f"cost budget spent (${cost:.6f}" in session.error
     assert [d.source for d in llm_record.decisions(sid)] == ["llm", "budget"]
+
+
+def test_a_spent_token_budget_waits_for_a_person_with_approval_on_budget(
+    llm: ScriptedLLMServer, private_stack: MakeStack
+) -> None:
+    ps = private_stack(
+        approval_on_budget=True,
+        llm_base_url=llm.base_url,
+        llm_api_key=SecretStr("test"),
+        llm_max_retries=0,
+    )
+    llm.script("planner", PLAN)
+    sid = ps.producer.submit_goal(
+        "echo hello twice", tools=["bench"], options=SessionOptions(max_tokens=50)
+    )
+
+    def waiting() -> list[dict[str, str]]:
+        notes = [n for _, n in ps.hot.progress(sid) if n.get("kind") == "approval_required"]
+        return notes if ps.producer.session(sid).awaiting == "approval" else []
+
+    (note,) = wait_for(waiting, 20, "the session to wait for a person")
+    assert "token budget spent (" in note["reason"]
+    assert note["reason"].endswith("of 50 tokens): waiting for a person")
+    assert not ps.producer.session(sid).status.ended
+
+    ps.producer.approve(sid, "continue", "finish the steps, no more LLM calls")
+    record = wait_ended(ps.producer, sid, 20)
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    assert report_steps(record)["two"]["output"] == {"value": "hello"}
+    assert len(llm.requests_for("planner")) == 1
+    sources = [(d.source, d.action) for d in ps.record.decisions(sid)]
+    assert sources == [("await_human", "CONTINUE"), ("human", "CONTINUE")]
