@@ -3,6 +3,7 @@ when a budget is spent (like a spent re-plan budget). No Redis, no LLM."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TypeVar
 
@@ -27,6 +28,7 @@ from planner.plan import Plan
 from supervisor.session_state import FINAL
 from supervisor.thinking import Deliberation, record_decision, record_usage
 from tests.unit.loop_fixtures import Loop, run, step
+from tests.unit.test_session_loop_turns import runner
 
 T = TypeVar("T", bound=BaseModel)
 PRICES = {"m-a": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)}
@@ -169,3 +171,22 @@ def test_the_decision_call_that_spends_the_budget_starts_no_replan() -> None:
         "token budget spent (600 of 500 tokens): forced ABORT",
     )
     assert [d["source"] for d in loop.state.batch.decisions] == ["llm", "budget"]
+
+
+# --- the loop after LLM calls -----------------------------------------------------------------
+def test_the_loop_keeps_the_totals_in_the_hash_and_aborts_once_a_call_spends_the_budget() -> None:
+    loop, store = runner(Plan(steps=[step("a")]), session_max_tokens=100)
+    session_key = store.keys.session(loop.sid)
+    record_usage(loop.state.batch, [usage(40, 10)])
+    run(loop._check_llm_budget())
+    assert json.loads(store.hashes[session_key]["llm_usage"]) == {"m-a": [40, 10]}
+    assert loop.state.outcome is None
+    loop.state.take_checkpoint()  # the calls went to SQL; the totals stay
+    record_usage(loop.state.batch, [usage(45, 5)])
+    run(loop._check_llm_budget())
+    assert json.loads(store.hashes[session_key]["llm_usage"]) == {"m-a": [85, 15]}
+    assert loop.state.outcome == (
+        SessionStatus.ABORTED,
+        "token budget spent (100 of 100 tokens): forced ABORT",
+    )
+    assert [d["source"] for d in loop.state.batch.decisions] == ["budget"]
