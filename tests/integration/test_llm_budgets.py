@@ -3,6 +3,7 @@ OpenAI-compatible server (which reports usage from a real tokenizer)."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -133,3 +134,43 @@ def test_a_spent_token_budget_waits_for_a_person_with_approval_on_budget(
     assert len(llm.requests_for("planner")) == 1
     sources = [(d.source, d.action) for d in ps.record.decisions(sid)]
     assert sources == [("await_human", "CONTINUE"), ("human", "CONTINUE")]
+
+
+TWO_DECISIONS = """
+goal: two failures, one before and one after a takeover
+steps:
+  - {id: f1, tool: bench.sleep, params: {seconds: 0.01, simulate: {fail_attempts: [1],
+      permanent: true}}, max_retries: 0, critical: true}
+  - {id: hold, tool: bench.sleep, params: {seconds: 5}, timeout_s: 30}
+  - {id: f2, tool: bench.sleep, params: {seconds: 0.01, simulate: {fail_attempts: [1],
+      permanent: true}}, dependencies: [hold], max_retries: 0, critical: true}
+"""
+
+
+def test_a_takeover_goes_on_counting_from_the_spent_totals(
+    llm: ScriptedLLMServer, private_stack: MakeStack
+) -> None:
+    ps = private_stack(llm_base_url=llm.base_url, llm_api_key=SecretStr("test"), llm_max_retries=0)
+    go_on = {"action": "CONTINUE", "reasoning": "go on", "confidence": 0.9}
+    llm.script("decider", go_on, go_on)
+    sid = ps.producer.submit(parse_plan(TWO_DECISIONS), SessionOptions(max_tokens=10**6))
+
+    def first_call_counted() -> bool:
+        return bool(ps.hot.session(sid).llm_usage) and len(ps.record.llm_calls(sid)) == 1
+
+    wait_for(first_call_counted, 20, "the first decision to be counted")
+    first = sum(p + c for p, c in ps.hot.session(sid).llm_usage.values())
+    victim = ps.owner_process(sid)
+    assert victim is not None, "the session has no live owner"
+    ps.signal(victim, signal.SIGKILL)
+    ps.start_supervisor()
+    record = wait_ended(ps.producer, sid, 60)
+
+    assert record.status == SessionStatus.COMPLETED, record.error
+    assert len(llm.requests_for("decider")) == 2
+    calls = ps.record.llm_calls(sid)
+    assert len(calls) == 2
+    recorded = sum(c.prompt_tokens + c.completion_tokens for c in calls)
+    totals = sum(p + c for p, c in record.llm_usage.values())
+    assert totals == recorded > first  # the new owner added to the old owner's count
+    assert set(ps.takeovers(sid)) == {1, 2}
