@@ -6,12 +6,35 @@ import json
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Input limits no setting may exceed (core/input_limits.py explains why).
 MAX_NESTING_DEPTH_CEILING = 128
 STEP_TIMEOUT_CEILING_S = 1e9
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, US dollars per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_per_mtok: float = Field(ge=0, description="Prompt tokens, USD per million.")
+    output_per_mtok: float = Field(ge=0, description="Completion tokens, USD per million.")
+
+
+def default_llm_prices() -> dict[str, ModelPrice]:
+    """A small table of list prices (USD per million tokens, 2025); override it with
+    ``PLANLOOP_LLM_PRICES`` for your provider's prices and your own models."""
+    table = {
+        "gpt-4o-mini": (0.15, 0.60),
+        "gpt-4o": (2.50, 10.00),
+        "gpt-4.1": (2.00, 8.00),
+        "gpt-4.1-mini": (0.40, 1.60),
+        "gpt-4.1-nano": (0.10, 0.40),
+        "o4-mini": (1.10, 4.40),
+    }
+    return {m: ModelPrice(input_per_mtok=i, output_per_mtok=o) for m, (i, o) in table.items()}
 
 
 class Settings(BaseSettings):
@@ -97,6 +120,18 @@ class Settings(BaseSettings):
         description="When the re-plan budget is spent, wait for `planloop approve` "
         "instead of aborting.",
     )
+    session_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="LLM tokens (prompt + completion, every role) a session may spend before "
+        "it is treated like a spent re-plan budget; unlimited when unset.",
+    )
+    session_max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="LLM cost in US dollars (priced by llm_prices) a session may spend before "
+        "it is treated like a spent re-plan budget; unlimited when unset.",
+    )
     session_deadline_s: float | None = Field(
         None, gt=0, description="Seconds a session may run before it ends with what it has."
     )
@@ -122,6 +157,11 @@ class Settings(BaseSettings):
     )
     llm_critic_model: str | None = Field(
         None, description="Model for the critic; llm_model when unset."
+    )
+    llm_prices: dict[str, ModelPrice] = Field(
+        default_factory=default_llm_prices,
+        description="Model -> {input_per_mtok, output_per_mtok} in USD per million tokens "
+        "(JSON); replaces the default table; a model not in it is priced 0 (warned once).",
     )
     llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM request, seconds.")
     llm_max_retries: int = Field(

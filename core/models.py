@@ -187,6 +187,8 @@ class SessionOptions(BaseModel):
     max_replans: int | None = Field(None, ge=0, description="Re-plan budget.")
     batch_react_size: int | None = Field(None, ge=1, description="WARNING batch size.")
     deadline_s: float | None = Field(None, gt=0, description="Session deadline, seconds.")
+    max_tokens: int | None = Field(None, ge=1, description="LLM token budget, every role.")
+    max_cost_usd: float | None = Field(None, gt=0, description="LLM cost budget, US dollars.")
     tools: list[str] = Field(default_factory=list, description="Toolset prefixes for planning.")
     compensate_on_failure: bool = Field(
         True, description="A session that ends failed undoes its completed writes."
@@ -215,12 +217,14 @@ class SessionRecord(BaseModel):
     options: SessionOptions = Field(default_factory=SessionOptions)
     report: dict[str, Any] | None = None
     deliberation: dict[str, Any] = Field(default_factory=dict)
+    # model -> [prompt tokens, completion tokens] spent by every LLM call so far
+    llm_usage: dict[str, list[int]] = Field(default_factory=dict)
 
     @classmethod
     def from_fields(cls, sid: str, fields: dict[str, str]) -> SessionRecord:
         data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
         data["id"] = sid
-        for name in ("options", "deliberation"):
+        for name in ("options", "deliberation", "llm_usage"):
             data[name] = json.loads(fields.get(name) or "{}")
         data["approved"] = json.loads(fields.get("approved") or "[]")
         data["report"] = json.loads(fields["report"]) if fields.get("report") else None

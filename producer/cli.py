@@ -64,6 +64,18 @@ def cli() -> None:
     show_default=True,
     help="Undo completed writes when the session ends failed (critical failure, deadline).",
 )
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="LLM token budget of the session (every role).",
+)
+@click.option(
+    "--max-cost-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -74,6 +86,8 @@ def submit(
     concurrency: int | None,
     max_replans: int | None,
     compensate_on_failure: bool,
+    max_tokens: int | None,
+    max_cost_usd: float | None,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -88,6 +102,8 @@ def submit(
         concurrency=concurrency,
         max_replans=max_replans,
         compensate_on_failure=compensate_on_failure,
+        max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
     )
     try:
         settings = _settings()

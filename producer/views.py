@@ -15,8 +15,9 @@ from core.catalogue import SensitiveNames
 from core.errors import SessionNotFoundError
 from core.hot_state import dumps
 from core.keys import Keys
+from core.llm_budget import UsageByModel, add_calls, budget_line, budget_view
 from core.masking import mask, mask_text
-from core.models import Event, EventType, SessionRecord, Severity
+from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
 from core.record import SqlRecord
 from planner.dag import to_mermaid
 from planner.plan import Plan
@@ -278,6 +279,8 @@ def print_show(
         statuses = {i: s.status.value for i, s in producer.state.steps(sid, plan.step_ids).items()}
     mermaid = to_mermaid(plan, statuses) if plan is not None else ""
     hidden = sensitive_params(producer, plan)
+    history = session_history(SqlRecord.from_url(producer.settings.database_url), sid)
+    budget = llm_budget(producer, session, history)
     if as_json:
         doc = {
             "session": session,
@@ -286,7 +289,8 @@ def print_show(
                 for event_id, ev in events
             ],
             "mermaid": mermaid,
-            **session_history(SqlRecord.from_url(producer.settings.database_url), sid),
+            **history,
+            "llm_budget": budget,
         }
         # the plan's sensitive names apply inside payloads and outputs, not to the doc's keys
         doc = {**mask(doc), "report": masked_report(report, hidden) if report else None}
@@ -298,7 +302,8 @@ def print_show(
         console.print(Text(event_line(ev), style=SEVERITY_COLOURS.get(ev.severity.value, "")))
     if not events:
         console.print("(no events)")
-    print_history(console, session_history(SqlRecord.from_url(producer.settings.database_url), sid))
+    print_history(console, history)
+    console.print("llm: " + budget_line(budget), markup=False, highlight=False)
     console.rule("report")
     if report is not None:
         print_report(console, report, hidden)
@@ -309,6 +314,18 @@ def print_show(
         console.print(mermaid_block(plan, statuses), markup=False, highlight=False)
     else:
         console.print("(plan not found)")
+
+
+def llm_budget(
+    producer: Producer, session: Mapping[str, Any], history: Mapping[str, Any]
+) -> dict[str, Any]:
+    """LLM tokens and cost spent against the session's budgets: the running totals of the
+    session hash, else the recorded calls."""
+    usage: UsageByModel = {m: list(t) for m, t in (session.get("llm_usage") or {}).items()}
+    if not usage:
+        add_calls(usage, history.get("llm_calls", []))
+    options = SessionOptions.model_validate(session.get("options") or {})
+    return budget_view(usage, options, producer.settings)
 
 
 def _gather(
@@ -336,6 +353,7 @@ def _gather(
             "created_at": row.created_at,
             "finished_at": row.finished_at,
             "error": row.error,
+            "options": json.loads(row.options or "{}"),
         }
         plan, report = None, json.loads(row.report) if row.report else None
     events = producer.state.events(sid)

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from core.llm_budget import budget_line, budget_view
 from core.models import Event, SessionRecord, StepState, StepStatus
 from planner.plan import Plan
 from producer.client import Producer
@@ -52,6 +53,7 @@ class WatchState:
     end_noted: bool = False
     ended_seen_at: float | None = None
     warning: str | None = None  # no worker consumes the queue (until the all-clear note)
+    budget: str = ""  # LLM tokens and cost so far / budget; empty before any LLM call
 
     @property
     def ended_steps(self) -> int:
@@ -65,6 +67,7 @@ class Changes:
     events: list[Event]
     notes: list[dict[str, str]]
     steps: list[tuple[str, StepState]]
+    budget: str | None = None  # the LLM spend line, when it changed
 
 
 def poll(producer: Producer, view: WatchState) -> Changes:
@@ -73,6 +76,9 @@ def poll(producer: Producer, view: WatchState) -> Changes:
     if view.plan is None or view.record is None or record.plan_version != view.record.plan_version:
         view.plan = load_session_plan(producer, record) or view.plan
     view.record = record
+    spent = llm_spend_line(producer, record)
+    budget_changed = spent if spent != view.budget else None
+    view.budget = spent
     ids = view.plan.step_ids if view.plan is not None else []
     states = producer.state.steps(view.sid, ids)
     changed = [
@@ -93,7 +99,17 @@ def poll(producer: Producer, view: WatchState) -> Changes:
         view.end_noted |= any(fields.get("kind") == "ended" for _, fields in notes)
         if any(fields.get("kind") in ("no_consumer", "consumer_back") for _, fields in notes):
             view.warning = consumer_warning(fields for _, fields in notes)
-    return Changes([ev for _, ev in events], [fields for _, fields in notes], changed)
+    return Changes(
+        [ev for _, ev in events], [fields for _, fields in notes], changed, budget_changed
+    )
+
+
+def llm_spend_line(producer: Producer, record: SessionRecord) -> str:
+    """``llm: tokens 1200/5000  cost $0.0012/-`` once the session made an LLM call."""
+    options = record.options
+    if not record.llm_usage and options.max_tokens is None and options.max_cost_usd is None:
+        return ""
+    return "llm: " + budget_line(budget_view(record.llm_usage, options, producer.settings))
 
 
 # --- plain lines (no terminal) ------------------------------------------------------------
@@ -139,6 +155,8 @@ def plain_lines(changes: Changes, now: float) -> list[str]:
     ]
     timed += [(ev.occurred_at, event_line(ev)) for ev in changes.events]
     timed += [(float(n.get("at") or now), note_line(n)) for n in changes.notes]
+    if changes.budget:
+        timed.append((now, changes.budget))
     return [line for _, line in sorted(timed, key=lambda pair: pair[0])]
 
 
@@ -159,6 +177,8 @@ def _header(view: WatchState) -> Text:
         f"  re-plans {rec.replans}\n"
     )
     text.append(f"goal: {short(rec.goal, 110)}")
+    if view.budget:
+        text.append(f"\n{view.budget}")
     if view.warning and not rec.status.ended:
         text.append(f"\nWARNING: {view.warning}", style="bold yellow")
     for note in view.notes:

@@ -198,6 +198,12 @@ class PlanChanges:
             record_decision(state.batch, sid, ruled)
             await self.execute(ruled, brain)
             return
+        spent = None if rules or verdict.source == "human" else brain.llm_budget_spent()
+        if spent is not None:  # the decision's own call spent it: no re-planner call starts
+            budget = Decision(brain.budget_verdict(spent), changes, "budget")
+            record_decision(state.batch, sid, budget)
+            await self.execute(budget, brain)
+            return
         await self.store.note_progress(
             sid,
             "replan_required",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import time
 from collections.abc import Iterable
 from typing import Any
 
+from core.llm_budget import UsageByModel, add_calls
 from core.models import Event, EventType, SessionStatus, StepState, StepStatus
 from core.record import EventRow, StepAttemptRow
 from planner.plan import Plan
@@ -53,6 +55,19 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
         return False
     attempts = await ctx.sql(lambda: ctx.record.attempts(sid))
     events = await ctx.sql(lambda: ctx.record.events(sid))
+    calls = await ctx.sql(lambda: ctx.record.llm_calls(sid))
+    llm_usage: UsageByModel = {}  # the LLM budgets go on counting from what was spent
+    add_calls(
+        llm_usage,
+        (
+            {
+                "model": c.model,
+                "prompt_tokens": c.prompt_tokens,
+                "completion_tokens": c.completion_tokens,
+            }
+            for c in calls
+        ),
+    )
     plan_row = versions[-1] if versions else None
     plan = Plan.model_validate_json(plan_row.plan) if plan_row else None
     latest: dict[str, Any] = {}
@@ -77,6 +92,7 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
             "created_at": repr(row.created_at),
             "replans": row.replans,
             "options": row.options,
+            "llm_usage": json.dumps(llm_usage),
             "owner": "",
             # It ran before: the next owner must read the step states written below.
             "started_at": repr(row.updated_at or row.created_at),

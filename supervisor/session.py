@@ -105,6 +105,8 @@ class SessionRunner:
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
         self.applying: tuple[str, dict[str, str]] | None = None
+        self._usage_written: dict[str, list[int]] = {}  # llm_usage as the hash has it
+        self._budget_noted = False  # a spent LLM budget was decided on after a call
 
     @property
     def sid(self) -> str:
@@ -131,6 +133,7 @@ class SessionRunner:
         state = self.state
         try:
             await self._load()
+            await self._check_llm_budget()
             if state.outcome is None:
                 await self._settle_recorded()
             await self._apply(await self.take_over_pending())
@@ -150,6 +153,7 @@ class SessionRunner:
                 await self._reclaim_idle()
                 await self.scheduling.watchdog()
                 await self._think()
+                await self._check_llm_budget()
                 self._check_end()
             await finish_session(self.ending, *state.outcome)
         except SessionEndedError as exc:
@@ -227,6 +231,8 @@ class SessionRunner:
             update={"started_at": started, "status": SessionStatus.RUNNING}
         )
         self.brain.restore(info.deliberation)
+        state.llm_usage = {model: list(tokens) for model, tokens in info.llm_usage.items()}
+        self._usage_written = {model: list(tokens) for model, tokens in info.llm_usage.items()}
         state.approved = set(info.approved)
         if info.plan_version == 0:
             if state.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
@@ -264,6 +270,10 @@ class SessionRunner:
                 SessionStatus.FAILED,
                 "the session has a goal but no plan, and no LLM is configured",
             )
+            return
+        spent = self.brain.llm_budget_spent()
+        if spent is not None:  # a takeover of a session that spent it before it had a plan
+            state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
             return
         options = state.info.options
         tools = self.ctx.tools.subset(options.tools) if options.tools else self.ctx.tools
@@ -479,6 +489,28 @@ class SessionRunner:
         if decision is not None:
             await self._carry_out(decision)
         await self.io.write_session("deliberation", self.brain.memory())
+
+    async def _check_llm_budget(self) -> None:
+        """After LLM calls: keep the running totals in the session hash (a takeover goes on
+        counting from them), and decide on a budget the calls just spent like on a spent
+        re-plan budget (a forced ABORT, or a wait for a person)."""
+        state = self.state
+        usage = state.fold_usage()
+        if usage == self._usage_written:
+            return
+        await self.io.write_session("llm_usage", usage)
+        self._usage_written = {model: list(tokens) for model, tokens in usage.items()}
+        spent = self.brain.llm_budget_spent()
+        if spent is None or state.outcome is not None or self._budget_noted:
+            return
+        self._budget_noted = True
+        notice = Event(
+            type=EventType.EXTERNAL_SIGNAL,
+            severity=Severity.CRITICAL,
+            description=spent,
+            payload={"budget": "llm"},
+        )
+        await self._carry_out(Decision(self.brain.budget_verdict(spent), [notice], "budget"))
 
     def _check_end(self) -> None:
         end = session_end(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.llm_budget import UsageByModel, add_calls
 from core.models import SessionRecord, SessionStatus, StepState, StepStatus
 from core.record import Checkpoint
 from planner.plan import Plan, Step
@@ -57,6 +58,10 @@ class SessionState:
     candidates: Candidates = field(init=False)  # may be dispatchable; re-checked on use
     inflight: set[str] = field(default_factory=set)  # dispatched by us; pruned lazily
     backing_off: set[str] = field(default_factory=set)  # READY, waiting out a back-off
+    # LLM tokens per model spent so far (restored from the session hash on a takeover);
+    # calls still in the batch are added by fold_usage.
+    llm_usage: UsageByModel = field(default_factory=dict)
+    folded_calls: int = 0  # how many of batch.llm_calls llm_usage already counts
 
     def __post_init__(self) -> None:
         self.info = SessionRecord(id=self.sid)
@@ -102,9 +107,16 @@ class SessionState:
     def completed(self) -> set[str]:
         return {i for i, st in self.states.items() if st.status == StepStatus.COMPLETED}
 
+    def fold_usage(self) -> UsageByModel:
+        """Every LLM call recorded so far (into the batch, by any role) counted per model."""
+        add_calls(self.llm_usage, self.batch.llm_calls[self.folded_calls :])
+        self.folded_calls = len(self.batch.llm_calls)
+        return self.llm_usage
+
     def take_checkpoint(self) -> tuple[Checkpoint, list[str]]:
         """What the next checkpoint writes and acknowledges; a new batch starts."""
-        batch, self.batch = self.batch, Checkpoint()
+        self.fold_usage()
+        batch, self.batch, self.folded_calls = self.batch, Checkpoint(), 0
         dirty, self.dirty = sorted(self.dirty), set()
         acks, self.acks = self.acks, []
         for step_id in dirty:

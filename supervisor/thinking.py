@@ -17,6 +17,7 @@ from typing import Any
 from config.settings import Settings
 from core.catalogue import SensitiveNames
 from core.errors import LLMError
+from core.llm_budget import Budget, spend_of
 from core.models import Event, EventType, Severity, StepStatus
 from core.record import Checkpoint
 from core.tools import ToolRegistry
@@ -131,6 +132,23 @@ class Deliberation:
         options = self.state.info.options
         return self.settings.max_replans if options.max_replans is None else options.max_replans
 
+    def llm_budget_spent(self) -> str | None:
+        """Which LLM budget (tokens, cost) the session has spent, if any: no call starts then."""
+        budget = Budget.of(self.state.info.options, self.settings)
+        return budget.spent(spend_of(self.state.fold_usage(), self.settings.llm_prices))
+
+    def budget_verdict(self, spent: str) -> Verdict:
+        """A spent budget: wait for a person (``approval_on_budget``), else a forced ABORT."""
+        if self.settings.approval_on_budget:
+            text = f"{spent}: waiting for a person"
+            return Verdict(
+                ReplanDecision(action=ReplanAction.CONTINUE, reasoning=text), "await_human"
+            )
+        text = f"{spent}: forced ABORT"
+        return Verdict(
+            ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0), "budget"
+        )
+
     # --- gathering ------------------------------------------------------------------------
     def note(self, event: Event) -> None:
         """A context change: keep it for the next decision."""
@@ -201,6 +219,9 @@ class Deliberation:
             return Verdict(
                 ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0), "budget"
             )
+        llm_spent = self.llm_budget_spent()
+        if llm_spent is not None:
+            return self.budget_verdict(llm_spent)
         if self.chat is None:
             return rule_verdict(changes, self.state.steps)
         short = short_of_time(self.state, self.settings, time.time())

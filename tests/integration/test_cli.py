@@ -198,6 +198,13 @@ def test_show_json_is_one_object(diamond_sid: str, env_overrides: dict[str, str]
         "decisions",
         "llm_calls",
         "llm",
+        "llm_budget",
+    }
+    assert doc["llm_budget"] == {
+        "tokens": 0,
+        "max_tokens": None,
+        "cost_usd": 0.0,
+        "max_cost_usd": None,
     }
     assert [v["version"] for v in doc["plan_versions"]] == [1]
     assert doc["decisions"] == []

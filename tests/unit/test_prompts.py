@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
+from typing import TypeVar
 
 import pytest
+from pydantic import BaseModel
 
 from core.errors import ConfigError
 from core.tools import load_tools
+from planner.agents import Decider
+from planner.llm import Role, Usage
 from planner.plan import Plan, Step
 from planner.prompting import (
     bullets,
@@ -17,6 +22,9 @@ from planner.prompting import (
     render_prompt,
     tool_catalogue,
 )
+from planner.situation import Situation, StepView
+
+T = TypeVar("T", bound=BaseModel)
 
 # Every template with the placeholders it takes.
 TEMPLATES = {
@@ -99,3 +107,44 @@ def test_plan_outline_and_bullets() -> None:
     )
     assert bullets([]) == "(none)"
     assert bullets(["x", "y"]) == "- x\n- y"
+
+
+def test_every_template_in_the_package_starts_with_a_known_role_line() -> None:
+    """Every prompt file (not only those listed above: new roles' too) is a role's system
+    prompt whose first line names that role, so a scripted server can answer by role."""
+    folder = resources.files("planner").joinpath("prompts")
+    names = sorted(p.name.removesuffix(".md") for p in folder.iterdir() if p.name.endswith(".md"))
+    assert set(TEMPLATES) <= set(names)
+    roles = {role.value for role in Role}
+    for name in names:
+        system, _ = load_template(name)
+        first = system.template.splitlines()[0]
+        assert first.startswith("ROLE: "), name
+        assert first.removeprefix("ROLE: ") in roles, name
+
+
+def test_the_decider_sends_the_model_its_role_line_first() -> None:
+    """The prompt built in code (not just the file) reaches the model with ``ROLE: decider``."""
+    seen: list[tuple[Role, list[dict[str, str]]]] = []
+
+    class Recording:
+        def complete_json(
+            self, role: Role, messages: list[dict[str, str]], schema: type[T]
+        ) -> tuple[T, Usage]:
+            seen.append((role, messages))
+            answer = schema.model_validate({"action": "CONTINUE", "reasoning": "fine"})
+            return answer, Usage(1, 1, 0.0, "m", str(role))
+
+    situation = Situation(
+        goal="g",
+        constraints=(),
+        steps=(StepView(id="a", tool="t", title="", status="failed", attempts=1, error="x"),),
+        events=(),
+        replans_used=0,
+        max_replans=3,
+        trigger="test",
+    )
+    Decider(Recording()).decide(situation, sensitive=set())
+    role, messages = seen[0]
+    assert messages[0]["role"] == "system"
+    assert messages[0]["content"].splitlines()[0] == f"ROLE: {role.value}" == "ROLE: decider"

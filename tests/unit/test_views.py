@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
+from typing import cast
 
 from rich.console import Console
 
-from core.models import Event, EventType, Severity, StepState, StepStatus
+from config.settings import ModelPrice, Settings
+from core.models import (
+    Event,
+    EventType,
+    SessionOptions,
+    SessionRecord,
+    Severity,
+    StepState,
+    StepStatus,
+)
 from planner.plan import parse_plan
+from producer.client import Producer
 from producer.views import event_line, mermaid_block, print_report, report_statuses, short
-from producer.watch import Changes, note_line, plain_lines, step_line
+from producer.watch import (
+    Changes,
+    WatchState,
+    llm_spend_line,
+    note_line,
+    plain_lines,
+    render,
+    step_line,
+)
 
 PLAN = parse_plan(
     """
@@ -186,3 +206,21 @@ steps:
         "- c (bench.echo)",
         "~ b: params changed",
     ]
+
+
+def test_watch_shows_llm_tokens_and_cost_against_the_budget() -> None:
+    settings = Settings(llm_prices={"m": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)})
+    producer = cast(Producer, SimpleNamespace(settings=settings))
+    record = SessionRecord(
+        id="s", options=SessionOptions(max_tokens=5000), llm_usage={"m": [1000, 500]}
+    )
+    line = llm_spend_line(producer, record)
+    assert line == "llm: tokens 1500/5000  cost $0.0020/-"
+    assert llm_spend_line(producer, SessionRecord(id="s")) == ""  # no LLM, no budget: no line
+    now = time.mktime((2026, 1, 1, 9, 0, 0, 0, 0, -1))
+    lines = plain_lines(Changes(events=[], notes=[], steps=[], budget=line), now=now)
+    assert lines == [line]
+    view = WatchState("s", record=record, budget=line)
+    console = Console(width=120, record=True)
+    console.print(render(view))
+    assert line in console.export_text()
