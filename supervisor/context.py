@@ -13,6 +13,7 @@ from core.record import SqlRecord
 from core.tools import ToolRegistry
 from planner.llm import ChatModel
 from supervisor.dispatch import Dispatcher
+from supervisor.group_commit import CheckpointWriter, ClaimBatcher
 from supervisor.state import SessionStore
 
 T = TypeVar("T")
@@ -33,6 +34,13 @@ class SupervisorContext:
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")
     )
+    # The SQL writes of every session, grouped into one transaction per round.
+    claims: ClaimBatcher = field(init=False)
+    checkpoints: CheckpointWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.claims = ClaimBatcher(self.record, self.sql)
+        self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql)
 
     async def sql(self, func: Callable[[], T]) -> T:
         """Run a blocking SQL call off the event loop."""
