@@ -45,6 +45,7 @@ class Owned:
     token: str
     epoch: int
     task: asyncio.Task[None]
+    cooling_off: bool = False  # its loop crashed: the lease is held for the cool-off only
 
 
 class Supervisor:
@@ -124,6 +125,7 @@ class Supervisor:
             await asyncio.to_thread(keeper.stop)
             await self._let_go()
             await self.ctx.checkpoints.close()
+            await self.ctx.events.close()
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
 
@@ -186,6 +188,12 @@ class Supervisor:
             self.owned[sid] = Owned(token, epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
+        try:
+            await self._drive_loop(runner, token)
+        finally:
+            self.ctx.events.leave(runner.sid)
+
+    async def _drive_loop(self, runner: SessionRunner, token: str) -> None:
         sid = runner.sid
         try:
             await runner.run()
@@ -238,6 +246,8 @@ class Supervisor:
             limit,
             cool_off,
         )
+        if sid in self.owned:
+            self.owned[sid].cooling_off = True  # the keeper must not shorten it again
         await self.store.renew_leases([(sid, token)], cool_off)
 
     def _forget_finished(self) -> None:
@@ -249,7 +259,8 @@ class Supervisor:
         return [
             (sid, o.token)
             for sid, o in dict(self.owned).items()
-            if not o.task.done() and not o.task.cancelling()  # not the ones let go
+            # not the ones let go, nor one held for a cool-off after its loop crashed
+            if not o.task.done() and not o.task.cancelling() and not o.cooling_off
         ]
 
     def _lease_lost(self, lease: tuple[str, str]) -> None:

@@ -86,6 +86,7 @@ class SessionRunner:
             ctx.tools,
             consumer=ctx.name,
             stored_outputs=self._stored_outputs,
+            events=ctx.events,
         )
         self.changes = PlanChanges(self.io, ctx.dispatcher.revoke)
         self.brain = Deliberation(
