@@ -67,6 +67,7 @@ class Supervisor:
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
+        self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
 
@@ -122,6 +123,8 @@ class Supervisor:
                 else:
                     self.outage.over()
         finally:
+            if self._rebuilding is not None:
+                self._rebuilding.cancel()
             await asyncio.to_thread(keeper.stop)
             await self._let_go()
             await self.ctx.checkpoints.close()
@@ -160,10 +163,16 @@ class Supervisor:
         """Take over active sessions nobody holds (their owner died or never came)."""
         self._forget_finished()
         now = time.monotonic()
-        if now >= self._next_rebuild:
-            # Rare and comparatively costly (a SQL query): Redis lost its data.
+        rebuilding = self._rebuilding
+        if rebuilding is not None and rebuilding.done():
+            self._rebuilding = None
+            rebuilding.result()  # its failure is handled as if it had happened here
+        if now >= self._next_rebuild and self._rebuilding is None:
+            # Rare and comparatively costly (a SQL query): Redis lost its data. In the
+            # background: the SQL thread may be busy with checkpoints, and new sessions
+            # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
-            await rebuild_lost_sessions(self.ctx)
+            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx))
         candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
         await self._take(await self.store.unowned(candidates))
 
