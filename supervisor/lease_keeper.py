@@ -93,6 +93,13 @@ class LeaseKeeper:
                             self._all_lost, "redis unreachable for longer than the lease TTL"
                         )
                 else:
+                    took = time.monotonic() - sent
+                    if took > self.ttl_s / 3:  # the leases are at risk: say why they may go
+                        log.warning("renewing %d leases took %.2fs", len(leases), took)
+                    if sent - renewed_at > self.ttl_s:
+                        log.warning(
+                            "leases renewed %.2fs after the last renewal", sent - renewed_at
+                        )
                     renewed_at, faulty = sent, False
                     for lease, ok in zip(leases, results, strict=True):
                         if not ok:

@@ -45,7 +45,9 @@ class Owned:
     token: str
     epoch: int
     task: asyncio.Task[None]
-    cooling_off: bool = False  # its loop crashed: the lease is held for the cool-off only
+    # False once the loop lets its lease go (released, or held for a crash's cool-off):
+    # the keeper neither renews it nor takes its end for a loss.
+    renewing: bool = True
 
 
 class Supervisor:
@@ -207,6 +209,7 @@ class Supervisor:
         try:
             await runner.run()
         except asyncio.CancelledError:
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
             raise
         except Exception as exc:
@@ -215,6 +218,7 @@ class Supervisor:
             except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
                 log.exception("session=%s loop crashed and could not be counted", sid)
         else:
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
@@ -241,6 +245,7 @@ class Supervisor:
             await end_crashed_session(
                 self.ctx, sid, runner.epoch, status=status, error=reason, cause=runner.applying
             )
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
             return
         base, most = (
@@ -255,8 +260,7 @@ class Supervisor:
             limit,
             cool_off,
         )
-        if sid in self.owned:
-            self.owned[sid].cooling_off = True  # the keeper must not shorten it again
+        self._stop_renewing(sid)  # the keeper must not shorten the cool-off
         await self.store.renew_leases([(sid, token)], cool_off)
 
     def _forget_finished(self) -> None:
@@ -268,16 +272,20 @@ class Supervisor:
         return [
             (sid, o.token)
             for sid, o in dict(self.owned).items()
-            # not the ones let go, nor one held for a cool-off after its loop crashed
-            if not o.task.done() and not o.task.cancelling() and not o.cooling_off
+            if o.renewing and not o.task.done() and not o.task.cancelling()
         ]
+
+    def _stop_renewing(self, sid: str) -> None:
+        held = self.owned.get(sid)
+        if held is not None:
+            held.renewing = False
 
     def _lease_lost(self, lease: tuple[str, str]) -> None:
         """A renewal found the lease gone: stop the session's loop at once."""
         sid, token = lease
         held = self.owned.get(sid)
         # A loop that ended meanwhile released its lease (and may be forgotten).
-        if held is not None and held.token == token and not held.task.done():
+        if held is not None and held.token == token and held.renewing and not held.task.done():
             log.error("session=%s lease lost; stopping its loop at once", sid)
             held.task.cancel()
 

@@ -28,6 +28,8 @@ from core.redis_faults import is_redis_fault
 
 Op = list[Any]
 CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller
+MAX_CONNECTIONS = 512
+CONNECTION_WAIT_S = 10.0  # a command waits this long for a free connection, then fails
 
 
 class SessionStore:
@@ -48,10 +50,16 @@ class SessionStore:
         # A few quick retries absorb a dropped connection; a longer outage reaches the
         # supervisor's own back-off within a second, so the lease keeper notices it in time.
         retry = Retry(ExponentialWithJitterBackoff(base=0.02, cap=0.25), CLIENT_RETRIES)
-        client = aioredis.Redis.from_url(
-            url, decode_responses=True, max_connections=512, retry=retry
+        # A command waits for a free connection rather than failing: a thousand sessions
+        # loading at once would otherwise stop on "Too many connections" and be taken again.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            decode_responses=True,
+            max_connections=MAX_CONNECTIONS,
+            timeout=CONNECTION_WAIT_S,
+            retry=retry,
         )
-        return cls(client, keys)
+        return cls(aioredis.Redis.from_pool(pool), keys)  # closed with the client
 
     # --- leases ---------------------------------------------------------------------------
     async def acquire_lease(self, sid: str, token: str, ttl_s: float, owner: str) -> int:
