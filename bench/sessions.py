@@ -132,7 +132,7 @@ def measure_idle(bench: BenchEnv, producer: Producer, n: int, pid: int) -> tuple
     idle_cpu = (cpu1 - cpu0) / (t1 - t0) * 100 if cpu0 is not None and cpu1 is not None else 0.0
     for sid in sids:
         producer.cancel(sid, "benchmark: idle phase over")
-    wait_ended(bench, sids, 60)
+    wait_ended(bench, sids, 300)
     return (held - before) * 1024 / n, idle_cpu
 
 
