@@ -38,19 +38,22 @@ class SupervisorContext:
     # The SQL writes of every session, grouped into one transaction per round.
     claims: ClaimBatcher = field(init=False)
     checkpoints: CheckpointWriter = field(init=False)
-    # One XREADGROUP for the event streams of every waiting session.
-    events: EventHub = field(init=False)
+    # One XREADGROUP for the event streams of every waiting session (None: a store without
+    # Redis behind it, as in unit tests; each session then reads its own stream).
+    events: EventHub | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.claims = ClaimBatcher(self.record, self.sql)
         self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql)
-        self.events = EventHub(
-            self.settings.redis_url,
-            self.store.r,
-            self.store.keys,
-            self.name,
-            self.settings.event_batch,
-        )
+        self.events = None
+        if isinstance(self.store, SessionStore):
+            self.events = EventHub(
+                self.settings.redis_url,
+                self.store.r,
+                self.store.keys,
+                self.name,
+                self.settings.event_batch,
+            )
 
     async def sql(self, func: Callable[[], T]) -> T:
         """Run a blocking SQL call off the event loop."""

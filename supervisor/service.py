@@ -130,7 +130,8 @@ class Supervisor:
             await asyncio.to_thread(keeper.stop)
             await self._let_go()
             await self.ctx.checkpoints.close()
-            await self.ctx.events.close()
+            if self.ctx.events is not None:
+                await self.ctx.events.close()
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
 
@@ -202,7 +203,8 @@ class Supervisor:
         try:
             await self._drive_loop(runner, token)
         finally:
-            self.ctx.events.leave(runner.sid)
+            if self.ctx.events is not None:
+                self.ctx.events.leave(runner.sid)
 
     async def _drive_loop(self, runner: SessionRunner, token: str) -> None:
         sid = runner.sid
