@@ -1,0 +1,107 @@
+"""Rounds with critique and the final answer, end to end: real Redis, workers and a
+supervisor, a scripted LLM over HTTP (critic and summarizer answered by role)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.hot_state import HotState
+from core.models import SessionOptions, SessionStatus
+from core.record import SqlRecord
+from producer.client import Producer
+from tests.integration.conftest import report_steps
+from tests.integration.test_planning_loop import echo, notes, prompts, run, subgraph
+from tests.llm_server import ScriptedLLMServer
+
+pytestmark = pytest.mark.integration
+
+ONE_STEP = """
+goal: report the first and the second value
+steps:
+  - {id: first, tool: bench.echo, params: {value: one}}
+"""
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"values": {"type": "array", "items": {"type": "string"}}},
+    "required": ["values"],
+}
+
+
+def critique(passed: bool, feedback: str = "", *missing: str) -> dict[str, Any]:
+    return {"passed": passed, "feedback": feedback, "missing": list(missing), "confidence": 0.9}
+
+
+def test_the_critics_feedback_adds_the_missing_step_in_a_second_round(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
+) -> None:
+    llm.script("critic", critique(False, "the second value is missing", "second value"))
+    llm.script("replanner", subgraph(echo("second", "two", "first")))
+    llm.script("summarizer", {"text": "one and two", "data": {"values": ["one", "two"]}})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert (session.plan_version, session.replans) == (2, 0)  # a round is not a re-plan
+    report = session.report or {}
+    assert report["rounds"] == 2
+    assert report["critique"]["passed"] is True  # the second round's verdict (the default)
+    assert report["answer"] == {
+        "text": "one and two",
+        "data": {"values": ["one", "two"]},
+        "schema_error": None,
+    }
+    steps = report_steps(session)
+    assert steps["second"]["status"] == "completed"
+    assert steps["first"]["attempts"] == 1  # frozen: never run again
+    (replan_prompt,) = prompts(llm, "replanner")
+    assert "the second value is missing" in replan_prompt
+    assert len(llm.requests_for("critic")) == 2
+    assert "one" in prompts(llm, "summarizer")[0]
+    assert [n["passed"] for n in notes(llm_hot, sid, "critique")] == ["False", "True"]
+
+
+def test_an_answer_that_breaks_the_answer_schema_is_repaired(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script(
+        "summarizer",
+        {"text": "one", "data": {"values": "one"}},
+        {"text": "one", "data": {"values": ["one"]}},
+    )
+
+    _, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    answer = (session.report or {})["answer"]
+    assert answer["data"] == {"values": ["one"]}
+    _first, repair = llm.requests_for("summarizer")
+    assert "is not of type 'array'" in repair.prompt_text
+
+
+def test_out_of_rounds_the_session_ends_completed_and_not_passed(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script(
+        "critic",
+        critique(False, "the second value is missing"),
+        critique(False, "still not convincing"),
+    )
+    llm.script("replanner", subgraph(echo("second", "two", "first")))
+
+    _, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(max_rounds=2))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "did not pass the results after 2 round(s)" in session.error
+    report = session.report or {}
+    assert report["rounds"] == 2
+    assert report["critique"] == {
+        "passed": False,
+        "feedback": "still not convincing",
+        "missing": [],
+        "confidence": 0.9,
+    }
+    assert report["answer"]["text"] == "done"
+    assert len(llm.requests_for("replanner")) == 1
+    assert "NOT passed" in prompts(llm, "summarizer")[0]
