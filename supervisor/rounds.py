@@ -197,6 +197,9 @@ class Rounds:
         state, chat = self.state, self.brain.chat
         assert chat is not None
         out: dict[str, Any] = {"rounds": state.info.rounds + 1}
+        if self.critique is None:  # judged before a takeover: the hash kept the verdict
+            stored = await self.io.store.session_field(self.io.sid, "critique")
+            self.critique = Critique.model_validate_json(stored) if stored else None
         if self.critique is not None:
             out["critique"] = mask(self.critique.model_dump())
         if status != SessionStatus.COMPLETED:

@@ -3,14 +3,17 @@ supervisor, a scripted LLM over HTTP (critic and summarizer answered by role).""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from core.hot_state import HotState
 from core.models import SessionOptions, SessionStatus
 from core.record import SqlRecord
 from producer.client import Producer
+from producer.views import print_show
 from tests.integration.conftest import report_steps
 from tests.integration.test_planning_loop import echo, notes, prompts, run, subgraph
 from tests.llm_server import ScriptedLLMServer
@@ -34,7 +37,11 @@ def critique(passed: bool, feedback: str = "", *missing: str) -> dict[str, Any]:
 
 
 def test_the_critics_feedback_adds_the_missing_step_in_a_second_round(
-    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_hot: HotState,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     llm.script("critic", critique(False, "the second value is missing", "second value"))
     llm.script("replanner", subgraph(echo("second", "two", "first")))
@@ -60,6 +67,15 @@ def test_the_critics_feedback_adds_the_missing_step_in_a_second_round(
     assert len(llm.requests_for("critic")) == 2
     assert "one" in prompts(llm, "summarizer")[0]
     assert [n["passed"] for n in notes(llm_hot, sid, "critique")] == ["False", "True"]
+    assert session.answer is not None
+    assert session.answer["text"] == "one and two"  # the Python API's result
+    shown = Console(record=True, width=160, color_system=None)
+    print_show(llm_producer, sid, as_json=False, console=shown)
+    assert "answer: one and two" in shown.export_text()
+    capsys.readouterr()
+    print_show(llm_producer, sid, as_json=True)  # plain stdout
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["report"]["answer"]["data"] == {"values": ["one", "two"]}
 
 
 def test_an_answer_that_breaks_the_answer_schema_is_repaired(

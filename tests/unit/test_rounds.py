@@ -202,3 +202,13 @@ def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
     assert read_answer_schema(good) == SCHEMA
     with pytest.raises(ConfigError, match="not a valid JSON schema"):
         read_answer_schema(bad)
+
+
+def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
+    loop, rounds = ended_round(ScriptedChat(critic=[critique(False, "b")]), max_rounds=1)
+    run(rounds.review())
+    taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover: nothing in memory
+
+    conclusion = run(taken.conclusion(SessionStatus.FAILED))
+
+    assert conclusion["critique"]["feedback"] == "b"
