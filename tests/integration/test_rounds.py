@@ -4,6 +4,7 @@ supervisor, a scripted LLM over HTTP (critic and summarizer answered by role).""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,13 +13,18 @@ from rich.console import Console
 from core.hot_state import HotState
 from core.models import SessionOptions, SessionStatus
 from core.record import SqlRecord
+from planner.plan import load_plan
+from producer.cli import read_answer_schema
 from producer.client import Producer
 from producer.views import print_show
 from tests.integration.conftest import report_steps
+from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import echo, notes, prompts, run, subgraph
 from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 ONE_STEP = """
 goal: report the first and the second value
@@ -121,3 +127,30 @@ def test_out_of_rounds_the_session_ends_completed_and_not_passed(
     assert report["answer"]["text"] == "done"
     assert len(llm.requests_for("replanner")) == 1
     assert "NOT passed" in prompts(llm, "summarizer")[0]
+
+
+def test_the_ecommerce_example_ends_with_advice_as_its_answer(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    schema = read_answer_schema(EXAMPLES / "ecommerce_answer.json")
+    advice = {
+        "stock_advice": "reserve the shortfall now",
+        "pricing_advice": "stay below the cheapest competitor",
+        "reserved_units": 42,
+    }
+    llm.script("summarizer", {"text": "Restock and hold the price.", "data": advice})
+
+    sid = llm_producer.submit(load_plan(EXAMPLES / "ecommerce.yaml"), options(schema))
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.answer is not None
+    assert session.answer["data"] == advice
+    (asked,) = prompts(llm, "summarizer")
+    assert "SKU12345" in asked  # the goal
+    assert "competitors (ecommerce.competitors" in asked  # the results, by preview
+    assert '"stock_advice"' in asked  # the schema the data must fit
+
+
+def options(schema: dict[str, Any]) -> SessionOptions:
+    return SessionOptions(answer_schema=schema)
