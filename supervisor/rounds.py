@@ -43,7 +43,7 @@ def results_text(
     in <data> blocks); past ``budget_chars`` the remaining steps are only counted."""
     lines: list[str] = []
     used = 0
-    steps = state.plan.steps
+    steps = state.plan.steps if state.steps else []  # a goal answered with no plan has none
     for n, step in enumerate(steps):
         st = state.states.get(step.id)
         status = st.status.value if st else "pending"
@@ -58,7 +58,7 @@ def results_text(
             break
         lines.append(entry)
         used += len(entry)
-    return "\n".join(lines) or "(no steps)"
+    return "\n".join(lines) or "(no steps: no tool was used)"
 
 
 def preview_json(value: Any) -> str:
@@ -182,6 +182,12 @@ class Rounds:
         await self.io.write_session("rounds", rounds)
         await self.io.store.note_progress(self.io.sid, "round", round=number + 1)
         return True
+
+    def answer_directly(self, reason: str) -> None:
+        """End a goal that needs no tool without a plan: the summarizer answers it from the
+        goal alone (the caller, say a router that found no tool needed, gives ``reason``)."""
+        self.state.end(SessionStatus.COMPLETED, "")
+        log.info("session=%s answered with no plan: %s", self.io.sid, reason)
 
     async def conclusion(self, status: SessionStatus) -> dict[str, Any]:
         """What the report adds for a session with an LLM: the answer (completed sessions),

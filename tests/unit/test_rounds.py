@@ -20,6 +20,7 @@ from planner.summarizer import check_answer_schema, schema_problem
 from producer.cli import read_answer_schema
 from producer.views import print_conclusion
 from supervisor.rounds import Rounds, next_round, results_text
+from supervisor.session_state import SessionState
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -212,3 +213,23 @@ def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
     conclusion = run(taken.conclusion(SessionStatus.FAILED))
 
     assert conclusion["critique"]["feedback"] == "b"
+
+
+def test_a_goal_that_needs_no_tool_is_answered_with_no_plan() -> None:
+    chat = ScriptedChat(summarizer=[{"text": "Paris", "data": None}])
+    loop = Loop(Plan(steps=[step("a")]))
+    loop.state = SessionState(loop.state.sid, loop.state.epoch)  # a goal, no plan loaded
+    loop.state.info = loop.state.info.model_copy(update={"goal": "capital of France?"})
+    loop.io.state = loop.state
+    loop.brain.state = loop.state
+    loop.brain.chat = chat
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    rounds.answer_directly("the router found no tool needed")
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert loop.state.outcome == (SessionStatus.COMPLETED, "")
+    assert conclusion["answer"]["text"] == "Paris"
+    asked = chat.asked[0][1][1]["content"]
+    assert "capital of France?" in asked
+    assert "no tool was used" in asked
