@@ -20,7 +20,7 @@ from planner.summarizer import check_answer_schema, schema_problem
 from producer.cli import read_answer_schema
 from producer.views import print_conclusion
 from supervisor.rounds import Rounds, next_round, results_text
-from supervisor.session_state import SessionState
+from supervisor.session_state import FINAL, SessionState
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -233,3 +233,27 @@ def test_a_goal_that_needs_no_tool_is_answered_with_no_plan() -> None:
     asked = chat.asked[0][1][1]["content"]
     assert "capital of France?" in asked
     assert "no tool was used" in asked
+
+
+def test_a_round_replaces_a_step_that_failed_for_good() -> None:
+    chat = ScriptedChat(
+        critic=[critique(False, "b failed; get b another way")],
+        replanner=[{"steps": [{"id": "b2", "tool": "t.alt", "dependencies": ["a"]}]}],
+    )
+    loop = Loop(
+        Plan(goal="get a and b", steps=[step("a"), step("b", "a", tool="t.b")]),
+        a=StepStatus.COMPLETED,
+        b=StepStatus.FAILED,
+    )
+    loop.state.states["b"].note = FINAL
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "completed around failed steps: b")
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(rounds.review())
+
+    state = loop.state
+    assert state.outcome is None
+    assert [s.id for s in state.plan.steps] == ["a", "b2"]
+    assert state.states["b2"].status == StepStatus.PENDING
+    assert "b2" in state.candidates
