@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # --- Sessions and the supervisor -----------------------------------------------------
     session_concurrency: int = Field(8, ge=1, description="Steps of one session running at once.")
     max_replans: int = Field(3, ge=0, description="Re-plans per session before a forced ABORT.")
+    max_rounds: int = Field(
+        3, ge=1, description="Rounds with critique per LLM session (the first plan is round 1)."
+    )
     batch_react_size: int = Field(3, ge=1, description="WARNING events that trigger a decision.")
     react_severity: Literal["INFO", "WARNING", "CRITICAL"] = Field(
         "WARNING", description="Lowest event severity the trigger policy reacts to."

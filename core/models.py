@@ -196,6 +196,10 @@ class SessionOptions(BaseModel):
     milestone_reviews: bool | None = Field(
         None, description="Review the plan (LLM) when a declared phase finishes."
     )
+    max_rounds: int | None = Field(None, ge=1, description="Rounds with critique (LLM).")
+    answer_schema: dict[str, Any] | None = Field(
+        None, description="JSON schema the final answer's data must fit (LLM)."
+    )
 
 
 class SessionRecord(BaseModel):
@@ -211,6 +215,7 @@ class SessionRecord(BaseModel):
     started_at: float = 0.0
     finished_at: float = 0.0
     replans: int = 0
+    rounds: int = 0  # rounds the critic sent back (the first plan is round 1)
     error: str = ""
     awaiting: str = ""
     approved: list[str] = Field(default_factory=list)
@@ -219,6 +224,12 @@ class SessionRecord(BaseModel):
     deliberation: dict[str, Any] = Field(default_factory=dict)
     # model -> [prompt tokens, completion tokens] spent by every LLM call so far
     llm_usage: dict[str, list[int]] = Field(default_factory=dict)
+
+    @property
+    def answer(self) -> dict[str, Any] | None:
+        """The final answer (``text``, ``data``) of an ended session with an LLM, or None."""
+        found = (self.report or {}).get("answer")
+        return found if isinstance(found, dict) else None
 
     @classmethod
     def from_fields(cls, sid: str, fields: dict[str, str]) -> SessionRecord:

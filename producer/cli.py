@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from config.settings import Settings
-from core.errors import PlanloopError
+from core.errors import ConfigError, PlanloopError
 from core.masking import install_log_masking
 from core.models import SessionOptions
 
@@ -76,6 +76,19 @@ def cli() -> None:
     default=None,
     help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
 )
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rounds with critique (LLM sessions; default PLANLOOP_MAX_ROUNDS).",
+)
+@click.option(
+    "--answer-schema",
+    "answer_schema_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON schema file the final answer's data must fit (LLM sessions).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -88,6 +101,8 @@ def submit(
     compensate_on_failure: bool,
     max_tokens: int | None,
     max_cost_usd: float | None,
+    max_rounds: int | None,
+    answer_schema_file: Path | None,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -104,8 +119,13 @@ def submit(
         compensate_on_failure=compensate_on_failure,
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
+        max_rounds=max_rounds,
     )
     try:
+        if answer_schema_file is not None:
+            options = options.model_copy(
+                update={"answer_schema": read_answer_schema(answer_schema_file)}
+            )
         settings = _settings()
         producer = Producer.from_settings(settings)
         if goal is not None:
@@ -126,6 +146,24 @@ def submit(
 
         status = watch_session(producer, sid)
         sys.exit(0 if status == "completed" else 1)
+
+
+def read_answer_schema(path: Path) -> dict[str, Any]:
+    """The JSON schema in ``path``, checked before anything is submitted.
+
+    Raises:
+        ConfigError: the file is not JSON, not an object, or not a valid JSON schema.
+    """
+    from planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+
+    try:
+        schema = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the answer schema {path}: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"the answer schema {path} must be a JSON object")
+    check_answer_schema(schema)
+    return schema
 
 
 @cli.command()

@@ -249,6 +249,26 @@ def print_report(
         if not ok:
             line = f"COMPENSATION FAILED: {line} ({comp.get('error')})"
         console.print(Text(line, style="green" if ok else "bold red"))
+    print_conclusion(console, report)
+
+
+def print_conclusion(console: Console, report: Mapping[str, Any]) -> None:
+    """The critic's last verdict and the answer of a session with an LLM (none without)."""
+    critique = report.get("critique")
+    if isinstance(critique, Mapping):
+        passed = bool(critique.get("passed"))
+        verdict = "passed" if passed else "NOT passed"
+        line = f"critique after {report.get('rounds', 1)} round(s): {verdict}"
+        if critique.get("feedback"):
+            line += f": {critique['feedback']}"
+        console.print(Text(line, style="green" if passed else "yellow"))
+    answer = report.get("answer")
+    if isinstance(answer, Mapping):
+        console.print(Text("answer: ", style="bold").append(str(answer.get("text", ""))))
+        if answer.get("data") is not None:
+            console.print(f"answer data: {json.dumps(answer['data'], default=str)}")
+        if answer.get("schema_error"):
+            console.print(Text(f"answer schema error: {answer['schema_error']}", style="red"))
 
 
 # --- show ---------------------------------------------------------------------------------

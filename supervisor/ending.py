@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,11 +54,17 @@ class Ending:
 
 
 async def finish_session(
-    end: Ending, status: SessionStatus, error: str, *, undo: bool | None = None
+    end: Ending,
+    status: SessionStatus,
+    error: str,
+    *,
+    undo: bool | None = None,
+    conclusion: Mapping[str, Any] | None = None,
 ) -> None:
     """End the session: every step ends, compensations run if needed, the report is written.
 
-    ``undo`` (compensate completed writes) defaults to :func:`undoes`.
+    ``undo`` (compensate completed writes) defaults to :func:`undoes`; ``conclusion`` (the
+    answer, the critic's verdict, the rounds of a session with an LLM) goes into the report.
     """
     state, io = end.state, end.io
     if undo is None:
@@ -94,6 +100,7 @@ async def finish_session(
         sensitive=end.sensitive.of_tools(s.tool for s in plan.steps),
     )
     report["compensations"] = mask(compensations)
+    report.update(conclusion or {})
     state.batch.session.update(
         {
             "status": status.value,

@@ -36,6 +36,7 @@ from supervisor.context import SupervisorContext
 from supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from supervisor.failures import settle_failure
 from supervisor.plan_changes import PlanChanges
+from supervisor.rounds import Rounds
 from supervisor.scheduler import wait_ms
 from supervisor.scheduling import Scheduling
 from supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
@@ -104,6 +105,7 @@ class SessionRunner:
         self.ending = Ending(
             self.io, self.changes, ctx.dispatcher, ctx.dispatcher.sensitive, self.checkpoint
         )
+        self.rounds = Rounds(self.io, self.changes, self.brain)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
         self.applying: tuple[str, dict[str, str]] | None = None
@@ -157,7 +159,9 @@ class SessionRunner:
                 await self._think()
                 await self._check_llm_budget()
                 self._check_end()
-            await finish_session(self.ending, *state.outcome)
+                await self.rounds.review()  # with an LLM, a completed round is judged
+            conclusion = await self.rounds.conclusion(state.outcome[0])
+            await finish_session(self.ending, *state.outcome, conclusion=conclusion)
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:

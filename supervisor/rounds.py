@@ -1,0 +1,232 @@
+"""Rounds with critique, and the final answer of a session with an LLM.
+
+When every step of a round has ended and the session would end completed, the critic judges
+the results against the goal. Not passed with rounds left: the next round is planned from the
+feedback through the re-plan merge path (completed steps frozen, a new plan version), counted
+apart from the re-plan budget. Otherwise the session ends, and the summarizer writes its
+answer from the goal, the results and the critic's last verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Collection
+from typing import Any
+
+from core.errors import LLMError, PlanError
+from core.masking import mask, mask_text
+from core.models import SessionStatus, StepStatus
+from core.values import preview
+from planner.critic import Critic, Critique
+from planner.decision import ReplanAction, ReplanDecision
+from planner.summarizer import Summarizer
+from supervisor.deadline import short_of_time
+from supervisor.plan_changes import PlanChanges
+from supervisor.session_base import SessionIO
+from supervisor.session_state import SessionState
+from supervisor.thinking import Deliberation, record_usage
+
+log = logging.getLogger(__name__)
+
+OUTPUT_CHARS = 1_500  # one output's preview in critic and summarizer prompts
+RESULTS_CHARS = 12_000  # all results together (the context budget of the two prompts)
+DEAD = (StepStatus.FAILED, StepStatus.INTERRUPTED, StepStatus.SKIPPED, StepStatus.CANCELLED)
+
+
+def results_text(
+    state: SessionState, sensitive: Collection[str] = (), *, budget_chars: int = RESULTS_CHARS
+) -> str:
+    """Every step of the plan with its status, error and output preview (tool data fenced
+    in <data> blocks); past ``budget_chars`` the remaining steps are only counted."""
+    lines: list[str] = []
+    used = 0
+    steps = state.plan.steps if state.steps else []  # a goal answered with no plan has none
+    for n, step in enumerate(steps):
+        st = state.states.get(step.id)
+        status = st.status.value if st else "pending"
+        entry = f"- {step.id} ({step.tool}{': ' + step.title if step.title else ''}): {status}"
+        if st is not None and st.error:
+            entry += f"; error: {mask_text(st.error)}"
+        if step.id in state.outputs:
+            shown = preview(state.outputs[step.id], sensitive, chars=OUTPUT_CHARS)
+            entry += f"\n<data>{preview_json(shown)}</data>"
+        if used + len(entry) > budget_chars and lines:
+            lines.append(f"({len(steps) - n} more step(s) left out for length)")
+            break
+        lines.append(entry)
+        used += len(entry)
+    return "\n".join(lines) or "(no steps: no tool was used)"
+
+
+def preview_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def next_round(critique: Critique | None, rounds_done: int, max_rounds: int) -> bool:
+    """Whether the critic's verdict starts another round: not passed, and the session has
+    run fewer than ``max_rounds`` rounds (the first plan is round 1)."""
+    return critique is not None and not critique.passed and rounds_done + 1 < max_rounds
+
+
+def critique_text(critique: Critique | None) -> str:
+    if critique is None:
+        return ""
+    verdict = "passed" if critique.passed else "NOT passed"
+    missing = f"; missing: {', '.join(critique.missing)}" if critique.missing else ""
+    return f"{verdict} (confidence {critique.confidence:g}): {critique.feedback}{missing}"
+
+
+class Rounds:
+    """The critic between rounds and the summarizer at the end, for one session."""
+
+    def __init__(self, io: SessionIO, changes: PlanChanges, brain: Deliberation) -> None:
+        self.io = io
+        self.changes = changes
+        self.brain = brain
+        self.critique: Critique | None = None
+        self._judged_version = -1  # the plan version the critic last judged
+
+    @property
+    def state(self) -> SessionState:
+        return self.io.state
+
+    @property
+    def max_rounds(self) -> int:
+        chosen = self.state.info.options.max_rounds
+        return self.io.settings.max_rounds if chosen is None else chosen
+
+    def _sensitive(self) -> set[str]:
+        return set(self.brain.sensitive.of_tools(s.tool for s in self.state.plan.steps))
+
+    def _blocked(self) -> str:
+        """Why no LLM call may start now ("" when one may)."""
+        spent = self.brain.llm_budget_spent()
+        if spent is not None:
+            return spent
+        return short_of_time(self.state, self.io.settings, time.time())
+
+    async def review(self) -> None:
+        """Judge a round that just ended completed; start the next round when it failed."""
+        state, chat = self.state, self.brain.chat
+        if chat is None or state.outcome is None or state.outcome[0] != SessionStatus.COMPLETED:
+            return
+        if self._judged_version == state.info.plan_version or self._blocked():
+            return
+        self._judged_version = state.info.plan_version
+        await self.io.load_outputs(sorted(state.completed()))
+        rounds_done = state.info.rounds
+        try:
+            critique, usage = await asyncio.to_thread(
+                Critic(chat).judge,
+                state.plan.goal or state.info.goal,
+                [*state.plan.constraints, *self.brain.constraints],
+                results_text(state, self._sensitive()),
+                round_number=rounds_done + 1,
+                max_rounds=self.max_rounds,
+            )
+        except LLMError as exc:
+            log.warning("session=%s critic failed, the round stands: %s", self.io.sid, exc)
+            return
+        record_usage(state.batch, [usage])
+        self.critique = critique
+        await self.io.write_session("critique", critique.model_dump_json())
+        await self.io.store.note_progress(
+            self.io.sid,
+            "critique",
+            round=rounds_done + 1,
+            passed=critique.passed,
+            feedback=mask_text(critique.feedback),
+        )
+        if not next_round(critique, rounds_done, self.max_rounds):
+            if not critique.passed:
+                note = f"the critic did not pass the results after {rounds_done + 1} round(s)"
+                state.outcome = (
+                    SessionStatus.COMPLETED,
+                    "; ".join(filter(None, [state.outcome[1], note])),
+                )
+            return
+        if await self._plan_round(critique, rounds_done + 1):
+            state.outcome = None
+
+    async def _plan_round(self, critique: Critique, number: int) -> bool:
+        """Install the next round's plan version; False when it cannot be planned."""
+        state, brain = self.state, self.brain
+        if self._blocked():
+            return False
+        feedback = f"critic, round {number}: {critique.feedback}"
+        brain.hints.extend([feedback, *(f"missing: {m}" for m in critique.missing)])
+        dead = {i for i, st in state.states.items() if st.status in DEAD and i in state.steps}
+        decision = ReplanDecision(
+            action=ReplanAction.REPLAN_REMAINING,
+            reasoning=feedback,
+            new_context_hints=list(critique.missing),
+        )
+        try:
+            plan, usages = await brain.replan(decision, dead)
+        except (PlanError, LLMError) as exc:
+            log.error("session=%s round %d could not be planned: %s", self.io.sid, number + 1, exc)
+            return False
+        record_usage(state.batch, usages)
+        completed = state.completed()
+        if all(s.id in completed for s in plan.steps):
+            log.info("session=%s round %d planned nothing new", self.io.sid, number + 1)
+            return False
+        await self.changes.install_plan(
+            plan, reason=f"round {number + 1}: {feedback}", replan=False
+        )
+        rounds = number
+        state.info = state.info.model_copy(update={"rounds": rounds})
+        await self.io.write_session("rounds", rounds)
+        await self.io.store.note_progress(self.io.sid, "round", round=number + 1)
+        return True
+
+    def answer_directly(self, reason: str) -> None:
+        """End a goal that needs no tool without a plan: the summarizer answers it from the
+        goal alone (the caller, say a router that found no tool needed, gives ``reason``)."""
+        self.state.end(SessionStatus.COMPLETED, "")
+        log.info("session=%s answered with no plan: %s", self.io.sid, reason)
+
+    async def conclusion(self, status: SessionStatus) -> dict[str, Any]:
+        """What the report adds for a session with an LLM: the answer (completed sessions),
+        the critic's last verdict and the rounds run; empty without an LLM."""
+        if self.brain.chat is None:
+            return {}
+        out = await self._conclude(status)
+        # The loop has stopped: the critic's and summarizer's tokens reach the hash here.
+        await self.io.write_session("llm_usage", self.state.fold_usage())
+        return out
+
+    async def _conclude(self, status: SessionStatus) -> dict[str, Any]:
+        state, chat = self.state, self.brain.chat
+        assert chat is not None
+        out: dict[str, Any] = {"rounds": state.info.rounds + 1}
+        if self.critique is None:  # judged before a takeover: the hash kept the verdict
+            stored = await self.io.store.session_field(self.io.sid, "critique")
+            self.critique = Critique.model_validate_json(stored) if stored else None
+        if self.critique is not None:
+            out["critique"] = mask(self.critique.model_dump())
+        if status != SessionStatus.COMPLETED:
+            return out
+        blocked = self._blocked()
+        if blocked:
+            log.info("session=%s no answer written: %s", self.io.sid, blocked)
+            return out
+        await self.io.load_outputs(sorted(state.completed()))
+        summarizer = Summarizer(chat, max_repairs=self.io.settings.plan_max_repairs)
+        try:
+            answer, usages = await asyncio.to_thread(
+                summarizer.answer,
+                state.plan.goal or state.info.goal,
+                results_text(state, self._sensitive()),
+                critique_text(self.critique),
+                state.info.options.answer_schema,
+            )
+        except LLMError as exc:
+            log.warning("session=%s summarizer failed: no answer: %s", self.io.sid, exc)
+            return out
+        record_usage(state.batch, usages)
+        out["answer"] = mask(answer.model_dump())
+        return out

@@ -1,0 +1,156 @@
+"""Rounds with critique and the final answer, end to end: real Redis, workers and a
+supervisor, a scripted LLM over HTTP (critic and summarizer answered by role)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from core.hot_state import HotState
+from core.models import SessionOptions, SessionStatus
+from core.record import SqlRecord
+from planner.plan import load_plan
+from producer.cli import read_answer_schema
+from producer.client import Producer
+from producer.views import print_show
+from tests.integration.conftest import report_steps
+from tests.integration.llm_conftest import wait_recorded
+from tests.integration.test_planning_loop import echo, notes, prompts, run, subgraph
+from tests.llm_server import ScriptedLLMServer
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+ONE_STEP = """
+goal: report the first and the second value
+steps:
+  - {id: first, tool: bench.echo, params: {value: one}}
+"""
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"values": {"type": "array", "items": {"type": "string"}}},
+    "required": ["values"],
+}
+
+
+def critique(passed: bool, feedback: str = "", *missing: str) -> dict[str, Any]:
+    return {"passed": passed, "feedback": feedback, "missing": list(missing), "confidence": 0.9}
+
+
+def test_the_critics_feedback_adds_the_missing_step_in_a_second_round(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_hot: HotState,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    llm.script("critic", critique(False, "the second value is missing", "second value"))
+    llm.script("replanner", subgraph(echo("second", "two", "first")))
+    llm.script("summarizer", {"text": "one and two", "data": {"values": ["one", "two"]}})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert (session.plan_version, session.replans) == (2, 0)  # a round is not a re-plan
+    report = session.report or {}
+    assert report["rounds"] == 2
+    assert report["critique"]["passed"] is True  # the second round's verdict (the default)
+    assert report["answer"] == {
+        "text": "one and two",
+        "data": {"values": ["one", "two"]},
+        "schema_error": None,
+    }
+    steps = report_steps(session)
+    assert steps["second"]["status"] == "completed"
+    assert steps["first"]["attempts"] == 1  # frozen: never run again
+    (replan_prompt,) = prompts(llm, "replanner")
+    assert "the second value is missing" in replan_prompt
+    assert len(llm.requests_for("critic")) == 2
+    assert "one" in prompts(llm, "summarizer")[0]
+    assert [n["passed"] for n in notes(llm_hot, sid, "critique")] == ["False", "True"]
+    assert session.answer is not None
+    assert session.answer["text"] == "one and two"  # the Python API's result
+    shown = Console(record=True, width=160, color_system=None)
+    print_show(llm_producer, sid, as_json=False, console=shown)
+    assert "answer: one and two" in shown.export_text()
+    capsys.readouterr()
+    print_show(llm_producer, sid, as_json=True)  # plain stdout
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["report"]["answer"]["data"] == {"values": ["one", "two"]}
+
+
+def test_an_answer_that_breaks_the_answer_schema_is_repaired(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script(
+        "summarizer",
+        {"text": "one", "data": {"values": "one"}},
+        {"text": "one", "data": {"values": ["one"]}},
+    )
+
+    _, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    answer = (session.report or {})["answer"]
+    assert answer["data"] == {"values": ["one"]}
+    _first, repair = llm.requests_for("summarizer")
+    assert "is not of type 'array'" in repair.prompt_text
+
+
+def test_out_of_rounds_the_session_ends_completed_and_not_passed(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script(
+        "critic",
+        critique(False, "the second value is missing"),
+        critique(False, "still not convincing"),
+    )
+    llm.script("replanner", subgraph(echo("second", "two", "first")))
+
+    _, session = run(llm_producer, llm_record, ONE_STEP, SessionOptions(max_rounds=2))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "did not pass the results after 2 round(s)" in session.error
+    report = session.report or {}
+    assert report["rounds"] == 2
+    assert report["critique"] == {
+        "passed": False,
+        "feedback": "still not convincing",
+        "missing": [],
+        "confidence": 0.9,
+    }
+    assert report["answer"]["text"] == "done"
+    assert len(llm.requests_for("replanner")) == 1
+    assert "NOT passed" in prompts(llm, "summarizer")[0]
+
+
+def test_the_ecommerce_example_ends_with_advice_as_its_answer(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    schema = read_answer_schema(EXAMPLES / "ecommerce_answer.json")
+    advice = {
+        "stock_advice": "reserve the shortfall now",
+        "pricing_advice": "stay below the cheapest competitor",
+        "reserved_units": 42,
+    }
+    llm.script("summarizer", {"text": "Restock and hold the price.", "data": advice})
+
+    sid = llm_producer.submit(load_plan(EXAMPLES / "ecommerce.yaml"), options(schema))
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.answer is not None
+    assert session.answer["data"] == advice
+    (asked,) = prompts(llm, "summarizer")
+    assert "SKU12345" in asked  # the goal
+    assert "competitors (ecommerce.competitors" in asked  # the results, by preview
+    assert '"stock_advice"' in asked  # the schema the data must fit
+
+
+def options(schema: dict[str, Any]) -> SessionOptions:
+    return SessionOptions(answer_schema=schema)

@@ -1,0 +1,259 @@
+"""The round decision, the critic's verdict and the final answer, with the in-memory store
+and a scripted chat model (no Redis, no HTTP)."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from pydantic import BaseModel
+from rich.console import Console
+
+from core.models import SessionOptions, SessionStatus, StepStatus
+from planner.critic import Critique
+from planner.llm import Role, Usage
+from planner.plan import Plan
+from planner.summarizer import check_answer_schema, schema_problem
+from producer.cli import read_answer_schema
+from producer.views import print_conclusion
+from supervisor.rounds import Rounds, next_round, results_text
+from supervisor.session_state import FINAL, SessionState
+from tests.unit.loop_fixtures import Loop, run, step
+
+T = TypeVar("T", bound=BaseModel)
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+class ScriptedChat:
+    """Answers each role from its queue of JSON-ready dicts."""
+
+    def __init__(self, **replies: list[dict[str, Any]]) -> None:
+        self.replies = {role: deque(r) for role, r in replies.items()}
+        self.asked: list[tuple[str, list[dict[str, str]]]] = []
+
+    def complete_json(
+        self, role: Role, messages: list[dict[str, str]], schema: type[T]
+    ) -> tuple[T, Usage]:
+        self.asked.append((str(role), list(messages)))
+        reply = self.replies[str(role)].popleft()
+        return schema.model_validate(reply), Usage(10, 5, 0.0, "m", str(role))
+
+
+def critique(passed: bool, feedback: str = "") -> dict[str, Any]:
+    return {"passed": passed, "feedback": feedback, "missing": ["b's result"], "confidence": 0.7}
+
+
+def ended_round(chat: ScriptedChat | None, **options: Any) -> tuple[Loop, Rounds]:
+    """A one-step session whose step completed, about to end completed."""
+    loop = Loop(Plan(goal="get a and b", steps=[step("a")]), a=StepStatus.COMPLETED)
+    loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions(**options)})
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "")
+    return loop, Rounds(loop.io, loop.changes, loop.brain)
+
+
+@pytest.mark.parametrize(
+    ("passed", "rounds_done", "max_rounds", "again"),
+    [(False, 0, 3, True), (False, 2, 3, False), (True, 0, 3, False), (False, 0, 1, False)],
+)
+def test_a_round_follows_only_a_failed_verdict_with_rounds_left(
+    passed: bool, rounds_done: int, max_rounds: int, again: bool
+) -> None:
+    verdict = Critique(passed=passed)
+    assert next_round(verdict, rounds_done, max_rounds) is again
+    assert next_round(None, 0, 3) is False  # no verdict (critic failed): the round stands
+
+
+def test_a_failed_verdict_plans_the_next_round_as_a_new_plan_version() -> None:
+    chat = ScriptedChat(
+        critic=[critique(False, "b is missing")],
+        replanner=[{"steps": [{"id": "b", "tool": "t.b", "dependencies": ["a"]}]}],
+    )
+    loop, rounds = ended_round(chat)
+
+    run(rounds.review())
+
+    state = loop.state
+    assert state.outcome is None  # the session goes on
+    assert (state.info.plan_version, state.info.rounds, state.info.replans) == (2, 1, 0)
+    assert [s.id for s in state.plan.steps] == ["a", "b"]
+    assert state.states["b"].status == StepStatus.PENDING
+    assert state.states["a"].status == StepStatus.COMPLETED  # frozen
+    assert loop.session_hash()["rounds"] == "1"
+    replan_prompt = chat.asked[1][1][1]["content"]
+    assert "b is missing" in replan_prompt
+    assert [c["role"] for c in state.batch.llm_calls] == ["critic", "replanner"]
+
+
+def test_a_passed_verdict_lets_the_session_end() -> None:
+    loop, rounds = ended_round(ScriptedChat(critic=[critique(True)]))
+
+    run(rounds.review())
+    run(rounds.review())  # the same plan version is judged once
+
+    assert loop.state.outcome == (SessionStatus.COMPLETED, "")
+    assert rounds.critique is not None
+    assert rounds.critique.passed
+
+
+def test_out_of_rounds_the_session_ends_completed_with_the_verdict_not_passed() -> None:
+    loop, rounds = ended_round(ScriptedChat(critic=[critique(False, "b")]), max_rounds=1)
+
+    run(rounds.review())
+
+    status, note = loop.state.outcome or (None, "")
+    assert status == SessionStatus.COMPLETED
+    assert "did not pass the results after 1 round(s)" in note
+    conclusion = run(rounds.conclusion(SessionStatus.ABORTED))  # no answer unless completed
+    assert conclusion["critique"]["passed"] is False
+    assert "answer" not in conclusion
+
+
+def test_without_an_llm_nothing_is_judged_or_answered() -> None:
+    loop, rounds = ended_round(None)
+
+    run(rounds.review())
+
+    assert loop.state.outcome == (SessionStatus.COMPLETED, "")
+    assert run(rounds.conclusion(SessionStatus.COMPLETED)) == {}
+
+
+def test_the_answer_is_repaired_until_it_fits_the_schema() -> None:
+    chat = ScriptedChat(
+        summarizer=[{"text": "seven", "data": {"n": "7"}}, {"text": "seven", "data": {"n": 7}}]
+    )
+    loop, rounds = ended_round(chat, answer_schema=SCHEMA)
+    loop.state.outputs["a"] = {"n": 7}
+
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert conclusion["answer"] == {"text": "seven", "data": {"n": 7}, "schema_error": None}
+    assert conclusion["rounds"] == 1
+    repair = chat.asked[1][1][-1]["content"]
+    assert "data at n: '7' is not of type 'integer'" in repair
+    assert '<data>{"n":7}</data>' in chat.asked[0][1][1]["content"]
+
+
+def test_an_answer_that_never_fits_keeps_its_text_and_says_why() -> None:
+    bad = {"text": "seven", "data": {}}
+    _loop, rounds = ended_round(ScriptedChat(summarizer=[bad, bad, bad]), answer_schema=SCHEMA)
+
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert (answer["text"], answer["data"]) == ("seven", None)
+    assert "'n' is a required property" in answer["schema_error"]
+
+
+def test_results_stay_within_their_budget() -> None:
+    loop = Loop(Plan(steps=[step(f"s{i}") for i in range(50)]))
+    for i in range(50):
+        loop.state.outputs[f"s{i}"] = {"text": "x" * 500}
+
+    text = results_text(loop.state, budget_chars=3000)
+
+    assert len(text) < 3700
+    assert "more step(s) left out for length" in text
+
+
+def test_an_invalid_answer_schema_is_refused_with_the_reason() -> None:
+    from core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a valid JSON schema"):
+        check_answer_schema({"type": "no-such-type"})
+    assert schema_problem({"n": 1}, SCHEMA) is None
+
+
+def test_an_invalid_schema_given_through_the_api_is_reported_not_raised() -> None:
+    chat = ScriptedChat(summarizer=[{"text": "seven", "data": None}])
+    _loop, rounds = ended_round(chat, answer_schema={"type": "no-such-type"})
+
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert answer["text"] == "seven"
+    assert "not a valid JSON schema" in answer["schema_error"]
+
+
+def test_the_report_view_shows_the_verdict_and_the_answer(tmp_path: Path) -> None:
+    console = Console(record=True, width=120, color_system=None)
+    report = {
+        "rounds": 2,
+        "critique": {"passed": False, "feedback": "b is missing"},
+        "answer": {"text": "seven", "data": {"n": 7}, "schema_error": None},
+    }
+
+    print_conclusion(console, report)
+
+    text = console.export_text()
+    assert "critique after 2 round(s): NOT passed: b is missing" in text
+    assert "answer: seven" in text
+    assert 'answer data: {"n": 7}' in text
+
+
+def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
+    from core.errors import ConfigError
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(SCHEMA))
+    bad.write_text('{"type": 5}')
+
+    assert read_answer_schema(good) == SCHEMA
+    with pytest.raises(ConfigError, match="not a valid JSON schema"):
+        read_answer_schema(bad)
+
+
+def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
+    loop, rounds = ended_round(ScriptedChat(critic=[critique(False, "b")]), max_rounds=1)
+    run(rounds.review())
+    taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover: nothing in memory
+
+    conclusion = run(taken.conclusion(SessionStatus.FAILED))
+
+    assert conclusion["critique"]["feedback"] == "b"
+
+
+def test_a_goal_that_needs_no_tool_is_answered_with_no_plan() -> None:
+    chat = ScriptedChat(summarizer=[{"text": "Paris", "data": None}])
+    loop = Loop(Plan(steps=[step("a")]))
+    loop.state = SessionState(loop.state.sid, loop.state.epoch)  # a goal, no plan loaded
+    loop.state.info = loop.state.info.model_copy(update={"goal": "capital of France?"})
+    loop.io.state = loop.state
+    loop.brain.state = loop.state
+    loop.brain.chat = chat
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    rounds.answer_directly("the router found no tool needed")
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert loop.state.outcome == (SessionStatus.COMPLETED, "")
+    assert conclusion["answer"]["text"] == "Paris"
+    asked = chat.asked[0][1][1]["content"]
+    assert "capital of France?" in asked
+    assert "no tool was used" in asked
+
+
+def test_a_round_replaces_a_step_that_failed_for_good() -> None:
+    chat = ScriptedChat(
+        critic=[critique(False, "b failed; get b another way")],
+        replanner=[{"steps": [{"id": "b2", "tool": "t.alt", "dependencies": ["a"]}]}],
+    )
+    loop = Loop(
+        Plan(goal="get a and b", steps=[step("a"), step("b", "a", tool="t.b")]),
+        a=StepStatus.COMPLETED,
+        b=StepStatus.FAILED,
+    )
+    loop.state.states["b"].note = FINAL
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "completed around failed steps: b")
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(rounds.review())
+
+    state = loop.state
+    assert state.outcome is None
+    assert [s.id for s in state.plan.steps] == ["a", "b2"]
+    assert state.states["b2"].status == StepStatus.PENDING
+    assert "b2" in state.candidates
