@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -76,6 +76,13 @@ def cli() -> None:
     default=None,
     help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["plan", "react", "auto"]),
+    default="auto",
+    show_default=True,
+    help="For --goal: a plan, one agent step (ReAct), or as the router decides.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -88,6 +95,7 @@ def submit(
     compensate_on_failure: bool,
     max_tokens: int | None,
     max_cost_usd: float | None,
+    mode: Literal["plan", "react", "auto"],
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -104,6 +112,7 @@ def submit(
         compensate_on_failure=compensate_on_failure,
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
+        mode=mode,
     )
     try:
         settings = _settings()
