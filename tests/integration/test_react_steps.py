@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from config.settings import Settings
 from core.effects import SqlEffectLedger
 from core.hot_state import HotState
 from core.models import SessionOptions, SessionStatus
@@ -20,6 +21,7 @@ from planner.react_step import REACT_TOOL
 from producer.client import Producer
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded
+from tests.integration.test_cli import planloop
 from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.integration
@@ -146,3 +148,25 @@ def test_auto_mode_routes_an_open_ended_goal_to_one_agent_step(
     assert [s.tool for s in first_version(llm_record, sid).steps] == [REACT_TOOL]
     roles = sorted(c.role for c in llm_record.llm_calls(sid))
     assert roles == ["react", "router"]
+
+
+def test_submit_mode_react_from_the_command_line(
+    llm: ScriptedLLMServer,
+    llm_settings: Settings,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+) -> None:
+    llm.script("react", turn("bench.echo", value="cli"), answer(result="cli"))
+
+    result = planloop(
+        llm_settings.to_env(), "submit", "--goal", "echo cli", "--tools", "bench", "--mode", "react"
+    )
+
+    assert result.returncode == 0, result.stderr
+    sid = result.stdout.strip()
+    assert llm_producer.session(sid).options.mode == "react"
+    session = wait_recorded(llm_producer, llm_record, sid)
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert llm.requests_for("router") == []
+    assert llm.requests_for("planner") == []
+    assert report_steps(session)["agent"]["output"]["answer"] == {"result": "cli"}
