@@ -19,12 +19,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from core.errors import ToolTimeoutError, UnknownToolError
+from config.settings import Settings
+from core.errors import (
+    PermanentToolError,
+    SessionNotFoundError,
+    ToolTimeoutError,
+    UnknownToolError,
+)
 from core.hot_state import BreakerPolicy, HotState
+from core.llm_budget import Budget, add_calls, spend_of
 from core.masking import error_text, mask, mask_text
 from core.models import ErrorKind, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry
-from planner.llm import ChatModel
+from planner.llm import ChatModel, Usage
 from planner.react import (
     Iteration,
     Observation,
@@ -32,6 +39,7 @@ from planner.react import (
     ReactResult,
     ReactStopped,
     ReactTask,
+    usage_payload,
 )
 from planner.react_step import REACT_TOOL, ReactParams
 from workers.executor import ToolThreads, classify_error
@@ -52,31 +60,55 @@ class AgentStepRunner:
     effects: EffectLedger
     threads: ToolThreads
     breaker: BreakerPolicy | None
-    default_timeout_s: float
+    settings: Settings  # budgets' defaults and the price table
 
     def run(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactResult:
         """Run the agent step of ``args`` (its ``params`` resolved) to its final answer.
 
+        Before each turn the step's deadline and the session's LLM budgets (what the
+        session hash says was spent, plus this loop's turns) are checked: no model call
+        starts past either.
+
         Raises:
-            ReactStopped: The loop ended without an answer (turn budget, deadline, model,
-                params the worker cannot run).
+            ReactStopped: The loop ended without an answer (turn budget, deadline, LLM
+                budget, model, params the worker cannot run).
         """
         deadline = time.monotonic() + args.timeout_s
         try:
             task = self._task(args, params)
         except Exception as exc:
             raise ReactStopped(exc, []) from exc
+        spent: list[Usage] = []
 
         def before_turn() -> None:
             if time.monotonic() >= deadline:
                 raise ToolTimeoutError(REACT_TOOL, args.timeout_s)
+            budget = self._budget_spent(args.session_id, spent)
+            if budget is not None:
+                raise PermanentToolError(f"{budget}: the agent step stops before its next turn")
+
+        def on_iteration(it: Iteration) -> None:
+            spent.append(it.usage)
+            self._note(args, it)
 
         return ReactAgent(self.chat).run(
             task,
             partial(self._call, args, deadline),
-            on_iteration=partial(self._note, args),
+            on_iteration=on_iteration,
             before_turn=before_turn,
         )
+
+    def _budget_spent(self, sid: str, turns: list[Usage]) -> str | None:
+        """The session's spent LLM budget counting this loop's turns, if any (None also
+        when the session hash is gone: the supervisor decides about that)."""
+        try:
+            record = self.state.session(sid)
+        except SessionNotFoundError:
+            return None
+        usage = {model: list(tokens) for model, tokens in record.llm_usage.items()}
+        add_calls(usage, usage_payload(turns))
+        budget = Budget.of(record.options, self.settings)
+        return budget.spent(spend_of(usage, self.settings.llm_prices))
 
     def _task(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactTask:
         parsed = ReactParams.model_validate(params)
@@ -107,7 +139,9 @@ class AgentStepRunner:
             idempotency_key=f"{args.idempotency_key}:react:{turn}",
             effects=self.effects,
         )
-        timeout = min(spec.timeout_s or self.default_timeout_s, deadline - time.monotonic())
+        timeout = min(
+            spec.timeout_s or self.settings.default_step_timeout_s, deadline - time.monotonic()
+        )
         call = self.threads.submit(partial(spec.run, params, ctx))
         try:
             failure = call.exception(max(timeout, 0.001))

@@ -85,7 +85,7 @@ def build_executor(settings: Settings) -> StepExecutor:
             effects=effects,
             threads=executor.threads,
             breaker=policy,
-            default_timeout_s=settings.default_step_timeout_s,
+            settings=settings,
         )
     return executor
 

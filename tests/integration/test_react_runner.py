@@ -5,6 +5,7 @@ with a scripted chat model."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from config.settings import Settings
 from core.errors import ToolTimeoutError
 from core.hot_state import BreakerPolicy, HotState
 from core.keys import Keys
-from core.models import StepTaskArgs
+from core.models import SessionOptions, StepTaskArgs
 from core.tools import MemoryEffectLedger, load_tools
 from planner.react import ReactStopped
 from planner.react_step import REACT_TOOL
@@ -45,7 +46,7 @@ def runner(hot: HotState, chat: ScriptedChat, ledger: MemoryEffectLedger) -> Age
         effects=ledger,
         threads=ToolThreads(),
         breaker=BreakerPolicy(failures=1, window_s=30.0, cooldown_s=60.0),
-        default_timeout_s=5.0,
+        settings=Settings(default_step_timeout_s=5.0),
     )
 
 
@@ -120,3 +121,21 @@ def test_a_hanging_tool_is_cut_at_the_steps_deadline(hot: HotState) -> None:
     (turn,) = stopped.value.iterations
     assert turn.observation is not None
     assert "ToolTimeoutError" in turn.observation.error
+
+
+def test_no_turn_starts_once_the_sessions_token_budget_is_spent(hot: HotState) -> None:
+    """The hash says 50 tokens were spent; each scripted turn costs 110: 50 + 110 < 200,
+    50 + 220 >= 200, so the third turn never starts."""
+    options = SessionOptions(max_tokens=200).model_dump_json(exclude_defaults=True)
+    usage = json.dumps({"m-earlier": [40, 10]})
+    hot.r.hset(hot.keys.session(SID), mapping={"options": options, "llm_usage": usage})
+    turn = {"tool": "bench.echo", "params": {"value": 1}}
+    chat = ScriptedChat(turn, turn, {"final_answer": {"never": "asked"}})
+    task, params = args(["bench.echo"])
+
+    with pytest.raises(ReactStopped) as stopped:
+        runner(hot, chat, MemoryEffectLedger()).run(task, params)
+
+    assert "token budget spent (270 of 200 tokens)" in str(stopped.value.cause)
+    assert len(chat.calls) == 2
+    assert len(stopped.value.iterations) == 2  # their usage still reaches the supervisor
