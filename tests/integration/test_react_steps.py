@@ -19,7 +19,7 @@ from core.record import SqlRecord
 from planner.plan import Plan, parse_plan
 from planner.react_step import REACT_TOOL
 from producer.client import Producer
-from tests.integration.conftest import report_steps
+from tests.integration.conftest import RunPlan, report_steps
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_cli import planloop
 from tests.llm_server import ScriptedLLMServer
@@ -170,3 +170,15 @@ def test_submit_mode_react_from_the_command_line(
     assert llm.requests_for("router") == []
     assert llm.requests_for("planner") == []
     assert report_steps(session)["agent"]["output"]["answer"] == {"result": "cli"}
+
+
+def test_an_agent_step_on_workers_without_an_llm_fails_and_says_why(run_plan: RunPlan) -> None:
+    """The rule-policy stack's workers have no PLANLOOP_LLM_BASE_URL."""
+    plan = AGENT_PLAN.replace("dependencies: [seed]", "dependencies: [seed]\n    critical: true")
+
+    _, session = run_plan(plan)
+
+    assert session.status == SessionStatus.FAILED
+    step = report_steps(session)["agent"]
+    assert step["status"] == "failed"
+    assert "agent steps need an LLM: set PLANLOOP_LLM_BASE_URL" in step["error"]
