@@ -31,7 +31,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from core.errors import FencedOutError, SessionEndedError
+from core.errors import FencedOutError, SessionEndedError, SessionError
 from core.models import Event
 
 # A session in one of these statuses has ended: its row is never claimed or rewritten again.
@@ -150,6 +150,17 @@ class EffectRow(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A supervisor taking a session at ``epoch`` (see :meth:`SqlRecord.claim`)."""
+
+    sid: str
+    epoch: int
+    owner: str
+    fields: dict[str, Any]
+    plan: tuple[int, str] | None = None
+
+
 @dataclass
 class Checkpoint:
     """What one batch of applied events changed, written in one fenced transaction."""
@@ -242,58 +253,69 @@ class SqlRecord:
         ``plan`` (version, JSON) is the version the owner runs; it is stored if the record
         lacks it (version 1 of a new session, or one whose owner died before recording it).
         """
+        error = self.claim_many([Claim(sid, epoch, owner, fields, plan)])[0]
+        if error is not None:
+            raise error
+
+    def claim_many(self, claims: Sequence[Claim]) -> list[SessionError | None]:
+        """:meth:`claim` for many sessions in one transaction (one commit, one fsync).
+
+        Returns, per claim, the error that refused it (ended, or fenced out) or None; a
+        refused claim writes nothing.
+        """
         with self._tx() as db:
-            if plan is not None and db.get(PlanVersionRow, (sid, plan[0])) is None:
-                reason = "submitted" if plan[0] == 1 else "restored on takeover"
-                db.add(
-                    PlanVersionRow(
-                        session_id=sid,
-                        version=plan[0],
-                        plan=plan[1],
-                        reason=reason,
-                        created_at=time.time(),
-                    )
-                )
-            row = db.get(SessionRow, sid, with_for_update=True)
-            if row is not None and row.status in ENDED_STATUSES:
-                raise SessionEndedError(sid, row.status)
-            if row is None:
-                db.add(
-                    SessionRow(id=sid, epoch=epoch, owner=owner, updated_at=time.time(), **fields)
-                )
-                return
-            if row.epoch >= epoch:
-                raise FencedOutError(sid, epoch)
-            row.epoch, row.owner, row.updated_at = epoch, owner, time.time()
+            return [_claim(db, claim) for claim in claims]
 
     # --- fenced writes --------------------------------------------------------------------
     def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
         """Write ``batch`` in one transaction, only while ``epoch`` is the session's epoch."""
-        if not batch:
-            return
+        if sid in self.checkpoint_many([(sid, epoch, batch)]):
+            raise FencedOutError(sid, epoch)
+
+    def checkpoint_many(self, batches: Sequence[tuple[str, int, Checkpoint]]) -> set[str]:
+        """Write the ``(sid, epoch, batch)`` of many sessions in one transaction.
+
+        Each session's row is bumped ``WHERE epoch = :epoch`` first; a session fenced out (or
+        ended) gets nothing written and is returned. The rows of the others are upserted
+        together, one statement per table: one commit for a whole supervisor's turn.
+        """
+        fenced: set[str] = set()
         with self._tx() as db:
-            values = {"updated_at": time.time(), **batch.session}
-            fenced = db.execute(
-                update(SessionRow)
-                .where(
-                    SessionRow.id == sid,
-                    SessionRow.epoch == epoch,
-                    SessionRow.status.notin_(ENDED_STATUSES),  # ended is written once
+            kept: list[tuple[str, int, Checkpoint]] = []
+            for sid, epoch, batch in batches:
+                if not batch:
+                    continue
+                values = {"updated_at": time.time(), **batch.session}
+                bumped = db.execute(
+                    update(SessionRow)
+                    .where(
+                        SessionRow.id == sid,
+                        SessionRow.epoch == epoch,
+                        SessionRow.status.notin_(ENDED_STATUSES),  # ended is written once
+                    )
+                    .values(**values)
                 )
-                .values(**values)
-            )
-            if fenced.rowcount != 1:  # type: ignore[attr-defined]
-                raise FencedOutError(sid, epoch)
-            _insert_new(db, BlobRow, [_blob_values(d, text) for d, text in batch.blobs.items()])
-            _upsert(db, PlanVersionRow, [{"session_id": sid, **v} for v in batch.plan_versions])
-            attempts = {(a["step_id"], a["attempt"]): a for a in batch.attempts}  # last wins
-            _upsert(db, StepAttemptRow, [{"session_id": sid, **a} for a in attempts.values()])
-            events = {event_id: ev for event_id, ev in batch.events}
-            _upsert(db, EventRow, [_event_values(sid, i, ev) for i, ev in events.items()])
-            for decision in batch.decisions:
-                db.add(DecisionRow(session_id=sid, epoch=epoch, **decision))
-            for call in batch.llm_calls:
-                db.add(LlmCallRow(session_id=sid, **call))
+                if bumped.rowcount != 1:  # type: ignore[attr-defined]
+                    fenced.add(sid)
+                else:
+                    kept.append((sid, epoch, batch))
+            blobs = {d: text for _, _, b in kept for d, text in b.blobs.items()}
+            _insert_new(db, BlobRow, [_blob_values(d, text) for d, text in blobs.items()])
+            plans = [{"session_id": sid, **v} for sid, _, b in kept for v in b.plan_versions]
+            _upsert(db, PlanVersionRow, plans)
+            attempts: dict[tuple[str, str, int], dict[str, Any]] = {}
+            for sid, _, batch in kept:
+                for a in batch.attempts:  # the last row of an attempt wins
+                    attempts[(sid, a["step_id"], a["attempt"])] = {"session_id": sid, **a}
+            _upsert(db, StepAttemptRow, list(attempts.values()))
+            events = {(sid, i): ev for sid, _, b in kept for i, ev in b.events}
+            _upsert(db, EventRow, [_event_values(sid, i, ev) for (sid, i), ev in events.items()])
+            for sid, epoch, batch in kept:
+                for decision in batch.decisions:
+                    db.add(DecisionRow(session_id=sid, epoch=epoch, **decision))
+                for call in batch.llm_calls:
+                    db.add(LlmCallRow(session_id=sid, **call))
+        return fenced
 
     def add_events(self, sid: str, events: Sequence[tuple[str, Event]]) -> None:
         """Record ``events`` (id, event) that no checkpoint carried (rebuilt after a loss)."""
@@ -409,6 +431,38 @@ def _insert_new(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> N
         pg_insert(table) if db.get_bind().dialect.name == "postgresql" else sqlite_insert(table)
     )
     db.execute(insert.on_conflict_do_nothing(), rows)
+
+
+def _claim(db: Session, claim: Claim) -> SessionError | None:
+    """One claim inside a transaction: refused (and nothing written) when the session has
+    ended or a newer epoch holds it."""
+    sid, epoch = claim.sid, claim.epoch
+    row = db.get(SessionRow, sid, with_for_update=True)
+    if row is not None and row.status in ENDED_STATUSES:
+        return SessionEndedError(sid, row.status)
+    if row is not None and row.epoch >= epoch:
+        return FencedOutError(sid, epoch)
+    plan = claim.plan
+    if plan is not None and db.get(PlanVersionRow, (sid, plan[0])) is None:
+        reason = "submitted" if plan[0] == 1 else "restored on takeover"
+        db.add(
+            PlanVersionRow(
+                session_id=sid,
+                version=plan[0],
+                plan=plan[1],
+                reason=reason,
+                created_at=time.time(),
+            )
+        )
+    if row is None:
+        db.add(
+            SessionRow(
+                id=sid, epoch=epoch, owner=claim.owner, updated_at=time.time(), **claim.fields
+            )
+        )
+    else:
+        row.epoch, row.owner, row.updated_at = epoch, claim.owner, time.time()
+    return None
 
 
 def _upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:

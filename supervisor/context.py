@@ -13,6 +13,8 @@ from core.record import SqlRecord
 from core.tools import ToolRegistry
 from planner.llm import ChatModel
 from supervisor.dispatch import Dispatcher
+from supervisor.event_hub import EventHub
+from supervisor.group_commit import CheckpointWriter, ClaimBatcher
 from supervisor.state import SessionStore
 
 T = TypeVar("T")
@@ -33,6 +35,25 @@ class SupervisorContext:
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")
     )
+    # The SQL writes of every session, grouped into one transaction per round.
+    claims: ClaimBatcher = field(init=False)
+    checkpoints: CheckpointWriter = field(init=False)
+    # One XREADGROUP for the event streams of every waiting session (None: a store without
+    # Redis behind it, as in unit tests; each session then reads its own stream).
+    events: EventHub | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.claims = ClaimBatcher(self.record, self.sql)
+        self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql)
+        self.events = None
+        if isinstance(self.store, SessionStore):
+            self.events = EventHub(
+                self.settings.redis_url,
+                self.store.r,
+                self.store.keys,
+                self.name,
+                self.settings.event_batch,
+            )
 
     async def sql(self, func: Callable[[], T]) -> T:
         """Run a blocking SQL call off the event loop."""

@@ -21,11 +21,15 @@ log = logging.getLogger(__name__)
 
 async def rebuild_lost_sessions(ctx: SupervisorContext) -> list[str]:
     """Recreate the hot state of unfinished sessions that Redis no longer has."""
-    rebuilt = []
-    for sid in await ctx.sql(ctx.record.unfinished):
-        if await ctx.store.r.exists(ctx.store.keys.session(sid)):
-            continue
-        if await rebuild_session(ctx, sid):
+    rebuilt: list[str] = []
+    unfinished = await ctx.sql(ctx.record.unfinished)
+    if not unfinished:
+        return rebuilt
+    pipe = ctx.store.r.pipeline(transaction=False)  # one round trip, however many there are
+    for sid in unfinished:
+        pipe.exists(ctx.store.keys.session(sid))
+    for sid, present in zip(unfinished, await pipe.execute(), strict=True):
+        if not present and await rebuild_session(ctx, sid):
             rebuilt.append(sid)
     return rebuilt
 

@@ -11,7 +11,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import cast
 
 import redis
 
@@ -25,6 +24,7 @@ from core.tools import load_tools
 from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
+from supervisor.lease_keeper import LeaseKeeper
 from supervisor.poison import count_crash, end_crashed_session
 from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
@@ -45,6 +45,9 @@ class Owned:
     token: str
     epoch: int
     task: asyncio.Task[None]
+    # False once the loop lets its lease go (released, or held for a crash's cool-off):
+    # the keeper neither renews it nor takes its end for a loss.
+    renewing: bool = True
 
 
 class Supervisor:
@@ -66,6 +69,7 @@ class Supervisor:
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
+        self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
 
@@ -74,7 +78,8 @@ class Supervisor:
 
         0. Wait for Redis to answer (a supervisor started during an outage waits it out)
            and refuse a Redis older than 6.2.
-        1. Keep the leases of owned sessions alive (a task of its own; a lease that cannot
+        1. Keep the leases of owned sessions alive (a thread of its own, so a busy event
+           loop never delays a renewal: supervisor/lease_keeper.py; a lease that cannot
            be renewed stops its session loop at once, and so does Redis staying out of
            reach for longer than the lease TTL: the leases are taken as lost).
         2. Until told to stop: make sure the inbox consumer group exists (again after Redis
@@ -92,12 +97,20 @@ class Supervisor:
         if not await self._until_redis_answers(stop):
             await self.store.r.aclose()
             return
-        keeper = asyncio.create_task(self._keep_leases(stop), name="leases")
+        keeper = LeaseKeeper(
+            self.settings.redis_url,
+            self.store.keys,
+            self.settings.lease_ttl_s,
+            owned=self._leases,
+            lost=self._lease_lost,
+            all_lost=self._stop_loops,
+        )
+        keeper.start()
         log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
         try:
             while not stop.is_set():
-                if keeper.done():
-                    keeper.result()  # the keeper never ends by itself: raise why it did
+                if not keeper.alive():  # it never ends by itself: raise why it did
+                    raise keeper.error or RuntimeError("the lease keeper stopped")
                 try:
                     await self._serve_once()
                 except redis.RedisError as exc:
@@ -112,8 +125,13 @@ class Supervisor:
                 else:
                     self.outage.over()
         finally:
-            keeper.cancel()
+            if self._rebuilding is not None:
+                self._rebuilding.cancel()
+            await asyncio.to_thread(keeper.stop)
             await self._let_go()
+            await self.ctx.checkpoints.close()
+            if self.ctx.events is not None:
+                await self.ctx.events.close()
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
 
@@ -141,42 +159,59 @@ class Supervisor:
         await self._reclaim()
         block_ms = int(self.settings.reclaim_interval_s * 1000)
         entries = await self.store.read_inbox(self.name, block_ms)
-        for _entry, sid in entries:
-            await self._take(sid)
+        await self._take([sid for _entry, sid in entries])
         await self.store.ack_inbox([entry for entry, _ in entries])
 
     async def _reclaim(self) -> None:
         """Take over active sessions nobody holds (their owner died or never came)."""
         self._forget_finished()
         now = time.monotonic()
-        if now >= self._next_rebuild:
-            # Rare and comparatively costly (a SQL query): Redis lost its data.
+        rebuilding = self._rebuilding
+        if rebuilding is not None and rebuilding.done():
+            self._rebuilding = None
+            rebuilding.result()  # its failure is handled as if it had happened here
+        if now >= self._next_rebuild and self._rebuilding is None:
+            # Rare and comparatively costly (a SQL query): Redis lost its data. In the
+            # background: the SQL thread may be busy with checkpoints, and new sessions
+            # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
-            await rebuild_lost_sessions(self.ctx)
+            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx))
         candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
-        for sid in await self.store.unowned(candidates):
-            await self._take(sid)
+        await self._take(await self.store.unowned(candidates))
 
-    async def _take(self, sid: str) -> None:
-        if not sid or sid in self.owned:
+    async def _take(self, sids: list[str]) -> None:
+        """Take the leases of ``sids`` (two round trips for all) and start their loops."""
+        wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
+        if not wanted:
             return
-        status = cast(str | None, await self.store.r.hget(self.store.keys.session(sid), "status"))
-        if status and SessionStatus(status).ended:  # ended is final: never taken again
-            await self.store.r.srem(self.store.keys.active, sid)
-            return
-        token = f"{self.name}:{uuid.uuid4().hex}"
-        epoch = await self.store.acquire_lease(sid, token, self.settings.lease_ttl_s, self.name)
-        if not epoch:
-            return
-        runner = SessionRunner(self.ctx, sid, epoch)
-        task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
-        self.owned[sid] = Owned(token, epoch, task)
+        statuses = await self.store.statuses(wanted)
+        ended = [
+            sid for sid, st in zip(wanted, statuses, strict=True) if st and SessionStatus(st).ended
+        ]
+        if ended:  # ended is final: never taken again
+            await self.store.r.srem(self.store.keys.active, *ended)
+        takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted if sid not in ended]
+        epochs = await self.store.acquire_leases(takes, self.settings.lease_ttl_s, self.name)
+        for (sid, token), epoch in zip(takes, epochs, strict=True):
+            if not epoch:
+                continue
+            runner = SessionRunner(self.ctx, sid, epoch)
+            task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
+            self.owned[sid] = Owned(token, epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
+        try:
+            await self._drive_loop(runner, token)
+        finally:
+            if self.ctx.events is not None:
+                self.ctx.events.leave(runner.sid)
+
+    async def _drive_loop(self, runner: SessionRunner, token: str) -> None:
         sid = runner.sid
         try:
             await runner.run()
         except asyncio.CancelledError:
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
             raise
         except Exception as exc:
@@ -185,6 +220,7 @@ class Supervisor:
             except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
                 log.exception("session=%s loop crashed and could not be counted", sid)
         else:
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
@@ -211,6 +247,7 @@ class Supervisor:
             await end_crashed_session(
                 self.ctx, sid, runner.epoch, status=status, error=reason, cause=runner.applying
             )
+            self._stop_renewing(sid)
             await self.store.release_lease(sid, token)
             return
         base, most = (
@@ -225,55 +262,34 @@ class Supervisor:
             limit,
             cool_off,
         )
+        self._stop_renewing(sid)  # the keeper must not shorten the cool-off
         await self.store.renew_leases([(sid, token)], cool_off)
 
     def _forget_finished(self) -> None:
         for sid in [s for s, o in self.owned.items() if o.task.done()]:
             del self.owned[sid]
 
-    async def _keep_leases(self, stop: asyncio.Event) -> None:
-        """Renew the owned leases every third of their TTL.
+    def _leases(self) -> list[tuple[str, str]]:
+        """The leases to renew (read by the keeper's thread: a copy, never a mutation)."""
+        return [
+            (sid, o.token)
+            for sid, o in dict(self.owned).items()
+            if o.renewing and not o.task.done() and not o.task.cancelling()
+        ]
 
-        A lease is good for ``lease_ttl_s`` from when its last renewal was *sent*: when
-        Redis has not answered for that long, every lease may have expired and been taken
-        by a peer, so every session loop stops (its writes would be fenced out anyway).
-        """
-        ttl = self.settings.lease_ttl_s
-        interval = ttl / 3
-        renewed_at = time.monotonic()
-        while not stop.is_set():
-            sent = time.monotonic()
-            owned = [
-                (sid, o.token)
-                for sid, o in self.owned.items()
-                if not o.task.done() and not o.task.cancelling()  # not the ones let go
-            ]
-            renewed = await self._renew(owned, ttl)
-            if renewed is None:
-                if time.monotonic() - renewed_at >= ttl:
-                    self._stop_loops("redis unreachable for longer than the lease TTL")
-            else:
-                renewed_at = sent
-                for (sid, _token), ok in zip(owned, renewed, strict=True):
-                    lost = self.owned.get(sid)  # its loop may have ended during the renewal
-                    if not ok and lost is not None:
-                        log.error("session=%s lease lost; stopping its loop at once", sid)
-                        lost.task.cancel()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+    def _stop_renewing(self, sid: str) -> None:
+        held = self.owned.get(sid)
+        if held is not None:
+            held.renewing = False
 
-    async def _renew(self, owned: list[tuple[str, str]], ttl: float) -> list[bool] | None:
-        """Renew ``owned``; None when Redis did not answer within the TTL (a fault, or a
-        Redis that hangs: frozen, or cut off without the connection being closed)."""
-        try:
-            return await asyncio.wait_for(self.store.renew_leases(owned, ttl), ttl)
-        except TimeoutError:
-            self.outage.failed(TimeoutError(f"no answer within {ttl:g}s"))
-        except redis.RedisError as exc:
-            if not is_redis_fault(exc):
-                raise
-            self.outage.failed(exc)
-        return None
+    def _lease_lost(self, lease: tuple[str, str]) -> None:
+        """A renewal found the lease gone: stop the session's loop at once."""
+        sid, token = lease
+        held = self.owned.get(sid)
+        # A loop that ended meanwhile released its lease (and may be forgotten).
+        if held is not None and held.token == token and held.renewing and not held.task.done():
+            log.error("session=%s lease lost; stopping its loop at once", sid)
+            held.task.cancel()
 
     def _stop_loops(self, why: str) -> None:
         """Stop every session loop: their leases are taken as lost (reclaimed later)."""

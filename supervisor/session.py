@@ -25,6 +25,7 @@ from core.models import (
     StepState,
     StepStatus,
 )
+from core.record import Claim
 from core.redis_faults import is_redis_fault
 from planner.plan import Plan, Step
 from planner.react import usages_of
@@ -86,6 +87,7 @@ class SessionRunner:
             ctx.tools,
             consumer=ctx.name,
             stored_outputs=self._stored_outputs,
+            events=ctx.events,
         )
         self.changes = PlanChanges(self.io, ctx.dispatcher.revoke)
         self.brain = Deliberation(
@@ -201,9 +203,7 @@ class SessionRunner:
             "plan_version": info.plan_version,
             "options": info.options.model_dump_json(),
         }
-        await ctx.sql(
-            lambda: ctx.record.claim(self.sid, self.epoch, owner=ctx.name, fields=fields, plan=plan)
-        )
+        await ctx.claims.claim(Claim(self.sid, self.epoch, ctx.name, fields, plan))  # grouped
 
     async def _load(self) -> None:
         state, store = self.state, self.store

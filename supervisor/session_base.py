@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -50,6 +50,12 @@ async def none_stored(sid: str, refs: list[str]) -> dict[str, str]:
     return {}
 
 
+class EventSource(Protocol):
+    """Where a session's new events come from when not its own XREADGROUP (event_hub.py)."""
+
+    async def read(self, sid: str, *, count: int, block_ms: int) -> list[Entry]: ...
+
+
 class SessionIO:
     """One owned session's state and the store it is written through, fenced by its epoch."""
 
@@ -62,6 +68,7 @@ class SessionIO:
         *,
         consumer: str,
         stored_outputs: StoredOutputs = none_stored,
+        events: EventSource | None = None,
     ) -> None:
         self.state = state
         self.store = store
@@ -69,6 +76,7 @@ class SessionIO:
         self.tools = tools
         self.consumer = consumer
         self.stored_outputs = stored_outputs
+        self.events = events  # the supervisor's event hub; None: read the stream directly
 
     @property
     def sid(self) -> str:
@@ -80,6 +88,8 @@ class SessionIO:
 
     async def read_events(self, *, count: int, block_ms: int) -> list[Entry]:
         """New events on the session's stream, waiting up to ``block_ms`` for the first."""
+        if self.events is not None:
+            return await self.events.read(self.sid, count=count, block_ms=block_ms)
         return await self.store.read_events(self.sid, self.consumer, count=count, block_ms=block_ms)
 
     async def end_attempt(

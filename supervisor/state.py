@@ -28,6 +28,8 @@ from core.redis_faults import is_redis_fault
 
 Op = list[Any]
 CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller
+MAX_CONNECTIONS = 512
+CONNECTION_WAIT_S = 10.0  # a command waits this long for a free connection, then fails
 
 
 class SessionStore:
@@ -48,10 +50,16 @@ class SessionStore:
         # A few quick retries absorb a dropped connection; a longer outage reaches the
         # supervisor's own back-off within a second, so the lease keeper notices it in time.
         retry = Retry(ExponentialWithJitterBackoff(base=0.02, cap=0.25), CLIENT_RETRIES)
-        client = aioredis.Redis.from_url(
-            url, decode_responses=True, max_connections=512, retry=retry
+        # A command waits for a free connection rather than failing: a thousand sessions
+        # loading at once would otherwise stop on "Too many connections" and be taken again.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            decode_responses=True,
+            max_connections=MAX_CONNECTIONS,
+            timeout=CONNECTION_WAIT_S,
+            retry=retry,
         )
-        return cls(client, keys)
+        return cls(aioredis.Redis.from_pool(pool), keys)  # closed with the client
 
     # --- leases ---------------------------------------------------------------------------
     async def acquire_lease(self, sid: str, token: str, ttl_s: float, owner: str) -> int:
@@ -64,6 +72,31 @@ class SessionStore:
             owner=owner,
         )
         return int(await self._acquire(call))
+
+    async def acquire_leases(
+        self, takes: Sequence[tuple[str, str]], ttl_s: float, owner: str
+    ) -> list[int]:
+        """:meth:`acquire_lease` for many ``(sid, token)`` in one round trip."""
+        if not takes:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for sid, token in takes:
+            call = AcquireLease(
+                lease_key=self.keys.lease(sid),
+                session_key=self.keys.session(sid),
+                token=token,
+                ttl_ms=int(ttl_s * 1000),
+                owner=owner,
+            )
+            await self._acquire(call, client=pipe)
+        return [int(epoch) for epoch in await pipe.execute()]
+
+    async def statuses(self, sids: Sequence[str]) -> list[str | None]:
+        """The ``status`` field of each session hash (None where there is none)."""
+        pipe = self.r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hget(self.keys.session(sid), "status")
+        return cast(list[str | None], await pipe.execute())
 
     async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
         """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
@@ -287,6 +320,16 @@ class SessionStore:
     async def ack(self, sid: str, entry_ids: Sequence[str]) -> None:
         if entry_ids:
             await self.r.xack(self.keys.events(sid), EVENTS_GROUP, *entry_ids)
+
+    async def ack_many(self, acks: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Acknowledge the events of many sessions in one round trip."""
+        acks = [(sid, ids) for sid, ids in acks if ids]
+        if not acks:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for sid, entry_ids in acks:
+            pipe.xack(self.keys.events(sid), EVENTS_GROUP, *entry_ids)
+        await pipe.execute()
 
     async def trim_events(self, sid: str, keep: int) -> int:
         """Trim the events stream to its newest ``keep`` entries, never past a pending one.

@@ -1,16 +1,19 @@
-"""The checkpoint writer's group commit: it waits for a quiet spell, but never for ever."""
+"""The checkpoint writer's group commit: one transaction for many sessions, a quiet spell
+waited for but never for ever, and fencing kept per session."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
+
+import pytest
 
 from config.settings import Settings
-from core.record import Checkpoint
-from supervisor.checkpointer import Checkpointer
-from supervisor.context import SupervisorContext
+from core.errors import FencedOutError, SessionError
+from core.record import Checkpoint, Claim
+from supervisor.group_commit import CheckpointWriter, ClaimBatcher
 
 T = TypeVar("T")
 GENEROUS_S = 20.0  # only a writer that ignores flush() or MAX_LINGER_S takes this long
@@ -18,41 +21,56 @@ GENEROUS_S = 20.0  # only a writer that ignores flush() or MAX_LINGER_S takes th
 
 @dataclass
 class _Record:
-    commits: list[Checkpoint] = field(default_factory=list)
+    commits: list[list[tuple[str, int, Checkpoint]]] = field(default_factory=list)
+    epochs: dict[str, int] = field(default_factory=dict)  # the record's epoch per session
+    claims: list[list[str]] = field(default_factory=list)
+
+    def checkpoint_many(self, batches: Sequence[tuple[str, int, Checkpoint]]) -> set[str]:
+        fenced = {sid for sid, epoch, _ in batches if self.epochs.get(sid, epoch) != epoch}
+        self.commits.append([b for b in batches if b[0] not in fenced])
+        return fenced
 
     def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
-        self.commits.append(batch)
+        if self.checkpoint_many([(sid, epoch, batch)]):
+            raise FencedOutError(sid, epoch)
+
+    def claim_many(self, claims: Sequence[Claim]) -> list[SessionError | None]:
+        self.claims.append([c.sid for c in claims])
+        return [
+            FencedOutError(c.sid, c.epoch) if self.epochs.get(c.sid, 0) >= c.epoch else None
+            for c in claims
+        ]
+
+    def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
+        return {}
 
 
 @dataclass
 class _Store:
-    acked: list[str] = field(default_factory=list)
+    acked: list[tuple[str, list[str]]] = field(default_factory=list)
+    rounds: int = 0
 
-    async def ack(self, sid: str, entry_ids: Sequence[str]) -> None:
-        self.acked += entry_ids
+    async def ack_many(self, acks: Sequence[tuple[str, Sequence[str]]]) -> None:
+        self.rounds += 1
+        self.acked += [(sid, list(ids)) for sid, ids in acks]
 
-    async def outputs(self, refs: Sequence[str]) -> list[Any]:
+    async def blobs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[Any]:
         return [None for _ in refs]
 
     async def trim_events(self, sid: str, keep: int) -> int:
         return 0
 
 
-@dataclass
-class _Context:
-    """The part of SupervisorContext the writer uses, in memory."""
-
-    settings: Settings
-    record: _Record = field(default_factory=_Record)
-    store: _Store = field(default_factory=_Store)
-
-    async def sql(self, func: Callable[[], T]) -> T:
-        return func()
+async def _sql(func: Callable[[], T]) -> T:
+    return func()
 
 
-def _writer(linger_s: float) -> tuple[Checkpointer, _Context]:
-    ctx = _Context(Settings(checkpoint_linger_s=linger_s))
-    return Checkpointer(cast(SupervisorContext, ctx), "S1", 1), ctx
+def _writer(linger_s: float, record: _Record | None = None) -> tuple[CheckpointWriter, _Store]:
+    store = _Store()
+    writer = CheckpointWriter(
+        Settings(checkpoint_linger_s=linger_s), record or _Record(), store, _sql
+    )
+    return writer, store
 
 
 def _batch(i: int) -> Checkpoint:
@@ -60,31 +78,100 @@ def _batch(i: int) -> Checkpoint:
 
 
 def test_flush_does_not_wait_for_the_quiet_spell() -> None:
-    async def scenario() -> _Context:
-        writer, ctx = _writer(linger_s=3600)
-        writer.submit(_batch(1), ["1-0"])
-        writer.submit(_batch(2), ["2-0"])
-        await asyncio.wait_for(writer.flush(), GENEROUS_S)
+    async def scenario() -> tuple[_Record, _Store]:
+        record = _Record()
+        writer, store = _writer(3600, record)
+        writer.open("S1", 1)
+        writer.submit("S1", 1, _batch(1), ["1-0"])
+        last = writer.submit("S1", 1, _batch(2), ["2-0"])
+        await asyncio.wait_for(writer.wait(last), GENEROUS_S)
         await writer.close()
-        return ctx
+        return record, store
 
-    ctx = asyncio.run(scenario())
-    assert [c.session for c in ctx.record.commits] == [{"n": 2}], "one commit for both"
-    assert ctx.store.acked == ["1-0", "2-0"]
+    record, store = asyncio.run(scenario())
+    assert [[b.session for _, _, b in c] for c in record.commits] == [[{"n": 2}]], "one commit"
+    assert store.acked == [("S1", ["1-0", "2-0"])]
+
+
+def test_many_sessions_share_one_commit_and_one_ack_round_trip() -> None:
+    async def scenario() -> tuple[_Record, _Store]:
+        record = _Record()
+        writer, store = _writer(3600, record)
+        rounds = [writer.submit(f"S{i}", 1, _batch(i), [f"{i}-0"]) for i in range(50)]
+        await asyncio.wait_for(writer.wait(rounds[-1]), GENEROUS_S)
+        await writer.close()
+        return record, store
+
+    record, store = asyncio.run(scenario())
+    assert len(record.commits) == 1
+    assert len(record.commits[0]) == 50
+    assert store.rounds == 1
+    assert len(store.acked) == 50
+
+
+def test_a_fenced_session_fails_alone_and_its_events_stay_pending() -> None:
+    async def scenario() -> tuple[CheckpointWriter, _Store]:
+        record = _Record(epochs={"OLD": 7})
+        writer, store = _writer(0, record)
+        writer.open("OLD", 3)
+        writer.open("NEW", 1)
+        writer.submit("OLD", 3, _batch(1), ["1-0"])
+        last = writer.submit("NEW", 1, _batch(2), ["2-0"])
+        await asyncio.wait_for(writer.wait(last), GENEROUS_S)
+        await writer.close()
+        return writer, store
+
+    writer, store = asyncio.run(scenario())
+    assert isinstance(writer.error_of("OLD", 3), FencedOutError)
+    assert writer.error_of("NEW", 1) is None
+    assert store.acked == [("NEW", ["2-0"])], "a fenced session's events are not acknowledged"
 
 
 def test_a_steady_stream_of_changes_is_still_committed() -> None:
-    async def scenario() -> _Context:
-        writer, ctx = _writer(linger_s=3600)  # never quiet for that long
+    async def scenario() -> tuple[_Record, _Store]:
+        record = _Record()
+        writer, store = _writer(3600, record)  # never quiet for that long
         deadline = asyncio.get_running_loop().time() + GENEROUS_S
         i = 0
-        while not ctx.record.commits and asyncio.get_running_loop().time() < deadline:
+        while not record.commits and asyncio.get_running_loop().time() < deadline:
             i += 1
-            writer.submit(_batch(i), [f"{i}-0"])
+            writer.submit("S1", 1, _batch(i), [f"{i}-0"])
             await asyncio.sleep(0.005)
         await writer.close()
-        return ctx
+        return record, store
 
-    ctx = asyncio.run(scenario())
-    assert ctx.record.commits, "the writer waited for a quiet spell that never came"
-    assert ctx.store.acked[0] == "1-0"
+    record, store = asyncio.run(scenario())
+    assert record.commits, "the writer waited for a quiet spell that never came"
+    assert store.acked[0][1][0] == "1-0"
+
+
+def test_claims_made_together_are_one_transaction_and_refusals_stay_per_session() -> None:
+    async def scenario() -> tuple[_Record, list[BaseException | None]]:
+        record = _Record(epochs={"TAKEN": 5})
+        batcher = ClaimBatcher(record, _sql)
+        claims = [Claim(sid, 1, "me", {}) for sid in ("A", "TAKEN", "B")]
+        results = await asyncio.gather(*(batcher.claim(c) for c in claims), return_exceptions=True)
+        return record, list(results)
+
+    record, results = asyncio.run(scenario())
+    assert record.claims == [["A", "TAKEN", "B"]]
+    assert results[0] is None
+    assert results[2] is None
+    assert isinstance(results[1], FencedOutError)
+
+
+@pytest.mark.parametrize("linger_s", [0.0, 3600.0])
+def test_a_dropped_session_is_not_written(linger_s: float) -> None:
+    async def scenario() -> _Record:
+        record = _Record()
+        writer, _ = _writer(linger_s, record)
+        writer.open("GONE", 1)
+        writer.submit("GONE", 1, _batch(1), ["1-0"])
+        writer.close_session("GONE", 1)
+        last = writer.submit("KEPT", 1, _batch(2), ["2-0"])
+        await asyncio.wait_for(writer.wait(last), GENEROUS_S)
+        await writer.close()
+        return record
+
+    record = asyncio.run(scenario())
+    assert [sid for commit in record.commits for sid, _, _ in commit] == ["KEPT"]

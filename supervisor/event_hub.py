@@ -1,0 +1,228 @@
+"""One XREADGROUP for the event streams of every waiting session, fanned out to each.
+
+A session loop waits for its events between turns. Reading them with one blocking
+XREADGROUP per session held one Redis connection per waiting session and cost one command
+(and one wake-up) per session per turn: a supervisor holding a thousand sessions spent its
+time sending them. The hub reads the streams of all sessions waiting right now in one
+XREADGROUP (same consumer group and consumer name as before, so pending entries, takeover
+and XAUTOCLAIM work unchanged) and puts what it gets in each session's mailbox.
+
+The read blocks on its own connection. A session that starts waiting while the hub is
+blocked on a read that does not include its stream unblocks it (``CLIENT UNBLOCK``, as if
+the read timed out), and the hub reads again with the new set of streams.
+
+Entries reach a mailbox only while their session is held here; one that arrives after its
+session left stays pending under this consumer, and whoever takes the session next claims it
+(XAUTOCLAIM). An entry that waited in a mailbox longer than ``STALE_S`` has its delivery
+time reset (XCLAIM to ourselves) before it is handed over, so the periodic claim of idle
+entries never takes it a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from core.keys import EVENTS_GROUP, Keys
+from core.redis_faults import is_missing_group
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[str, dict[str, str]]
+READ_BLOCK_MS = 1_000  # the hub's own read; sessions wait as long as they ask to
+FAULT_PAUSE_S = 0.05  # after a failed read, so a fault does not spin the hub
+DIRECT_READ_MS = 50  # a shorter wait reads the stream directly (a look, not a wait)
+STALE_S = 1.0  # a mailbox entry older than this gets its delivery time reset
+_NOGROUP_KEY = re.compile(r"No such key '([^']+)'")
+
+
+@dataclass
+class Mailbox:
+    """What the hub read for one session and the session has not taken yet."""
+
+    entries: deque[tuple[float, Entry]] = field(default_factory=deque)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    error: BaseException | None = None
+
+
+class EventHub:
+    """The supervisor's reader of session event streams (one per process)."""
+
+    def __init__(
+        self, url: str, store_client: aioredis.Redis, keys: Keys, consumer: str, count: int
+    ) -> None:
+        self.keys = keys
+        self.consumer = consumer
+        self.count = count  # entries per stream and read
+        self._r = store_client  # for the occasional XCLAIM and CLIENT UNBLOCK
+        self._reader = aioredis.Redis.from_url(
+            url, decode_responses=True, single_connection_client=True
+        )
+        self._boxes: dict[str, Mailbox] = {}
+        self._waiting: set[str] = set()
+        self._reading: set[str] = set()  # the streams of the read in flight
+        self._reader_id: int | None = None
+        self._unblocking = False
+        self._changed = asyncio.Event()
+        self._read_done = asyncio.Event()  # set between reads
+        self._task: asyncio.Task[None] | None = None
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+
+    async def read(self, sid: str, *, count: int, block_ms: int) -> list[Entry]:
+        """Up to ``count`` new events of ``sid``, waiting up to ``block_ms`` for the first."""
+        box = self._boxes.get(sid)
+        if box is None:
+            box = self._boxes[sid] = Mailbox()
+        if not box.entries and box.error is None:
+            if block_ms < DIRECT_READ_MS:
+                return await self._read_now(sid, box, count, block_ms)
+            await self._wait(sid, box, block_ms / 1000)
+        if box.error is not None:
+            error, box.error = box.error, None
+            raise error
+        return await self._take(sid, box, count)
+
+    async def _read_now(self, sid: str, box: Mailbox, count: int, block_ms: int) -> list[Entry]:
+        """A look that must not wait (draining a stream at the end): read the stream
+        directly, once a hub read still in flight for it has put its entries in the box."""
+        while sid in self._reading:
+            self._unblock()
+            await self._read_done.wait()
+        if box.entries:
+            return await self._take(sid, box, count)
+        reply: Any = await self._r.xreadgroup(
+            EVENTS_GROUP, self.consumer, {self.keys.events(sid): ">"}, count=count, block=block_ms
+        )
+        return [(entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
+
+    def leave(self, sid: str) -> None:
+        """The session's loop ended here: what was read for it stays pending in Redis."""
+        self._boxes.pop(sid, None)
+        self._waiting.discard(sid)
+
+    async def close(self) -> None:
+        for task in [self._task, *self._side_tasks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *[t for t in [self._task, *self._side_tasks] if t is not None],
+            return_exceptions=True,
+        )
+        await self._reader.aclose()
+
+    # --- the session's side ---------------------------------------------------------------
+    async def _wait(self, sid: str, box: Mailbox, timeout_s: float) -> None:
+        box.arrived.clear()
+        self._waiting.add(sid)
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="event-hub")
+        if self._reading and sid not in self._reading:
+            self._unblock()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(box.arrived.wait(), timeout_s)
+        finally:
+            self._waiting.discard(sid)
+
+    async def _take(self, sid: str, box: Mailbox, count: int) -> list[Entry]:
+        taken: list[Entry] = []
+        oldest = time.monotonic()
+        while box.entries and len(taken) < count:
+            arrived, entry = box.entries.popleft()
+            oldest = min(oldest, arrived)
+            taken.append(entry)
+        if taken and time.monotonic() - oldest > STALE_S:
+            # Delivered a while ago: reset the delivery time, or the claim of idle entries
+            # would hand these to us a second time before they are acknowledged.
+            await self._r.xclaim(
+                self.keys.events(sid),
+                EVENTS_GROUP,
+                self.consumer,
+                min_idle_time=0,
+                message_ids=[e for e, _ in taken],
+                justid=True,
+            )
+        return taken
+
+    def _unblock(self) -> None:
+        """Make the hub's blocked read return, so it reads again with the new streams."""
+        if self._unblocking or self._reader_id is None:
+            return
+        self._unblocking = True
+        task: asyncio.Task[Any] = asyncio.create_task(self._send_unblock(self._reader_id))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _send_unblock(self, reader_id: int) -> None:
+        with contextlib.suppress(aioredis.RedisError):  # the read times out by itself
+            await self._r.client_unblock(reader_id)
+
+    # --- the hub's side -------------------------------------------------------------------
+    async def _run(self) -> None:
+        """Read for the waiting sessions, fan out, again; sleep while nobody waits."""
+        while True:
+            if not self._waiting:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            reading = sorted(self._waiting)
+            try:
+                reply = await self._read(reading)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._reader_id = None  # a reconnect gets a new id
+                self._fail(reading, exc)
+                await asyncio.sleep(FAULT_PAUSE_S)
+                continue
+            now = time.monotonic()
+            streams = {self.keys.events(sid): sid for sid in reading}
+            for stream, entries in reply or []:
+                box = self._boxes.get(streams.get(stream, ""))
+                if box is None or not entries:
+                    continue  # its session left: the entries stay pending for the next owner
+                box.entries.extend((now, entry) for entry in entries)
+                box.arrived.set()
+
+    async def _read(self, reading: list[str]) -> Any:
+        if self._reader_id is None:
+            self._reader_id = int(await self._reader.client_id())
+        self._reading = set(reading)
+        self._read_done.clear()
+        self._unblocking = False
+        try:
+            return await self._reader.xreadgroup(
+                EVENTS_GROUP,
+                self.consumer,
+                {self.keys.events(sid): ">" for sid in reading},
+                count=self.count,
+                block=READ_BLOCK_MS,
+            )
+        finally:
+            self._reading = set()
+            self._read_done.set()
+
+    def _fail(self, reading: list[str], exc: Exception) -> None:
+        """Hand a failed read to the sessions it was for (their loops decide what it means).
+
+        A missing group names its stream: only that session gets the error, and the others
+        are read again at once.
+        """
+        culprits = reading
+        match = _NOGROUP_KEY.search(str(exc)) if is_missing_group(exc) else None
+        if match is not None:
+            culprits = [sid for sid in reading if self.keys.events(sid) == match.group(1)]
+        for sid in culprits or reading:
+            box = self._boxes.get(sid)
+            if box is not None:
+                box.error = exc
+                box.arrived.set()

@@ -1,0 +1,125 @@
+"""Renews the leases of every session a supervisor owns, from a thread of its own.
+
+A lease must be renewed within ``lease_ttl_s`` (1.5 s by default) whatever the session loops
+are doing. On the event loop, the renewal waits its turn behind every ready session: a
+supervisor busy with a thousand sessions fell behind its own renewals and lost the leases of
+sessions it was driving perfectly well. So the renewals run in a thread, one pipeline per
+tick for all leases, and only tell the event loop what changed: a lease found lost (its loop
+is cancelled at once), or Redis silent for longer than the TTL (every loop is stopped: their
+leases are taken as lost and come back through the reclaim path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import redis
+
+from core.keys import Keys
+from core.lua import RenewLease
+from core.redis_faults import is_redis_fault
+
+log = logging.getLogger(__name__)
+
+Lease = tuple[str, str]  # (session id, token)
+
+
+class LeaseKeeper:
+    """A daemon thread renewing ``owned()`` every third of the lease TTL.
+
+    Args:
+        owned: the leases to renew now (called from the keeper's thread: it must only read).
+        lost: called on the event loop with a lease the renewal found lost.
+        all_lost: called on the event loop (with the reason) when Redis stayed silent for
+            longer than the TTL.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        keys: Keys,
+        ttl_s: float,
+        *,
+        owned: Callable[[], Sequence[Lease]],
+        lost: Callable[[Lease], None],
+        all_lost: Callable[[str], None],
+    ) -> None:
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self._owned, self._lost, self._all_lost = owned, lost, all_lost
+        # A renewal unanswered within the TTL is as good as failed.
+        self._client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=ttl_s)
+        self._renew = RenewLease.register(self._client)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None  # what ended the thread (not a fault)
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="leases", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.ttl_s * 2)
+        self._client.close()
+
+    def _run(self) -> None:
+        """Renew, report, sleep a third of the TTL; until stopped or a non-fault error."""
+        renewed_at, faulty = time.monotonic(), False
+        try:
+            while not self._stop.is_set():
+                sent = time.monotonic()
+                leases = list(self._owned())
+                try:
+                    results = self._renew_all(leases)
+                except (redis.RedisError, OSError) as exc:
+                    if isinstance(exc, redis.RedisError) and not is_redis_fault(exc):
+                        raise
+                    if not faulty:
+                        log.warning("lease renewal failed (%s: %s)", type(exc).__name__, exc)
+                    faulty = True
+                    if time.monotonic() - renewed_at >= self.ttl_s:
+                        self._tell(
+                            self._all_lost, "redis unreachable for longer than the lease TTL"
+                        )
+                else:
+                    took = time.monotonic() - sent
+                    if took > self.ttl_s / 3:  # the leases are at risk: say why they may go
+                        log.warning("renewing %d leases took %.2fs", len(leases), took)
+                    if sent - renewed_at > self.ttl_s:
+                        log.warning(
+                            "leases renewed %.2fs after the last renewal", sent - renewed_at
+                        )
+                    renewed_at, faulty = sent, False
+                    for lease, ok in zip(leases, results, strict=True):
+                        if not ok:
+                            self._tell(self._lost, lease)
+                self._stop.wait(self.ttl_s / 3)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("the lease keeper stopped")
+
+    def _renew_all(self, leases: list[Lease]) -> list[bool]:
+        if not leases:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        ttl_ms = int(self.ttl_s * 1000)
+        for sid, token in leases:
+            self._renew(
+                RenewLease(lease_key=self.keys.lease(sid), token=token, ttl_ms=ttl_ms), client=pipe
+            )
+        return [bool(ok) for ok in pipe.execute()]
+
+    def _tell(self, callback: Callable[[object], None] | Callable[..., None], arg: object) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback, arg)

@@ -1,0 +1,97 @@
+"""The event hub: one XREADGROUP for many sessions, each gets its own events, pending as before."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+
+from config.settings import Settings
+from core.keys import EVENTS_GROUP, Keys
+from core.models import Event, EventType
+from supervisor.event_hub import EventHub
+from supervisor.state import SessionStore
+
+pytestmark = pytest.mark.integration
+CONSUMER = "hub-test"
+
+
+def _event(step: str) -> dict[str, str]:
+    return Event(type=EventType.TASK_COMPLETED, step_id=step).to_fields()
+
+
+def test_each_waiting_session_gets_its_own_events_and_they_stay_pending(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    keys = Keys(test_settings.key_prefix)
+    sids = [f"hub-{uuid.uuid4().hex[:6]}" for _ in range(20)]
+    for sid in sids:
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+
+    async def scenario() -> dict[str, list[str]]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, store.r, keys, CONSUMER, count=100)
+        try:
+            # Half the sessions wait before anything is written (the hub blocks on them),
+            # the others join while it blocks: they must unblock it, not wait it out.
+            first = [asyncio.create_task(hub.read(s, count=100, block_ms=5_000)) for s in sids[:10]]
+            await asyncio.sleep(0.2)
+            late = [asyncio.create_task(hub.read(s, count=100, block_ms=5_000)) for s in sids[10:]]
+            await asyncio.sleep(0.2)
+            for sid in sids:
+                await store.r.xadd(keys.events(sid), _event(f"{sid}-step"))  # type: ignore[arg-type]
+            results = await asyncio.wait_for(asyncio.gather(*first, *late), 3.0)
+            # Nothing more: a read times out empty after about its block time.
+            empty = await hub.read(sids[0], count=100, block_ms=100)
+            assert empty == []
+            return {
+                sid: [fields["step_id"] for _, fields in entries]
+                for sid, entries in zip(sids, results, strict=True)
+            }
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    got = asyncio.run(scenario())
+    assert got == {sid: [f"{sid}-step"] for sid in sids}
+    for sid in sids:  # read, not acknowledged: pending under the consumer, as XREADGROUP leaves it
+        pending = redis_client.xpending(keys.events(sid), EVENTS_GROUP)
+        assert pending["pending"] == 1  # type: ignore[index]
+        assert pending["consumers"][0]["name"] == CONSUMER  # type: ignore[index]
+        redis_client.delete(keys.events(sid))
+
+
+def test_a_session_whose_group_is_gone_gets_the_error_and_the_others_their_events(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    keys = Keys(test_settings.key_prefix)
+    good, gone = f"hub-{uuid.uuid4().hex[:6]}", f"hub-{uuid.uuid4().hex[:6]}"
+    redis_client.xgroup_create(keys.events(good), EVENTS_GROUP, id="0", mkstream=True)
+
+    async def scenario() -> tuple[list[str], BaseException | None]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, store.r, keys, CONSUMER, count=100)
+        try:
+            await store.r.xadd(keys.events(good), _event("ok"))  # type: ignore[arg-type]
+            results = await asyncio.gather(
+                hub.read(good, count=100, block_ms=2_000),
+                hub.read(gone, count=100, block_ms=2_000),
+                return_exceptions=True,
+            )
+            ok = results[0]
+            assert isinstance(ok, list)
+            if not ok:  # the failed read was for both: the next one has it
+                ok = await hub.read(good, count=100, block_ms=2_000)
+            error = results[1] if isinstance(results[1], BaseException) else None
+            return [fields["step_id"] for _, fields in ok], error
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    steps, error = asyncio.run(scenario())
+    assert steps == ["ok"]
+    assert isinstance(error, redis.ResponseError)
+    assert "NOGROUP" in str(error)
+    redis_client.delete(keys.events(good))
