@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     # --- Steps ---------------------------------------------------------------------------
     default_step_timeout_s: float = Field(60.0, gt=0, description="Step timeout, seconds.")
     default_max_retries: int = Field(2, ge=0, description="Retries after the first attempt.")
+    react_step_timeout_s: float = Field(
+        300.0, gt=0, description="Timeout of an agent step without its own, seconds."
+    )
     max_step_timeout_s: float = Field(
         3600.0, gt=0, description="Longest timeout a step may declare, seconds."
     )
@@ -160,6 +163,9 @@ class Settings(BaseSettings):
     )
     llm_critic_model: str | None = Field(
         None, description="Model for the critic; llm_model when unset."
+    )
+    llm_router_model: str | None = Field(
+        None, description="Model for the router (a cheap one will do); llm_model when unset."
     )
     llm_prices: dict[str, ModelPrice] = Field(
         default_factory=default_llm_prices,

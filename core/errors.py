@@ -16,7 +16,8 @@
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
     │   │   └── EffectNotRecordedError  a write's key was claimed but holds no receipt
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
-    │   │   └── OutputTooLarge      an output or param above value_max_bytes
+    │   │   ├── OutputTooLarge      an output or param above value_max_bytes
+    │   │   └── AgentStepExhausted  an agent step gave no final answer within its turns
     │   └── ToolTimeoutError        the tool ran past its timeout
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
@@ -128,6 +129,18 @@ class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, iss
             f"step {step_id!r}: its {what} is {size:,} bytes of JSON, above the limit of "
             f"{limit:,} bytes; make the tool return less (store the data elsewhere and pass "
             "a link), or raise PLANLOOP_VALUE_MAX_BYTES"
+        )
+
+
+class AgentStepExhausted(PermanentToolError):  # noqa: N818 (reads as what happened)
+    """Agent step ``step_id`` used its ``max_iterations`` turns without a final answer."""
+
+    def __init__(self, step_id: str, max_iterations: int) -> None:
+        self.step_id = step_id
+        self.max_iterations = max_iterations
+        super().__init__(
+            f"agent step {step_id!r} gave no final answer within {max_iterations} turn(s); "
+            "raise its params.max_iterations or narrow its instruction"
         )
 
 

@@ -23,7 +23,7 @@ from redis.retry import Retry
 from core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from core.errors import SessionNotFoundError
 from core.keys import EVENTS_GROUP, Keys
-from core.lua import RecordOutcome, StartAttempt
+from core.lua import BreakerAllow, BreakerRecord, RecordOutcome, StartAttempt
 from core.models import Event, SessionOptions, SessionRecord, StepState
 
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
@@ -63,6 +63,8 @@ class HotState:
         self.blob_ttl_s = blob_ttl_s  # hot copies of outputs expire (0: never); SQL keeps them
         self._start = StartAttempt.register(client)
         self._record = RecordOutcome.register(client)
+        self._breaker_allow = BreakerAllow.register(client)
+        self._breaker_record = BreakerRecord.register(client)
 
     # --- sessions -------------------------------------------------------------------------
     def create_session(
@@ -271,6 +273,42 @@ class HotState:
             )
         )
         return cast(str | None, result or None)
+
+    # --- calls outside a step's claim (an agent step's tool calls) -----------------------
+    def breaker_allows(self, tool: str, breaker: BreakerPolicy | None) -> bool:
+        """Whether ``tool``'s breaker lets one call run now (an open one fails it fast)."""
+        if breaker is None:
+            return True
+        state = self._breaker_allow(
+            BreakerAllow(
+                breaker_key=self.keys.breaker(tool),
+                now=repr(time.time()),
+                cooldown_s=breaker.cooldown_s,
+            )
+        )
+        return bool(state != "open")
+
+    def count_on_breaker(self, tool: str, breaker: BreakerPolicy | None, *, ok: bool) -> None:
+        """Count one call's outcome on ``tool``'s breaker, as a step's outcome is counted."""
+        if breaker is None:
+            return
+        key = self.keys.breaker(tool)
+        self._breaker_record(
+            BreakerRecord(
+                breaker_key=key,
+                breaker_failures_key=f"{key}:failures",
+                now=repr(time.time()),
+                ok="ok" if ok else "fail",
+                window_s=breaker.window_s,
+                threshold=breaker.failures,
+                failure_member=uuid.uuid4().hex,
+            )
+        )
+
+    def note_progress(self, sid: str, kind: str, fields: dict[str, str]) -> None:
+        """A progress note for ``watch`` (the supervisor's format: kind, at, fields)."""
+        data = {"kind": kind, "at": repr(time.time()), **fields}
+        self.r.xadd(self.keys.progress(sid), data, maxlen=10_000, approximate=True)  # type: ignore[arg-type]
 
 
 def _receipt_args(receipt: Receipt | None) -> tuple[str, str, str]:

@@ -472,6 +472,41 @@ return redis.call('XADD', events_key, '*', unpack(event_fields))
 
 
 @dataclass(frozen=True, kw_only=True)
+class BreakerAllow(LuaScript):
+    """Whether one tool call outside a step's own claim may run (an agent step's calls):
+    'closed', 'probe' (the half-open trial call) or 'open' (fail fast)."""
+
+    breaker_key: str = key()
+    now: str = arg()
+    cooldown_s: float = arg()
+
+    PRELUDE = _BREAKER_FUNCTIONS
+    BODY = """
+return breaker_allow(breaker_key, tonumber(now), tonumber(cooldown_s))
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakerRecord(LuaScript):
+    """Count one tool call's outcome (``ok``: 'ok' or 'fail') on the tool's breaker; returns
+    the breaker's state after it."""
+
+    breaker_key: str = key()
+    breaker_failures_key: str = key()
+    now: str = arg()
+    ok: str = arg()
+    window_s: float = arg()
+    threshold: int = arg()
+    failure_member: str = arg()
+
+    PRELUDE = _BREAKER_FUNCTIONS
+    BODY = """
+return breaker_record(breaker_key, breaker_failures_key, tonumber(now), ok == 'ok',
+                      tonumber(window_s), tonumber(threshold), failure_member)
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Queued(LuaScript):
     """1 when a message in the Celery queue ``queue_key`` contains ``needle``, else 0.
 

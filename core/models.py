@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -167,6 +167,7 @@ class StepTaskArgs(BaseModel):
     expect: list[dict[str, Any]] = Field(default_factory=list)
     # Params too big to travel inline (core/values.py): the worker reads them before the call.
     param_refs: dict[str, ValueRef] = Field(default_factory=dict)
+    instruction: str = ""  # an agent step's instruction (planner/react_step.py)
 
     @property
     def task_id(self) -> str:
@@ -199,6 +200,10 @@ class SessionOptions(BaseModel):
     max_rounds: int | None = Field(None, ge=1, description="Rounds with critique (LLM).")
     answer_schema: dict[str, Any] | None = Field(
         None, description="JSON schema the final answer's data must fit (LLM)."
+    )
+    mode: Literal["plan", "react", "auto"] = Field(
+        "auto",
+        description="How a goal runs: a plan, one agent step, or as the router decides.",
     )
 
 

@@ -65,6 +65,8 @@ class Role(StrEnum):
     CRITIC = "critic"  # round output -> {passed, feedback}
     SUMMARIZER = "summarizer"  # completed session -> final report
     COMPRESSOR = "compressor"  # old outputs -> compact context
+    REACT = "react"  # agent step: instruction + observations -> next tool call or answer
+    ROUTER = "router"  # goal -> one open-ended agent step or a multi-step plan
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class OpenAIChatModel:
             Role.REPLANNER: s.llm_planner_model,
             Role.DECIDER: s.llm_decider_model,
             Role.CRITIC: s.llm_critic_model,
+            Role.ROUTER: s.llm_router_model,
         }.get(role)
         return override or s.llm_model
 

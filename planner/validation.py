@@ -24,6 +24,7 @@ from core.errors import PlanValidationError
 from core.tools import ToolRegistry, ToolSpec
 from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
 from planner.plan import Plan, Step
+from planner.react_step import REACT_TOOL, agent_step_problem
 from planner.references import find_references, has_reference
 
 Deps = Mapping[str, Sequence[str]]
@@ -225,7 +226,7 @@ def _all_fallback_steps(step: Step) -> Iterator[Step]:
 
 def _unknown_tools(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
     for step in steps:
-        if step.tool not in tools:
+        if step.tool not in tools and step.tool != REACT_TOOL:
             yield PlanValidationError(
                 f"step {step.id!r}: unknown tool {step.tool!r}{_suggest(step.tool, tools.names())}",
                 step_id=step.id,
@@ -241,6 +242,10 @@ def _unknown_tools(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanV
 
 def _unfit_params(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
     for step in steps:
+        if step.tool == REACT_TOOL:  # an agent step: its params name tools, fit no tool's
+            problem = agent_step_problem(step, tools)
+            if problem:
+                yield PlanValidationError(f"step {step.id!r}: {problem}", step_id=step.id)
         calls = [("", step.tool, step.params)]
         if step.compensate:
             calls.append(("compensation: ", step.compensate.tool, step.compensate.params))

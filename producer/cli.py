@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -89,6 +89,13 @@ def cli() -> None:
     default=None,
     help="JSON schema file the final answer's data must fit (LLM sessions).",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["plan", "react", "auto"]),
+    default="auto",
+    show_default=True,
+    help="For --goal: a plan, one agent step (ReAct), or as the router decides.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -103,6 +110,7 @@ def submit(
     max_cost_usd: float | None,
     max_rounds: int | None,
     answer_schema_file: Path | None,
+    mode: Literal["plan", "react", "auto"],
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -120,6 +128,7 @@ def submit(
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
         max_rounds=max_rounds,
+        mode=mode,
     )
     try:
         if answer_schema_file is not None:

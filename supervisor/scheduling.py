@@ -11,6 +11,7 @@ from typing import Protocol
 from core.errors import PlanError, PlanReferenceError
 from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
 from core.values import ValueLimits
+from planner.react_step import REACT_TOOL
 from planner.references import find_references, resolve_params
 from supervisor.big_params import SentParams, send_params
 from supervisor.consumers import ConsumerMonitor
@@ -135,6 +136,7 @@ class Scheduling:
             idempotency_key=f"{sid}:{step_id}",
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
+            instruction=step.instruction if step.tool == REACT_TOOL else "",
         )
 
     async def watchdog(self) -> None:

@@ -27,14 +27,15 @@ from core.models import (
 )
 from core.record import Claim
 from core.redis_faults import is_redis_fault
-from planner.agents import Planner
 from planner.plan import Plan, Step
+from planner.react import usages_of
 from supervisor.broken import dependency_broken
 from supervisor.checkpointer import Checkpointer
 from supervisor.consumers import ConsumerMonitor
 from supervisor.context import SupervisorContext
 from supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from supervisor.failures import settle_failure
+from supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
 from supervisor.plan_changes import PlanChanges
 from supervisor.rounds import Rounds
 from supervisor.scheduler import wait_ms
@@ -279,18 +280,45 @@ class SessionRunner:
         if spent is not None:  # a takeover of a session that spent it before it had a plan
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
             return
-        options = state.info.options
+        options, chat, goal = state.info.options, self.ctx.chat, state.info.goal
         tools = self.ctx.tools.subset(options.tools) if options.tools else self.ctx.tools
-        planner = Planner(self.ctx.chat, tools, max_repairs=self.settings.plan_max_repairs)
+        route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode)
+        record_usage(state.batch, route.usages)
+        spent = self.brain.llm_budget_spent() if route.mode == "plan" else None
+        if spent is not None:
+            state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
+            return
         try:
-            plan, usages = await asyncio.to_thread(
-                planner.plan, state.info.goal, self.brain.constraints
+            first = await asyncio.to_thread(
+                first_plan,
+                chat,
+                tools,
+                goal,
+                list(self.brain.constraints),
+                mode=route.mode,
+                max_repairs=self.settings.plan_max_repairs,
             )
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
-        record_usage(state.batch, usages)
-        await self.changes.install_plan(plan, reason="planned by the LLM planner", replan=False)
+        record_usage(state.batch, first.usages)
+        if first.fallback_error:
+            await self._announce_fallback(first.fallback_error)
+        await self.changes.install_plan(first.plan, reason=first.reason, replan=False)
+
+    async def _announce_fallback(self, error: str) -> None:
+        """Say on the event and progress streams that an agent step replaces a failed plan."""
+        text = f"planning failed after its repairs ({error}); running one agent step instead"
+        notice = {"notice": REACT_FALLBACK}
+        await self.io.append_event(
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.WARNING,
+                description=text,
+                payload=notice,
+            )
+        )
+        await self.store.note_progress(self.sid, REACT_FALLBACK, reason=text)
 
     async def _settle_recorded(self) -> None:
         for step_id, st in list(self.state.states.items()):
@@ -407,6 +435,7 @@ class SessionRunner:
         if st is None or st.attempt != event.attempt or st.status != StepStatus.RUNNING:
             return  # an old attempt's outcome, or one already applied
         payload = event.payload
+        record_usage(state.batch, usages_of(payload.get("llm_usage")))  # an agent step's
         st.status = OUTCOME_STATUS[event.type]
         st.worker = str(payload.get("worker", st.worker))
         st.started_at = float(payload.get("started_at") or st.started_at)

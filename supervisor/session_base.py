@@ -13,6 +13,7 @@ from config.settings import Settings
 from core.models import Event, EventType, Severity, StepStatus
 from core.tools import ToolRegistry
 from planner.plan import Step
+from planner.react_step import REACT_TOOL
 from supervisor.dispatch import Op
 from supervisor.session_state import SessionState
 from supervisor.store_port import Entry, SessionStorePort
@@ -174,6 +175,8 @@ class SessionIO:
     def timeout(self, step: Step) -> float:
         if step.timeout_s is not None:
             return step.timeout_s
+        if step.tool == REACT_TOOL:  # several model turns and tool calls
+            return min(self.settings.react_step_timeout_s, self.settings.max_step_timeout_s)
         if step.tool in self.tools:
             spec_timeout = self.tools.get(step.tool).timeout_s
             if spec_timeout is not None:

@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from core.broker import receipts
 from core.errors import (
@@ -32,6 +32,8 @@ from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from core.values import ValueLimits, walk
 from planner.expect import check_expectations
 from planner.plan import Expectation
+from planner.react import ReactResult, ReactStopped, usage_payload
+from planner.react_step import REACT_TOOL
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,15 @@ class Outcome:
     error: str = ""
     error_kind: str = ""
     encoded: str | None = None  # the output's stored JSON, encoded once
+    payload: dict[str, Any] = field(default_factory=dict)  # more for the event (LLM usage)
+
+
+class AgentSteps(Protocol):
+    """Runs agent steps (workers/react.py): the ReAct loop over this worker's tools."""
+
+    def run(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactResult:
+        """The loop's result; raises :class:`ReactStopped` when it ends without one."""
+        ...
 
 
 class ToolThreads:
@@ -106,6 +117,7 @@ class StepExecutor:
         breaker: BreakerPolicy | None = None,
         limits: ValueLimits | None = None,
     ) -> None:
+        self.agents: AgentSteps | None = None  # set when the worker has an LLM
         self.state = state
         self.limits = limits or ValueLimits()
         self.tools = tools
@@ -161,6 +173,7 @@ class StepExecutor:
                 "started_at": started,
                 "finished_at": finished,
                 "error_kind": outcome.error_kind,
+                **outcome.payload,
             },
             occurred_at=finished,
         )
@@ -195,6 +208,8 @@ class StepExecutor:
         return outcome.status.value if recorded else "dropped"
 
     def _run(self, args: StepTaskArgs) -> Outcome:
+        if args.tool == REACT_TOOL:
+            return self._run_agent(args)
         try:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
@@ -202,7 +217,7 @@ class StepExecutor:
         try:
             params = self._params(args)
         except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
-            return _failed(exc, _classify(exc))
+            return _failed(exc, classify_error(exc))
         try:
             return self._call(spec, args, params)
         except Exception as exc:
@@ -215,6 +230,26 @@ class StepExecutor:
                 args.attempt,
             )
             return _failed(exc, ErrorKind.PERMANENT)
+
+    def _run_agent(self, args: StepTaskArgs) -> Outcome:
+        """An agent step: the ReAct loop (workers/react.py); its LLM usage rides on the
+        event, so the session's budget counts it whether the step completes or not."""
+        if self.agents is None:
+            missing = PermanentToolError(
+                "agent steps need an LLM: set PLANLOOP_LLM_BASE_URL for the workers too"
+            )
+            return _failed(missing, ErrorKind.PERMANENT)
+        try:
+            params = self._params(args)
+            result = self.agents.run(args, params)
+        except ToolError as exc:  # params too big, or gone from Redis
+            return _failed(exc, classify_error(exc))
+        except ReactStopped as exc:
+            usage = usage_payload([it.usage for it in exc.iterations])
+            failed = _failed(exc.cause, classify_error(exc.cause))
+            return replace(failed, payload={"llm_usage": usage})
+        completed = self._completed(args, result.output())
+        return replace(completed, payload={"llm_usage": usage_payload(result.usages)})
 
     @staticmethod
     def _unavailable(args: StepTaskArgs) -> Outcome:
@@ -254,8 +289,11 @@ class StepExecutor:
         except TimeoutError:
             return _failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
         if failure is not None:
-            return _failed(failure, _classify(failure))
-        output = call.result()
+            return _failed(failure, classify_error(failure))
+        return self._completed(args, call.result())
+
+    def _completed(self, args: StepTaskArgs, output: Any) -> Outcome:
+        """A returned output: too big (failed), missing an expectation, or completed."""
         encoded = dumps(output)
         if len(encoded) > self.limits.max_bytes:
             too_big = OutputTooLarge(
@@ -288,7 +326,7 @@ def _tool_health(outcome: Outcome) -> bool | None:
     return outcome.status == StepStatus.COMPLETED
 
 
-def _classify(exc: BaseException) -> ErrorKind:
+def classify_error(exc: BaseException) -> ErrorKind:
     if isinstance(exc, ToolTimeoutError | TimeoutError):
         return ErrorKind.TIMEOUT
     if isinstance(exc, PermanentToolError | ValueError | TypeError | KeyError):

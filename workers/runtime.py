@@ -25,7 +25,9 @@ from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.tools import load_tools
 from core.values import ValueLimits
+from planner.llm import build_chat_model
 from workers.executor import StepExecutor
+from workers.react import AgentStepRunner
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,8 @@ class WorkerRuntime:
 
 
 def build_executor(settings: Settings) -> StepExecutor:
-    """A step executor wired from ``settings``: Redis, tools, effect ledger, breaker policy."""
+    """A step executor wired from ``settings``: Redis, tools, effect ledger, breaker policy,
+    and the agent-step runner when an LLM endpoint is configured."""
     # Retries ride out a Redis outage, so an outcome is not lost to a blip.
     client = connect(settings.redis_url, retry_s=settings.worker_redis_retry_s)
     keys = Keys(settings.key_prefix)
@@ -66,7 +69,7 @@ def build_executor(settings: Settings) -> StepExecutor:
     # outage (SQL has the answer).
     cache = RedisEffectCache(connect(settings.redis_url), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
-    return StepExecutor(
+    executor = StepExecutor(
         HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
         tools,
         effects,
@@ -74,6 +77,17 @@ def build_executor(settings: Settings) -> StepExecutor:
         policy,
         limits=ValueLimits.from_settings(settings),
     )
+    if settings.llm_base_url is not None:  # without one, agent steps fail and say why
+        executor.agents = AgentStepRunner(
+            chat=build_chat_model(settings),
+            state=executor.state,
+            tools=tools,
+            effects=effects,
+            threads=executor.threads,
+            breaker=policy,
+            settings=settings,
+        )
+    return executor
 
 
 class PlanloopCelery(Celery):  # type: ignore[misc]

@@ -35,6 +35,8 @@ TEMPLATES = {
     ),
     "replanner_full": ("replanner", ["situation", "plan_outline", "completed", "catalogue"]),
     "decider": ("decider", ["situation", "cancellable", "replans_left", "max_replans"]),
+    "react": ("react", ["instruction", "context", "catalogue", "max_iterations"]),
+    "router": ("router", ["goal", "catalogue"]),
 }
 
 

@@ -1,0 +1,89 @@
+"""How a session with a goal and no plan gets its first plan: routed, planned, or an agent.
+
+1. The mode (``SessionOptions.mode``): ``plan`` and ``react`` are the submitter's choice;
+   ``auto`` asks the router role (a cheap model), and plans when the router fails.
+2. ``react``: a one-step plan, an agent step with the goal as its instruction and the
+   session's tools.
+3. ``plan``: the LLM planner, with its repairs. A planner that still fails (an unusable
+   answer, a plan that does not validate) gives way to one agent step, which the session
+   announces; an endpoint that cannot be reached fails the session as before (an agent
+   step could not reach it either).
+
+Synchronous (LLM calls): the session runs these on a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from core.errors import LLMError, LLMUnavailableError, PlanError
+from core.tools import ToolRegistry
+from planner.agents import Planner
+from planner.llm import ChatModel, Usage
+from planner.plan import Plan
+from planner.routing import Mode, Router, agent_plan
+
+log = logging.getLogger(__name__)
+
+REACT_FALLBACK = "react_fallback"  # the notice and progress kind of a fallback to an agent
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    """Where a goal goes, why, and the router call it took (if any)."""
+
+    mode: Mode
+    reason: str
+    usages: list[Usage] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FirstPlan:
+    """The session's first plan, why it is that plan, and the LLM calls it took."""
+
+    plan: Plan
+    reason: str
+    usages: list[Usage] = field(default_factory=list)
+    fallback_error: str = ""  # the planning failure an agent step stands in for
+
+
+def route_goal(chat: ChatModel, tools: ToolRegistry, goal: str, mode: Mode) -> RouteChoice:
+    """The mode a goal runs in: the submitter's, else the router's (``plan`` if it fails)."""
+    if mode != "auto":
+        return RouteChoice(mode, f"mode {mode} chosen at submit")
+    try:
+        route, usage = Router(chat, tools).route(goal)
+    except LLMError as exc:
+        log.warning("router failed, planning the goal: %s", exc)
+        return RouteChoice("plan", f"router failed ({exc}); planning")
+    return RouteChoice(route.mode, f"router: {route.reasoning or route.mode}", [usage])
+
+
+def first_plan(
+    chat: ChatModel,
+    tools: ToolRegistry,
+    goal: str,
+    constraints: list[str],
+    *,
+    mode: Mode,
+    max_repairs: int,
+) -> FirstPlan:
+    """The plan for ``goal`` in ``mode`` (``plan`` or ``react``).
+
+    Raises:
+        LLMUnavailableError: The planner could not reach the endpoint.
+    """
+    if mode == "react":
+        plan = agent_plan(goal, tools, constraints=constraints)
+        return FirstPlan(plan, "one agent step (react mode)")
+    planner = Planner(chat, tools, max_repairs=max_repairs)
+    try:
+        plan, usages = planner.plan(goal, constraints)
+    except LLMUnavailableError:
+        raise
+    except (PlanError, LLMError) as exc:
+        log.warning("planning failed after its repairs, one agent step instead: %s", exc)
+        plan = agent_plan(goal, tools, constraints=constraints)
+        return FirstPlan(plan, "planning failed: one agent step instead", [], str(exc))
+    return FirstPlan(plan, "planned by the LLM planner", usages)

@@ -1,0 +1,185 @@
+"""Agent steps in a worker: the ReAct loop of :mod:`planner.react`, its tool calls run like
+steps.
+
+Each tool call the loop makes goes through what a step's call goes through: the tool's
+params model (:meth:`core.tools.ToolSpec.run`), a timeout (the tool's own, else the default
+step timeout, never past the agent step's deadline), the tool's circuit breaker (checked
+before, counted after, shared with every worker) and the effect ledger, under the
+idempotency key ``{step key}:react:{turn}`` (a retried attempt whose model makes the same
+write in the same turn finds the receipt instead of writing twice). A failed call is an
+observation the model reads, never the step's failure. Every turn is streamed as a
+``react_iteration`` progress note for ``watch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from config.settings import Settings
+from core.errors import (
+    PermanentToolError,
+    SessionNotFoundError,
+    ToolTimeoutError,
+    UnknownToolError,
+)
+from core.hot_state import BreakerPolicy, HotState
+from core.llm_budget import Budget, add_calls, spend_of
+from core.masking import error_text, mask, mask_text
+from core.models import ErrorKind, StepTaskArgs
+from core.tools import EffectLedger, ToolContext, ToolRegistry
+from planner.llm import ChatModel, Usage
+from planner.react import (
+    Iteration,
+    Observation,
+    ReactAgent,
+    ReactResult,
+    ReactStopped,
+    ReactTask,
+    usage_payload,
+)
+from planner.react_step import REACT_TOOL, ReactParams
+from workers.executor import ToolThreads, classify_error
+
+log = logging.getLogger(__name__)
+
+NOTE_CHARS = 300  # of a thought or an observation in a progress note
+REACT_NOTE = "react_iteration"  # the progress kind of one turn
+
+
+@dataclass
+class AgentStepRunner:
+    """Runs agent steps for one worker process (the executor hands them over)."""
+
+    chat: ChatModel
+    state: HotState
+    tools: ToolRegistry
+    effects: EffectLedger
+    threads: ToolThreads
+    breaker: BreakerPolicy | None
+    settings: Settings  # budgets' defaults and the price table
+
+    def run(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactResult:
+        """Run the agent step of ``args`` (its ``params`` resolved) to its final answer.
+
+        Before each turn the step's deadline and the session's LLM budgets (what the
+        session hash says was spent, plus this loop's turns) are checked: no model call
+        starts past either.
+
+        Raises:
+            ReactStopped: The loop ended without an answer (turn budget, deadline, LLM
+                budget, model, params the worker cannot run).
+        """
+        deadline = time.monotonic() + args.timeout_s
+        try:
+            task = self._task(args, params)
+        except Exception as exc:
+            raise ReactStopped(exc, []) from exc
+        spent: list[Usage] = []
+
+        def before_turn() -> None:
+            if time.monotonic() >= deadline:
+                raise ToolTimeoutError(REACT_TOOL, args.timeout_s)
+            budget = self._budget_spent(args.session_id, spent)
+            if budget is not None:
+                raise PermanentToolError(f"{budget}: the agent step stops before its next turn")
+
+        def on_iteration(it: Iteration) -> None:
+            spent.append(it.usage)
+            self._note(args, it)
+
+        return ReactAgent(self.chat).run(
+            task,
+            partial(self._call, args, deadline),
+            on_iteration=on_iteration,
+            before_turn=before_turn,
+        )
+
+    def _budget_spent(self, sid: str, turns: list[Usage]) -> str | None:
+        """The session's spent LLM budget counting this loop's turns, if any (None also
+        when the session hash is gone: the supervisor decides about that)."""
+        try:
+            record = self.state.session(sid)
+        except SessionNotFoundError:
+            return None
+        usage = {model: list(tokens) for model, tokens in record.llm_usage.items()}
+        add_calls(usage, usage_payload(turns))
+        budget = Budget.of(record.options, self.settings)
+        return budget.spent(spend_of(usage, self.settings.llm_prices))
+
+    def _task(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactTask:
+        parsed = ReactParams.model_validate(params)
+        specs = []
+        for name in parsed.tools:
+            if name not in self.tools:
+                raise UnknownToolError(name, self.tools.names())
+            specs.append(self.tools.get(name))
+        return ReactTask(
+            step_id=args.step_id,
+            instruction=args.instruction,
+            tools=specs,
+            max_iterations=parsed.max_iterations,
+            context=parsed.context,
+        )
+
+    def _call(
+        self, args: StepTaskArgs, deadline: float, turn: int, tool: str, params: dict[str, Any]
+    ) -> Observation:
+        """One tool call of turn ``turn``, run like a step's; its outcome as an observation."""
+        spec = self.tools.get(tool)
+        if not self.state.breaker_allows(tool, self.breaker):
+            return Observation(False, error=f"tool {tool!r} is unavailable: its breaker is open")
+        ctx = ToolContext(
+            session_id=args.session_id,
+            step_id=args.step_id,
+            attempt=args.attempt,
+            idempotency_key=f"{args.idempotency_key}:react:{turn}",
+            effects=self.effects,
+        )
+        timeout = min(
+            spec.timeout_s or self.settings.default_step_timeout_s, deadline - time.monotonic()
+        )
+        call = self.threads.submit(partial(spec.run, params, ctx))
+        try:
+            failure = call.exception(max(timeout, 0.001))
+        except TimeoutError:
+            failure = ToolTimeoutError(tool, max(timeout, 0.0))
+        kind = classify_error(failure) if failure is not None else None
+        if kind in (None, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT):  # bad params say nothing
+            self.state.count_on_breaker(tool, self.breaker, ok=failure is None)
+        if failure is not None:
+            return Observation(False, error=f"{type(failure).__name__}: {error_text(failure)}")
+        return Observation(True, mask(call.result()))
+
+    def _note(self, args: StepTaskArgs, it: Iteration) -> None:
+        """Stream one turn for ``watch`` (never needed for correctness: a lost note is fine)."""
+        seen = it.observation
+        fields = {
+            "step": args.step_id,
+            "attempt": str(args.attempt),
+            "iteration": str(it.number),
+            "thought": _cut(mask_text(it.thought)),
+            "tool": it.tool or "",
+            "final": "1" if it.tool is None else "0",
+            "ok": "" if seen is None else ("1" if seen.ok else "0"),
+            "observation": "" if seen is None else _cut(seen.text(NOTE_CHARS * 2)),
+            "prompt_tokens": str(it.usage.prompt_tokens),
+            "completion_tokens": str(it.usage.completion_tokens),
+        }
+        try:
+            self.state.note_progress(args.session_id, REACT_NOTE, fields)
+        except Exception as exc:  # a note is never worth failing the step over
+            log.warning(
+                "session=%s step=%s turn %d not streamed: %s",
+                args.session_id,
+                args.step_id,
+                it.number,
+                exc,
+            )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 3] + "..."
