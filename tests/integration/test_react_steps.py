@@ -147,7 +147,8 @@ def test_auto_mode_routes_an_open_ended_goal_to_one_agent_step(
     assert llm.requests_for("planner") == []
     assert [s.tool for s in first_version(llm_record, sid).steps] == [REACT_TOOL]
     roles = sorted(c.role for c in llm_record.llm_calls(sid))
-    assert roles == ["react", "router"]
+    # the round ends with the critic's verdict and the summarizer's answer
+    assert roles == ["critic", "react", "router", "summarizer"]
 
 
 def test_submit_mode_react_from_the_command_line(
