@@ -196,18 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--questions", type=int, default=21, help="How many questions (>= 1).")
     parser.add_argument("--quick", action="store_true", help="7 questions: one per template.")
+    parser.add_argument(
+        "--call-ms", type=float, default=CALL_S * 1000, help="Model latency per call, ms."
+    )
+    parser.add_argument(
+        "--token-ms", type=float, default=TOKEN_S * 1000, help="Model latency per output token, ms."
+    )
     args = parser.parse_args(argv)
+    call_s, token_s = args.call_ms / 1000, args.token_ms / 1000
     qs = questions(7 if args.quick else max(1, args.questions))
     warmup = questions(len(qs) + 1)[-1]  # not measured: worker start-up, imports
     tools = load_tools([QA_TOOLS])
     load_before = os.getloadavg()
     console.print(
-        f"{len(qs)} questions; model: {CALL_S * 1000:g} ms/call + {TOKEN_S * 1000:g} ms per "
+        f"{len(qs)} questions; model: {call_s * 1000:g} ms/call + {token_s * 1000:g} ms per "
         f"output token (cl100k_base); load average {load_before[0]:.2f} "
         f"({os.cpu_count()} CPUs)"
     )
     pairs: list[tuple[Question, Outcome, Outcome]] = []
-    with TokenLatencyLLM(by_tag([*qs, warmup])) as llm:
+    with TokenLatencyLLM(by_tag([*qs, warmup]), call_s, token_s) as llm:
         client = openai.OpenAI(base_url=llm.base_url, api_key="bench", max_retries=0)
         with (
             bench_env(

@@ -81,8 +81,11 @@ def reply_for(role: str, question: Question, messages: list[dict[str, Any]]) -> 
 class TokenLatencyLLM:
     """The server: ``with TokenLatencyLLM(questions) as llm: llm.base_url ...``."""
 
-    def __init__(self, questions: dict[str, Question]) -> None:
+    def __init__(
+        self, questions: dict[str, Question], call_s: float = CALL_S, token_s: float = TOKEN_S
+    ) -> None:
         self.questions = questions
+        self.call_s, self.token_s = call_s, token_s
         self.meter = Meter()
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"owner": self})
@@ -129,7 +132,7 @@ class TokenLatencyLLM:
             return 500, {"error": {"message": str(exc)}}
         prompt_tokens = count_prompt_tokens(messages)
         completion_tokens = count_tokens(content)
-        delay = reply_latency_s(completion_tokens)
+        delay = reply_latency_s(completion_tokens, self.call_s, self.token_s)
         time.sleep(delay)
         with self._lock:
             self.meter.calls += 1
