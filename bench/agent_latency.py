@@ -271,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         ],
         rows,
     )
+    n = len(pairs)
+    console.print(
+        f"Mean per question: model time planloop {sum(o.llm.sleep_s for o in ours_all) / n:.2f}s"
+        f" vs react {sum(r.llm.sleep_s for r in react_all) / n:.2f}s; tool time planloop "
+        f"{sum(critical_path_s(q) for q, _, _ in pairs) / n:.2f}s (critical path) vs react "
+        f"{sum(tools_total_s(q) for q, _, _ in pairs) / n:.2f}s (sum)."
+    )
     overheads = sorted(overhead_s(q, o) for q, o, _ in pairs)
     console.print(
         f"Planloop orchestration overhead per question (wall - model sleeps - tool critical "
