@@ -118,10 +118,7 @@ class Supervisor:
                         log.warning("inbox group gone (redis lost its data): creating it again")
                         self._inbox_ready = False
                         continue
-                    if not is_redis_fault(exc):
-                        raise
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+                    await self._wait_out(exc, stop)
                 else:
                     self.outage.over()
         finally:
@@ -135,6 +132,13 @@ class Supervisor:
             self.ctx.dispatcher.close()
             await self.store.r.aclose()
 
+    async def _wait_out(self, exc: redis.RedisError, stop: asyncio.Event) -> None:
+        """Back off from a Redis fault (logged once per outage); re-raise any other error."""
+        if not is_redis_fault(exc):
+            raise exc
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+
     async def _until_redis_answers(self, stop: asyncio.Event) -> bool:
         """Check the Redis version, waiting out an unreachable Redis (a supervisor started,
         or restarted, while Redis is down waits for it instead of dying). False: stopped."""
@@ -142,10 +146,7 @@ class Supervisor:
             try:
                 await require_supported_redis(self.store.r, self.settings.redis_url)
             except redis.RedisError as exc:
-                if not is_redis_fault(exc):
-                    raise
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+                await self._wait_out(exc, stop)
             else:
                 self.outage.over()
                 return True
