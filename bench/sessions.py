@@ -161,6 +161,14 @@ def run_sessions(
     return Throughput(sessions * steps, last_end - t0, submit_s, first_dispatch)
 
 
+def lease_losses(log_dir: Path) -> int:
+    """How often the stack's supervisors logged a lease as lost (each loss retakes a session)."""
+    return sum(
+        log.read_text(errors="replace").count("lease lost")
+        for log in log_dir.glob("supervisor*.log")
+    )
+
+
 @contextmanager
 def py_spy(pid: int, out: str | None) -> Iterator[None]:
     """Sample ``pid`` with py-spy (if asked and installed) while the block runs."""
@@ -201,10 +209,13 @@ def main(argv: list[str] | None = None) -> int:
             load0 = Path("/proc/loadavg").read_text().split()[0]
             rss_kib, idle_cpu = measure_idle(bench, producer, sessions, supervisor.pid)
             one = run_sessions(bench, producer, 1, total, timeout_s=900)
+            cpu0 = cpu_seconds(supervisor.pid) or 0.0
             with py_spy(supervisor.pid, args.py_spy):
                 many = run_sessions(bench, producer, sessions, steps, timeout_s=900)
+            many_cpu = (cpu_seconds(supervisor.pid) or 0.0) - cpu0
             load1 = Path("/proc/loadavg").read_text().split()[0]
             rss_end = rss_mb(supervisor.pid)
+            lost = lease_losses(stack.log_dir)
             if args.keep_logs:
                 shutil.copytree(stack.log_dir, args.keep_logs, dirs_exist_ok=True)
     p50, p99 = percentile(many.first_dispatch, 50), percentile(many.first_dispatch, 99)
@@ -222,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"idle: {rss_kib:.1f} KiB RSS per idle session held, supervisor CPU {idle_cpu:.0f}% "
         f"with {sessions} idle sessions; supervisor RSS at the end {rss_end:.0f} MiB"
+    )
+    print(
+        f"supervisor: {many_cpu:.1f} CPU s in the {sessions}-session run; "
+        f"{lost} lease(s) lost in the whole run"
     )
     print(
         f"first dispatch under load: p50={p50 * 1000:.0f}ms p99={p99 * 1000:.0f}ms "

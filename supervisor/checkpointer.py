@@ -42,10 +42,11 @@ class Checkpointer:
         if self.error is not None:
             raise self.error
 
-    async def flush(self) -> None:
-        """Wait until everything submitted so far is committed and acknowledged."""
+    async def flush(self, *, hurry: bool = True) -> None:
+        """Wait until everything submitted so far is committed and acknowledged; without
+        ``hurry``, with the round it joined (grouped with other sessions' batches)."""
         if self._last is not None:
-            await self.writer.wait(self._last)
+            await self.writer.wait(self._last, hurry=hurry)
         self.raise_if_failed()
 
     async def close(self) -> None:

@@ -81,6 +81,7 @@ class ConsumerMonitor:
     """
 
     LOOK_INTERVAL_S = 1.0
+    SHARED_LOOK_S = 0.5  # a length another session read this recently is good enough
 
     def __init__(
         self,
@@ -96,6 +97,10 @@ class ConsumerMonitor:
         self._append_event = append_event
         self._next_look = 0.0
         self._restored = False
+
+    def first_owner(self) -> None:
+        """The session was never owned before: no former owner's warning to restore."""
+        self._restored = True
 
     async def tick(self, now: float, running: Callable[[], dict[str, int]]) -> None:
         """Look at the queue if it is time; warn or clear. ``running`` gives step id ->
@@ -116,7 +121,8 @@ class ConsumerMonitor:
             watch.consumed(now)  # nothing of ours waits
         elif now >= self._next_look:
             self._next_look = now + self.LOOK_INTERVAL_S
-            watch.look(now, await self.store.queue_length(self.queue))
+            length = await self.store.queue_length(self.queue, max_age_s=self.SHARED_LOOK_S)
+            watch.look(now, length)
             if watch.due(now):
                 await self._check_unclaimed(now, attempts)
         if watch.news() == ConsumerNews.CONSUMER_BACK:

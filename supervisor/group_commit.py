@@ -181,8 +181,12 @@ class CheckpointWriter:
         if pending is not None and not pending.done.done():
             pending.done.cancel()
 
-    async def wait(self, pending: Pending) -> None:
-        """Wait for ``pending`` to be committed, without lingering meanwhile."""
+    async def wait(self, pending: Pending, *, hurry: bool = True) -> None:
+        """Wait for ``pending`` to be committed, without lingering meanwhile (or, without
+        ``hurry``, in the round it joined, as late as the linger makes it)."""
+        if not hurry:
+            await asyncio.shield(pending.done)
+            return
         self._hurry += 1
         self._hurried.set()
         try:

@@ -51,6 +51,11 @@ class Scheduling:
         self._next_sweep = 0.0  # when the watchdog looks at the steps in flight next
         self.unresolved: set[str] = set()  # steps failed by a reference that cannot resolve
 
+    def first_owner(self) -> None:
+        """The session was never owned before (nothing of a former owner to look at)."""
+        if self.consumers is not None:
+            self.consumers.first_owner()
+
     async def dispatch_ready(self) -> None:
         """Mark the ready steps running and queue their attempts, in one fenced write."""
         state, now = self.state, time.time()
@@ -85,7 +90,7 @@ class Scheduling:
             state.candidates.discard(args.step_id)
             state.inflight.add(args.step_id)
         # Marked running and queued in one fenced call: both happen, or neither does.
-        await self.io.store.write(self.io.sid, self.io.epoch, ops + self.queue.commands(*batch))
+        await self.io.write(ops + self.queue.commands(*batch))
 
     async def resend(self, step_id: str) -> bool:
         """Send a dispatched, never started attempt again under the same task id, unless

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
+INBOX_BATCH = 500  # sessions taken per turn at most (two round trips for all of them)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Supervisor:
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
+        self._next_reclaim = 0.0
         self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
@@ -159,14 +161,19 @@ class Supervisor:
             self._inbox_ready = True
         await self._reclaim()
         block_ms = int(self.settings.reclaim_interval_s * 1000)
-        entries = await self.store.read_inbox(self.name, block_ms)
+        entries = await self.store.read_inbox(self.name, block_ms, count=INBOX_BATCH)
         await self._take([sid for _entry, sid in entries])
         await self.store.ack_inbox([entry for entry, _ in entries])
 
     async def _reclaim(self) -> None:
-        """Take over active sessions nobody holds (their owner died or never came)."""
+        """Take over active sessions nobody holds (their owner died or never came), once
+        per reclaim interval: a burst on the inbox is read turn after turn, without a look
+        at every active session in between."""
         self._forget_finished()
         now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + self.settings.reclaim_interval_s
         rebuilding = self._rebuilding
         if rebuilding is not None and rebuilding.done():
             self._rebuilding = None
@@ -181,24 +188,27 @@ class Supervisor:
         await self._take(await self.store.unowned(candidates))
 
     async def _take(self, sids: list[str]) -> None:
-        """Take the leases of ``sids`` (two round trips for all) and start their loops."""
+        """Take the leases of ``sids`` and start their loops (two round trips for all,
+        which also read what each loop starts from: see SessionStore.take_sessions)."""
         wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
         if not wanted:
             return
-        statuses = await self.store.statuses(wanted)
-        ended = [
-            sid for sid, st in zip(wanted, statuses, strict=True) if st and SessionStatus(st).ended
-        ]
+        takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted]
+        taken = await self.store.take_sessions(takes, self.settings.lease_ttl_s, self.name)
+        # The plans of the whole batch in one more round trip, which each loop awaits: the
+        # leases are in `owned` (renewed) at once, before it.
+        loaded = asyncio.ensure_future(self.store.load_plans(taken))
+        loaded.add_done_callback(_retrieved)
+        for (sid, token), took in zip(takes, taken, strict=True):
+            if not took.epoch:
+                continue
+            took.loaded = loaded
+            runner = SessionRunner(self.ctx, sid, took.epoch, took)
+            task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
+            self.owned[sid] = Owned(token, took.epoch, task)
+        ended = [t.sid for t in taken if not t.epoch and t.ended]
         if ended:  # ended is final: never taken again
             await self.store.r.srem(self.store.keys.active, *ended)
-        takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted if sid not in ended]
-        epochs = await self.store.acquire_leases(takes, self.settings.lease_ttl_s, self.name)
-        for (sid, token), epoch in zip(takes, epochs, strict=True):
-            if not epoch:
-                continue
-            runner = SessionRunner(self.ctx, sid, epoch)
-            task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
-            self.owned[sid] = Owned(token, epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         try:
@@ -306,6 +316,13 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await owned.task
         self.owned.clear()
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    """A batch's plan load failed: each loop awaiting it raises (and handles) the error
+    itself; it is retrieved here for a batch whose loops all ended before awaiting it."""
+    if not done.cancelled():
+        done.exception()
 
 
 def serve(settings: Settings) -> None:

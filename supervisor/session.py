@@ -20,6 +20,7 @@ from core.models import (
     ErrorKind,
     Event,
     EventType,
+    SessionRecord,
     SessionStatus,
     Severity,
     StepState,
@@ -42,6 +43,7 @@ from supervisor.scheduler import wait_ms
 from supervisor.scheduling import Scheduling
 from supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
 from supervisor.session_state import FINAL, SessionState, attempt_row, session_end
+from supervisor.state import Taken
 from supervisor.store_port import Entry, SessionStorePort
 from supervisor.thinking import Deliberation, record_decision, record_usage
 from supervisor.verdict import Decision
@@ -56,6 +58,7 @@ OUTCOME_STATUS = {
 }
 USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
 IDLE_CLAIM_INTERVAL_S = 2.0
+CANCEL_CHECK_INTERVAL_S = 1.0  # the session hash's cancel field, looked at this often
 
 
 def record_events(state: SessionState, entries: list[Entry]) -> None:
@@ -76,8 +79,11 @@ class SessionRunner:
     :class:`Ending`.
     """
 
-    def __init__(self, ctx: SupervisorContext, sid: str, epoch: int) -> None:
+    def __init__(
+        self, ctx: SupervisorContext, sid: str, epoch: int, taken: Taken | None = None
+    ) -> None:
         self.ctx = ctx
+        self.taken = taken  # what the lease's pipeline read for the loop to start from
         self.settings = ctx.settings
         self.store: SessionStorePort = ctx.store  # the loop needs the port, nothing more
         self.state = SessionState(sid, epoch)
@@ -103,12 +109,21 @@ class SessionRunner:
         self.scheduling = Scheduling(
             self.io, ctx.dispatcher, on_failure=self._decide_failure, consumers=consumers
         )
+        # The ending's checkpoints join the next commit round: a thousand sessions ending
+        # together are one commit, not a thousand hurried ones.
         self.ending = Ending(
-            self.io, self.changes, ctx.dispatcher, ctx.dispatcher.sensitive, self.checkpoint
+            self.io,
+            self.changes,
+            ctx.dispatcher,
+            ctx.dispatcher.sensitive,
+            self._checkpoint_in_round,
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
+        self._next_cancel_check = 0.0
+        self._claiming: asyncio.Task[None] | None = None  # a first owner's claim, in flight
+        self._first_owner = False  # nobody owned the session before (no takeover to do)
         self.applying: tuple[str, dict[str, str]] | None = None
         self._usage_written: dict[str, list[int]] = {}  # llm_usage as the hash has it
         self._budget_noted = False  # a spent LLM budget was decided on after a call
@@ -141,13 +156,15 @@ class SessionRunner:
             await self._check_llm_budget()
             if state.outcome is None:
                 await self._settle_recorded()
-            await self._apply(await self.take_over_pending())
+            if not self._first_owner:  # a former owner may have left events unacknowledged
+                await self._apply(await self.take_over_pending())
             while state.outcome is None:
                 await self._check_cancel()  # before anything new is dispatched
                 if state.outcome is not None:
                     break
                 await self.scheduling.dispatch_ready()
                 await self._announce_approvals()
+                await self._started()
                 # Checkpoint after dispatching, in the background: the next steps never
                 # wait on SQL.
                 self._checkpoint()
@@ -161,6 +178,7 @@ class SessionRunner:
                 await self._check_llm_budget()
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
+            await self._started()
             conclusion = await self.rounds.conclusion(state.outcome[0])
             await finish_session(self.ending, *state.outcome, conclusion=conclusion)
         except SessionEndedError as exc:
@@ -186,6 +204,9 @@ class SessionRunner:
                 exc,
             )
         finally:
+            if self._claiming is not None:
+                self._claiming.cancel()
+                await asyncio.gather(self._claiming, return_exceptions=True)
             await self.checkpointer.close()
 
     async def _wait_for_events(self) -> list[Entry]:
@@ -210,28 +231,31 @@ class SessionRunner:
         await ctx.claims.claim(Claim(self.sid, self.epoch, ctx.name, fields, plan))  # grouped
 
     async def _load(self) -> None:
+        """Read the session (from what its lease's pipeline read, when taken in a batch),
+        claim it in SQL and note it running.
+
+        A session nobody owned before, with its plan, starts without waiting: its claim
+        is grouped with others' in the background (awaited by :meth:`_started`, before
+        its first checkpoint), and ``running`` goes with its first fenced write.
+        """
         state, store = self.state, self.store
-        await self._refuse_ended()
-        await self._check_cancel()
-        info = await store.session(self.sid)
-        if info is None:
-            raise SessionError("session has no hot state", session_id=self.sid)
+        info, raw = await self._read_session()
         state.info = info
-        await store.ensure_groups(self.sid)
         started = info.started_at or time.time()
-        raw = await store.plan_json(self.sid, info.plan_version) if info.plan_version else None
         if info.plan_version and raw is None:
             # Wiped between the two reads: claiming now would record a session without
             # its plan, which no rebuild could ever restore.
             raise HotStateLostError(self.sid, f"plan version {info.plan_version}")
-        try:
-            await self.claim((info.plan_version, raw) if raw is not None else None)
-        except SessionEndedError:
-            # its owner died between the SQL and Redis ends
-            row = await self.ctx.sql(lambda: self.ctx.record.session(self.sid))
-            await adopt_recorded_ending(store, self.sid, self.epoch, row)
-            raise
-        await self.io.write_session("status", "running", "started_at", started)
+        plan = (info.plan_version, raw) if raw is not None else None
+        self._first_owner = not info.started_at
+        if self._first_owner:
+            self.scheduling.first_owner()
+        if self._first_owner and plan is not None:
+            self._claiming = asyncio.create_task(self._claim_or_adopt(plan))
+            self.io.defer_session("status", "running", "started_at", started)
+        else:
+            await self._claim_or_adopt(plan)
+            await self.io.write_session("status", "running", "started_at", started)
         state.info = info.model_copy(
             update={"started_at": started, "status": SessionStatus.RUNNING}
         )
@@ -250,7 +274,45 @@ class SessionRunner:
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
             state.reindex()
-        log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+        log.debug("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+
+    async def _read_session(self) -> tuple[SessionRecord, str | None]:
+        """The session hash and the plan version it runs; a cancel is noted first."""
+        taken, store = self.taken, self.store
+        if taken is not None and taken.fields:
+            if taken.loaded is not None:  # shared by the batch: this loop's stop is its own
+                await asyncio.shield(taken.loaded)
+            # Read with the lease, which is refused to an ended session.
+            reason = taken.fields.get(CANCEL_FIELD)
+            if reason is not None:
+                self.state.end(SessionStatus.CANCELLED, reason or "cancelled by user")
+            self._next_cancel_check = time.monotonic() + CANCEL_CHECK_INTERVAL_S
+            return SessionRecord.from_fields(self.sid, taken.fields), taken.plan_json
+        await self._refuse_ended()
+        await self._check_cancel()
+        info = await store.session(self.sid)
+        if info is None:
+            raise SessionError("session has no hot state", session_id=self.sid)
+        await store.ensure_groups(self.sid)
+        raw = await store.plan_json(self.sid, info.plan_version) if info.plan_version else None
+        return info, raw
+
+    async def _claim_or_adopt(self, plan: tuple[int, str] | None) -> None:
+        try:
+            await self.claim(plan)
+        except SessionEndedError:
+            # its owner died between the SQL and Redis ends
+            row = await self.ctx.sql(lambda: self.ctx.record.session(self.sid))
+            await adopt_recorded_ending(self.store, self.sid, self.epoch, row)
+            raise
+
+    async def _started(self) -> None:
+        """Before the first checkpoint: the claim is committed (the record's rows are
+        fenced by it) and the session hash says running."""
+        await self.io.flush()
+        claiming, self._claiming = self._claiming, None
+        if claiming is not None:
+            await claiming
 
     async def _refuse_ended(self) -> None:
         """Ended is final: an ended session leaves the active set and is not loaded."""
@@ -260,9 +322,15 @@ class SessionRunner:
             raise SessionEndedError(self.sid, status)
 
     async def _check_cancel(self) -> None:
-        """A cancel asked for in the session hash wins over everything not yet done."""
-        if self.state.outcome is not None:
+        """A cancel asked for in the session hash wins over everything not yet done.
+
+        Looked at once a second at most: the cancel's event on the stream ends the
+        session at once; the field is for a loop that cannot get that far.
+        """
+        now = time.monotonic()
+        if self.state.outcome is not None or now < self._next_cancel_check:
             return
+        self._next_cancel_check = now + CANCEL_CHECK_INTERVAL_S
         reason = await self.store.session_field(self.sid, CANCEL_FIELD)
         if reason is not None:
             self.state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
@@ -559,6 +627,11 @@ class SessionRunner:
         """Checkpoint what is pending and wait until it is committed and acknowledged."""
         self._checkpoint()
         await self.checkpointer.flush()
+
+    async def _checkpoint_in_round(self) -> None:
+        """:meth:`checkpoint`, committed with whatever round it joins (no hurry)."""
+        self._checkpoint()
+        await self.checkpointer.flush(hurry=False)
 
     def _checkpoint(self) -> None:
         self.checkpointer.submit(*self.state.take_checkpoint())

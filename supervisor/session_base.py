@@ -16,7 +16,7 @@ from planner.plan import Step
 from planner.react_step import REACT_TOOL
 from supervisor.dispatch import Op
 from supervisor.session_state import SessionState
-from supervisor.store_port import Entry, SessionStorePort
+from supervisor.store_port import Entry, SessionStorePort, WriteOp
 
 # The session hash field `planloop cancel` sets (with the reason): read before anything else.
 CANCEL_FIELD = "cancel_requested"
@@ -77,6 +77,9 @@ class SessionIO:
         self.consumer = consumer
         self.stored_outputs = stored_outputs
         self.events = events  # the supervisor's event hub; None: read the stream directly
+        # Session-hash fields written with the next fenced write (the first dispatch, say)
+        # instead of a round trip of their own.
+        self._deferred: list[Any] = []
 
     @property
     def sid(self) -> str:
@@ -153,18 +156,30 @@ class SessionIO:
         entry_id = await self.store.append_event(self.sid, event)
         self.state.batch.events.append((entry_id, event))
 
+    async def write(self, ops: Sequence[WriteOp]) -> None:
+        """Run ``ops`` in one fenced write, after the session fields deferred so far."""
+        if self._deferred:
+            ops = [("HSET", self.store.keys.session(self.sid), self._deferred), *ops]
+            self._deferred = []
+        await self.store.write(self.sid, self.epoch, ops)
+
+    def defer_session(self, *fields: Any) -> None:
+        """Set fields (name, value, ...) of the session hash with the next fenced write."""
+        self._deferred += fields
+
+    async def flush(self) -> None:
+        """Write the deferred session fields now if no other write carried them."""
+        if self._deferred:
+            await self.write([])
+
     async def write_step(self, step_id: str, *, along: Sequence[Op] = (), **fields: Any) -> None:
         """Set fields of a step's hash (and run ``along`` in the same fenced write)."""
         self.state.dirty.add(step_id)
-        await self.store.write(
-            self.sid, self.epoch, [self.store.step_write(self.sid, step_id, **fields), *along]
-        )
+        await self.write([self.store.step_write(self.sid, step_id, **fields), *along])
 
     async def write_session(self, *fields: Any) -> None:
         """Set fields (name, value, name, value, ...) of the session hash, fenced."""
-        await self.store.write(
-            self.sid, self.epoch, [("HSET", self.store.keys.session(self.sid), list(fields))]
-        )
+        await self.write([("HSET", self.store.keys.session(self.sid), list(fields))])
 
     def concurrency(self) -> int:
         return self.state.info.options.concurrency or self.settings.session_concurrency

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -23,7 +25,7 @@ from core.lua import (
     ReleaseLease,
     RenewLease,
 )
-from core.models import Event, SessionRecord, StepState
+from core.models import Event, SessionRecord, SessionStatus, StepState
 from core.redis_faults import is_redis_fault
 
 Op = list[Any]
@@ -44,6 +46,8 @@ class SessionStore:
         self._fenced = FencedWrite.register_async(client)
         self._end_attempt = EndAttempt.register_async(client)
         self._queued = Queued.register_async(client)
+        self._lengths: dict[str, tuple[float, int]] = {}  # queue -> (read at, length)
+        self._reading_lengths: dict[str, asyncio.Future[int]] = {}
 
     @classmethod
     def from_url(cls, url: str, keys: Keys) -> SessionStore:
@@ -90,6 +94,54 @@ class SessionStore:
             )
             await self._acquire(call, client=pipe)
         return [int(epoch) for epoch in await pipe.execute()]
+
+    async def take_sessions(
+        self, takes: Sequence[tuple[str, str]], ttl_s: float, owner: str
+    ) -> list[Taken]:
+        """Take the leases of many ``(sid, token)`` and read each session hash, in one
+        round trip however many (refused for a held lease, an ended session or one without
+        hot state, as :meth:`acquire_lease`; the hash is read right after its lease).
+
+        :meth:`load_plans` reads the rest in a second round trip: a session loop that
+        starts from a :class:`Taken` makes no round trip of its own before its first
+        dispatch.
+        """
+        if not takes:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for sid, token in takes:
+            call = AcquireLease(
+                lease_key=self.keys.lease(sid),
+                session_key=self.keys.session(sid),
+                token=token,
+                ttl_ms=int(ttl_s * 1000),
+                owner=owner,
+            )
+            await self._acquire(call, client=pipe)
+            pipe.hgetall(self.keys.session(sid))
+        replies = await pipe.execute()
+        return [
+            Taken(sid, int(epoch), cast(dict[str, str], fields))
+            for (sid, _), epoch, fields in zip(takes, replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def load_plans(self, taken: Sequence[Taken]) -> None:
+        """Read the plan version each of ``taken`` runs into it, and make sure its events
+        group exists (created again if Redis lost it): one round trip for all."""
+        held = [t for t in taken if t.epoch and t.fields]
+        if not held:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for t in held:
+            pipe.get(self.keys.plan(t.sid, t.plan_version))
+            pipe.xgroup_create(self.keys.events(t.sid), EVENTS_GROUP, id="0", mkstream=True)
+        replies = await pipe.execute(raise_on_error=False)
+        for t, plan, group in zip(held, replies[::2], replies[1::2], strict=True):
+            if isinstance(group, Exception) and "BUSYGROUP" not in str(group):
+                raise group
+            if isinstance(plan, Exception):
+                raise plan
+            t.plan_json = cast(str | None, plan) if t.plan_version else None
 
     async def statuses(self, sids: Sequence[str]) -> list[str | None]:
         """The ``status`` field of each session hash (None where there is none)."""
@@ -203,9 +255,30 @@ class SessionStore:
         return cast(list[str | None], await pipe.execute())
 
     # --- the step queue -------------------------------------------------------------------
-    async def queue_length(self, queue: str) -> int:
-        """Messages waiting in a Celery queue (kombu's Redis list named after it)."""
-        return int(await self.r.llen(queue))
+    async def queue_length(self, queue: str, *, max_age_s: float = 0.0) -> int:
+        """Messages waiting in a Celery queue (kombu's Redis list named after it).
+
+        A length read less than ``max_age_s`` ago is answered from memory, and sessions
+        asking while a read is in flight share it: every session of the process watches
+        the same queue, so a thousand of them cost one LLEN per ``max_age_s``, not a
+        thousand.
+        """
+        cached = self._lengths.get(queue)
+        if cached is not None and time.monotonic() - cached[0] <= max_age_s:
+            return cached[1]
+        reading = self._reading_lengths.get(queue)
+        if reading is None:
+            reading = asyncio.ensure_future(self.r.llen(queue))
+            self._reading_lengths[queue] = reading
+            reading.add_done_callback(lambda done: self._read_length(queue, done))
+        length = int(await asyncio.shield(reading))
+        self._lengths[queue] = (time.monotonic(), length)
+        return length
+
+    def _read_length(self, queue: str, done: asyncio.Future[int]) -> None:
+        self._reading_lengths.pop(queue, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every session that asked may have gone meanwhile
 
     async def queued(self, queue: str, task_id: str) -> bool:
         """Whether a message of task ``task_id`` still waits in ``queue``."""
@@ -390,9 +463,11 @@ class SessionStore:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read_inbox(self, consumer: str, block_ms: int) -> list[tuple[str, str]]:
+    async def read_inbox(
+        self, consumer: str, block_ms: int, *, count: int = 100
+    ) -> list[tuple[str, str]]:
         reply: Any = await self.r.xreadgroup(
-            INBOX_GROUP, consumer, {self.keys.inbox: ">"}, count=100, block=block_ms
+            INBOX_GROUP, consumer, {self.keys.inbox: ">"}, count=count, block=block_ms
         )
         return [
             (entry_id, fields.get("sid", ""))
@@ -402,8 +477,36 @@ class SessionStore:
 
     async def ack_inbox(self, entry_ids: Sequence[str]) -> None:
         if entry_ids:
-            await self.r.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
-            await self.r.xdel(self.keys.inbox, *entry_ids)
+            pipe = self.r.pipeline(transaction=False)
+            pipe.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
+            pipe.xdel(self.keys.inbox, *entry_ids)
+            await pipe.execute()
+
+
+@dataclass
+class Taken:
+    """A session whose lease :meth:`SessionStore.take_sessions` tried to take.
+
+    ``epoch`` is 0 when the lease was not taken; ``fields`` is the session hash as read
+    right after the lease (empty: no hot state), ``plan_json`` the version it runs, read
+    by ``loaded`` (:meth:`SessionStore.load_plans` of the whole batch, awaited by each loop:
+    the leases are renewed from the moment they are taken, not after a second round trip).
+    """
+
+    sid: str
+    epoch: int
+    fields: dict[str, str]
+    plan_json: str | None = None
+    loaded: Awaitable[None] | None = None
+
+    @property
+    def plan_version(self) -> int:
+        return int(self.fields.get("plan_version") or 0)
+
+    @property
+    def ended(self) -> bool:
+        status = self.fields.get("status")
+        return status is not None and SessionStatus(status).ended
 
 
 def stream_id(entry_id: str) -> tuple[int, int]:
