@@ -24,6 +24,7 @@ from core.lua import (
     RecordOutcome,
     ReleaseLease,
     RenewLease,
+    RenewLeases,
     StartAttempt,
 )
 from core.models import SessionStatus
@@ -341,6 +342,25 @@ def test_lease_life(space: Space) -> None:
     assert space.r.get(lease) == "B"
     assert space.r.hget(session, "owner") == "B"
     assert space.r.hget(session, "epoch") == "2"
+
+
+def test_renew_leases_extends_only_the_leases_each_token_holds(space: Space) -> None:
+    """Many leases in one call: held by the token (extended), held by another (left as it
+    is), gone (not created) -> 1, 0, 0 in the order given."""
+    ours, theirs, gone = (space.keys.lease(s) for s in ("a", "b", "c"))
+    space.r.set(ours, "A", px=5_000)
+    space.r.set(theirs, "B", px=5_000)
+    renew = RenewLeases.register(space.r)
+    held = renew(
+        RenewLeases(
+            ttl_ms=90_000, tokens=json.dumps(["A", "A", "A"]), lease_keys=[ours, theirs, gone]
+        )
+    )
+    assert held == [1, 0, 0]
+    assert space.r.pttl(ours) > 60_000
+    assert space.r.pttl(theirs) <= 5_000
+    assert space.r.get(theirs) == "B"
+    assert not space.r.exists(gone)
 
 
 @pytest.mark.parametrize("status", [s.value for s in SessionStatus if s.ended])
