@@ -12,6 +12,7 @@ from config.settings import Settings
 from core.record import SqlRecord
 from core.tools import ToolRegistry
 from planner.llm import ChatModel
+from supervisor.admission import Admission
 from supervisor.dispatch import Dispatcher
 from supervisor.event_hub import EventHub
 from supervisor.group_commit import CheckpointWriter, ClaimBatcher
@@ -35,6 +36,8 @@ class SupervisorContext:
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")
     )
+    # Sessions just taken start before the bookkeeping of those already running.
+    admission: Admission = field(default_factory=Admission)
     # The SQL writes of every session, grouped into one transaction per round.
     claims: ClaimBatcher = field(init=False)
     checkpoints: CheckpointWriter = field(init=False)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import redis
 
 from core.keys import Keys
-from core.lua import RenewLeases
+from core.lua import AcquireLease, RenewLeases
 from core.redis_faults import is_redis_fault
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,13 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None  # what ended the thread (not a fault)
+        self._seen: dict[Lease, float] = {}
+        self._acquire = AcquireLease.register(self._client)
+        # Leases taken by :meth:`take` that the event loop has not registered yet: renewed
+        # here from the moment they are taken (a busy loop may need longer than the TTL to
+        # get round to the reply), until :meth:`settle`.
+        self._fresh: set[Lease] = set()
+        self._fresh_lock = threading.Lock()
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -75,13 +82,55 @@ class LeaseKeeper:
             self._thread.join(self.ttl_s * 2)
         self._client.close()
 
+    def take(
+        self, takes: Sequence[Lease], ttl_s: float, owner: str, session_key: Callable[[str], str]
+    ) -> list[tuple[int, dict[str, str]]]:
+        """Take the leases of ``takes`` (called in a worker thread, not on the event loop),
+        each with its session hash as read right after it: one round trip for all.
+
+        Per take: the new epoch (0 when held elsewhere, ended, or without hot state, as
+        AcquireLease says) and the session hash. The taken leases are renewed from now on,
+        until the owner registers them (``owned``) and calls :meth:`settle`.
+        """
+        pipe = self._client.pipeline(transaction=False)
+        for sid, token in takes:
+            call = AcquireLease(
+                lease_key=self.keys.lease(sid),
+                session_key=session_key(sid),
+                token=token,
+                ttl_ms=int(ttl_s * 1000),
+                owner=owner,
+            )
+            self._acquire(call, client=pipe)
+            pipe.hgetall(session_key(sid))
+        replies = pipe.execute()
+        taken = [
+            (int(epoch), fields) for epoch, fields in zip(replies[::2], replies[1::2], strict=True)
+        ]
+        with self._fresh_lock:
+            self._fresh.update(
+                lease for lease, (epoch, _) in zip(takes, taken, strict=True) if epoch
+            )
+        return taken
+
+    def settle(self, leases: Sequence[Lease]) -> None:
+        """The owner registered ``leases`` (or gave them up): renewed through ``owned``."""
+        with self._fresh_lock:
+            self._fresh.difference_update(leases)
+
+    def _to_renew(self) -> list[Lease]:
+        owned = list(self._owned())
+        with self._fresh_lock:
+            fresh = self._fresh - set(owned)
+        return owned + sorted(fresh)
+
     def _run(self) -> None:
         """Renew, report, sleep a third of the TTL; until stopped or a non-fault error."""
         renewed_at, faulty = time.monotonic(), False
         try:
             while not self._stop.is_set():
                 sent = time.monotonic()
-                leases = list(self._owned())
+                leases = self._to_renew()
                 try:
                     results = self._renew_all(leases)
                 except (redis.RedisError, OSError) as exc:
@@ -105,7 +154,8 @@ class LeaseKeeper:
                     renewed_at, faulty = sent, False
                     lost = [lease for lease, ok in zip(leases, results, strict=True) if not ok]
                     if lost:
-                        self._explain(lost, sent - renewed_at)
+                        self._explain(lost, len(leases))
+                    self._seen = {lease: self._seen.get(lease, sent) for lease in leases}
                     for lease in lost:
                         self._tell(self._lost, lease)
                 self._stop.wait(self.ttl_s / 3)
@@ -129,17 +179,19 @@ class LeaseKeeper:
             self._renew(call, client=pipe)
         return [bool(ok) for held in pipe.execute() for ok in held]
 
-    def _explain(self, lost: list[Lease], since_s: float) -> None:
+    def _explain(self, lost: list[Lease], n: int) -> None:
         """Say what holds a lost lease now (debugging aid, a few per round)."""
+        now = time.monotonic()
         for sid, token in lost[:3]:
             key = self.keys.lease(sid)
+            first = self._seen.get((sid, token))
             log.warning(
-                "DIAG lease of %s lost (round %.2fs after the last): holder=%r pttl=%r ours=%r",
+                "DIAG lease of %s lost of %d: holder=%r pttl=%r first renewed %s s ago",
                 sid,
-                since_s,
+                n,
                 self._client.get(key),
                 self._client.pttl(key),
-                token,
+                None if first is None else round(now - first, 2),
             )
 
     def _tell(self, callback: Callable[[object], None] | Callable[..., None], arg: object) -> None:

@@ -29,14 +29,14 @@ from supervisor.poison import count_crash, end_crashed_session
 from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
 from supervisor.session_base import describe_error
-from supervisor.state import SessionStore
+from supervisor.state import SessionStore, Taken
 
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
-INBOX_BATCH = 500  # sessions taken per turn at most (two round trips for all of them)
+INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
 
 
 @dataclass
@@ -74,6 +74,7 @@ class Supervisor:
         self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
+        self._keeper: LeaseKeeper | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -108,6 +109,7 @@ class Supervisor:
             all_lost=self._stop_loops,
         )
         keeper.start()
+        self._keeper = keeper
         log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
         try:
             while not stop.is_set():
@@ -189,12 +191,23 @@ class Supervisor:
 
     async def _take(self, sids: list[str]) -> None:
         """Take the leases of ``sids`` and start their loops (two round trips for all,
-        which also read what each loop starts from: see SessionStore.take_sessions)."""
+        which also read what each loop starts from: LeaseKeeper.take, then
+        SessionStore.load_plans)."""
         wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
         if not wanted:
             return
         takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted]
-        taken = await self.store.take_sessions(takes, self.settings.lease_ttl_s, self.name)
+        keeper = self._keeper
+        assert keeper is not None, "sessions are taken only while the lease keeper runs"
+        # In the keeper's thread: the leases are renewed from the moment they are taken,
+        # however long this loop takes to get round to the reply.
+        replies = await asyncio.to_thread(
+            keeper.take, takes, self.settings.lease_ttl_s, self.name, self.store.keys.session
+        )
+        taken = [
+            Taken(sid, epoch, fields)
+            for (sid, _), (epoch, fields) in zip(takes, replies, strict=True)
+        ]
         # The plans of the whole batch in one more round trip, which each loop awaits: the
         # leases are in `owned` (renewed) at once, before it.
         loaded = asyncio.ensure_future(self.store.load_plans(taken))
@@ -206,6 +219,7 @@ class Supervisor:
             runner = SessionRunner(self.ctx, sid, took.epoch, took)
             task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
             self.owned[sid] = Owned(token, took.epoch, task)
+        keeper.settle(takes)
         ended = [t.sid for t in taken if not t.epoch and t.ended]
         if ended:  # ended is final: never taken again
             await self.store.r.srem(self.store.keys.active, *ended)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -152,12 +153,19 @@ class SessionRunner:
         """
         state = self.state
         try:
-            await self._load()
-            await self._check_llm_budget()
-            if state.outcome is None:
-                await self._settle_recorded()
-            if not self._first_owner:  # a former owner may have left events unacknowledged
-                await self._apply(await self.take_over_pending())
+            # Up to its first dispatch, a session taken with its plan holds a start slot:
+            # it goes before the bookkeeping of sessions already running (admission.py).
+            # One planning its goal waits on the LLM instead, and holds none.
+            planned = self.taken is not None and self.taken.plan_version > 0
+            async with self.ctx.admission.start() if planned else contextlib.nullcontext():
+                await self._load()
+                await self._check_llm_budget()
+                if state.outcome is None:
+                    await self._settle_recorded()
+                if not self._first_owner:  # a former owner may have left events unacknowledged
+                    await self._apply(await self.take_over_pending())
+                if state.outcome is None:
+                    await self.scheduling.dispatch_ready()
             while state.outcome is None:
                 await self._check_cancel()  # before anything new is dispatched
                 if state.outcome is not None:
@@ -171,7 +179,9 @@ class SessionRunner:
                 self.checkpointer.raise_if_failed()
                 if state.outcome is not None:
                     break
-                await self._apply(await self._wait_for_events())
+                entries = await self._wait_for_events()
+                await self.ctx.admission.defer()  # sessions starting go first
+                await self._apply(entries)
                 await self._reclaim_idle()
                 await self.scheduling.watchdog()
                 await self._think()
@@ -179,6 +189,7 @@ class SessionRunner:
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
             await self._started()
+            await self.ctx.admission.defer()
             conclusion = await self.rounds.conclusion(state.outcome[0])
             await finish_session(self.ending, *state.outcome, conclusion=conclusion)
         except SessionEndedError as exc:

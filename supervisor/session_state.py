@@ -7,6 +7,7 @@ unit test can build and call without Redis.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,11 @@ def has_ended(st: StepState) -> bool:
     return st.status in (StepStatus.FAILED, StepStatus.INTERRUPTED) and st.note == FINAL
 
 
+@functools.cache
 def placeholder_plan() -> Plan:
-    """The plan a session has before its own is loaded (or when none ever loads)."""
+    """The plan a session has before its own is loaded (or when none ever loads): one
+    shared instance, never changed (a plan version is immutable), validated once rather
+    than per session taken."""
     return Plan(steps=[Step(id="_", tool="_")])
 
 

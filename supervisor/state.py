@@ -95,36 +95,6 @@ class SessionStore:
             await self._acquire(call, client=pipe)
         return [int(epoch) for epoch in await pipe.execute()]
 
-    async def take_sessions(
-        self, takes: Sequence[tuple[str, str]], ttl_s: float, owner: str
-    ) -> list[Taken]:
-        """Take the leases of many ``(sid, token)`` and read each session hash, in one
-        round trip however many (refused for a held lease, an ended session or one without
-        hot state, as :meth:`acquire_lease`; the hash is read right after its lease).
-
-        :meth:`load_plans` reads the rest in a second round trip: a session loop that
-        starts from a :class:`Taken` makes no round trip of its own before its first
-        dispatch.
-        """
-        if not takes:
-            return []
-        pipe = self.r.pipeline(transaction=False)
-        for sid, token in takes:
-            call = AcquireLease(
-                lease_key=self.keys.lease(sid),
-                session_key=self.keys.session(sid),
-                token=token,
-                ttl_ms=int(ttl_s * 1000),
-                owner=owner,
-            )
-            await self._acquire(call, client=pipe)
-            pipe.hgetall(self.keys.session(sid))
-        replies = await pipe.execute()
-        return [
-            Taken(sid, int(epoch), cast(dict[str, str], fields))
-            for (sid, _), epoch, fields in zip(takes, replies[::2], replies[1::2], strict=True)
-        ]
-
     async def load_plans(self, taken: Sequence[Taken]) -> None:
         """Read the plan version each of ``taken`` runs into it, and make sure its events
         group exists (created again if Redis lost it): one round trip for all."""
@@ -485,7 +455,7 @@ class SessionStore:
 
 @dataclass
 class Taken:
-    """A session whose lease :meth:`SessionStore.take_sessions` tried to take.
+    """A session whose lease a supervisor tried to take (``LeaseKeeper.take``).
 
     ``epoch`` is 0 when the lease was not taken; ``fields`` is the session hash as read
     right after the lease (empty: no hot state), ``plan_json`` the version it runs, read

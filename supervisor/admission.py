@@ -1,0 +1,64 @@
+"""Admission: a session just taken gets its first dispatch before older sessions' bookkeeping.
+
+One event loop drives every session a supervisor holds, and it is fair: each ready session
+gets a turn in each lap. When a thousand sessions arrive at once, every one of them starts
+at the same time, each start waits a whole lap per round trip, and the first dispatch of
+all of them comes seconds later, at about the same moment. Admission turns that into a
+queue with a short lap:
+
+- at most ``slots`` sessions start at once (loading, claiming, their first dispatch), in
+  the order they were taken; the others wait for a slot;
+- while sessions wait to start or are starting, the loops of sessions already running
+  wait (at most ``max_defer_s`` per turn, so they are never starved) before they apply
+  what they read and before they end: the laps are made of starts.
+
+Pure asyncio bookkeeping, unit-tested without Redis (tests/unit/test_admission.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+DEFAULT_SLOTS = 32
+DEFAULT_MAX_DEFER_S = 0.5
+
+
+class Admission:
+    """The process's start queue and the gate older sessions wait at."""
+
+    def __init__(self, slots: int = DEFAULT_SLOTS, max_defer_s: float = DEFAULT_MAX_DEFER_S):
+        if slots < 1:
+            raise ValueError(f"admission needs at least one slot (got {slots})")
+        self.max_defer_s = max_defer_s
+        self._slots = asyncio.Semaphore(slots)
+        self._starting = 0  # sessions waiting for a slot or holding one
+        self._quiet = asyncio.Event()  # set while nothing starts
+        self._quiet.set()
+
+    @property
+    def starting(self) -> int:
+        """Sessions that wait to start or are starting."""
+        return self._starting
+
+    @contextlib.asynccontextmanager
+    async def start(self) -> AsyncIterator[None]:
+        """Hold a start slot (first come, first served) for the block: a session's start up
+        to its first dispatch."""
+        self._starting += 1
+        self._quiet.clear()
+        try:
+            async with self._slots:
+                yield
+        finally:
+            self._starting -= 1
+            if not self._starting:
+                self._quiet.set()
+
+    async def defer(self) -> None:
+        """Let sessions that start go first: wait until none does, or ``max_defer_s``."""
+        if not self._starting:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._quiet.wait(), self.max_defer_s)
