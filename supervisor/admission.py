@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-DEFAULT_SLOTS = 32
-DEFAULT_MAX_DEFER_S = 0.5
+DEFAULT_SLOTS = 200
+DEFAULT_MAX_DEFER_S = 2.0
 
 
 class Admission:

@@ -162,7 +162,7 @@ class SessionRunner:
                 await self._check_llm_budget()
                 if state.outcome is None:
                     await self._settle_recorded()
-                if not self._first_owner:  # a former owner may have left events unacknowledged
+                if self._may_have_pending():
                     await self._apply(await self.take_over_pending())
                 if state.outcome is None:
                     await self.scheduling.dispatch_ready()
@@ -307,6 +307,11 @@ class SessionRunner:
         await store.ensure_groups(self.sid)
         raw = await store.plan_json(self.sid, info.plan_version) if info.plan_version else None
         return info, raw
+
+    def _may_have_pending(self) -> bool:
+        """Whether a former consumer may have left events unacknowledged: unless the batch
+        that took the session counted none (a session never owned before has none)."""
+        return self.taken is None or self.taken.pending is None or self.taken.pending > 0
 
     async def _claim_or_adopt(self, plan: tuple[int, str] | None) -> None:
         try:

@@ -96,8 +96,9 @@ class SessionStore:
         return [int(epoch) for epoch in await pipe.execute()]
 
     async def load_plans(self, taken: Sequence[Taken]) -> None:
-        """Read the plan version each of ``taken`` runs into it, and make sure its events
-        group exists (created again if Redis lost it): one round trip for all."""
+        """Read the plan version each of ``taken`` runs into it, make sure its events
+        group exists (created again if Redis lost it) and count the events delivered and
+        not acknowledged (a former consumer's, to take over): one round trip for all."""
         held = [t for t in taken if t.epoch and t.fields]
         if not held:
             return
@@ -105,13 +106,18 @@ class SessionStore:
         for t in held:
             pipe.get(self.keys.plan(t.sid, t.plan_version))
             pipe.xgroup_create(self.keys.events(t.sid), EVENTS_GROUP, id="0", mkstream=True)
+            pipe.xpending(self.keys.events(t.sid), EVENTS_GROUP)
         replies = await pipe.execute(raise_on_error=False)
-        for t, plan, group in zip(held, replies[::2], replies[1::2], strict=True):
+        for t, plan, group, pending in zip(
+            held, replies[::3], replies[1::3], replies[2::3], strict=True
+        ):
             if isinstance(group, Exception) and "BUSYGROUP" not in str(group):
                 raise group
-            if isinstance(plan, Exception):
-                raise plan
+            for reply in (plan, pending):
+                if isinstance(reply, Exception):
+                    raise reply
             t.plan_json = cast(str | None, plan) if t.plan_version else None
+            t.pending = int(cast(dict[str, Any], pending).get("pending") or 0)
 
     async def statuses(self, sids: Sequence[str]) -> list[str | None]:
         """The ``status`` field of each session hash (None where there is none)."""
@@ -467,6 +473,7 @@ class Taken:
     epoch: int
     fields: dict[str, str]
     plan_json: str | None = None
+    pending: int | None = None  # events delivered, not acknowledged (None: not counted)
     loaded: Awaitable[None] | None = None
 
     @property
