@@ -1,0 +1,108 @@
+"""Admission: sessions start first come, first served within their slots, and older sessions
+wait for the starts (never longer than their bound). Order only, no wall-clock thresholds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from supervisor.admission import Admission
+
+
+def test_starts_take_their_slots_in_arrival_order() -> None:
+    async def scenario() -> list[str]:
+        admission = Admission(slots=2)
+        order: list[str] = []
+        release = asyncio.Event()
+
+        async def start(name: str) -> None:
+            async with admission.start():
+                order.append(name)
+                await release.wait()
+
+        tasks = [asyncio.create_task(start(n)) for n in "abcde"]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert order == ["a", "b"]  # two slots: the others queue
+        assert admission.starting == 5
+        release.set()
+        await asyncio.gather(*tasks)
+        assert admission.starting == 0
+        return order
+
+    assert asyncio.run(scenario()) == ["a", "b", "c", "d", "e"]
+
+
+def test_older_sessions_wait_until_the_starts_are_done() -> None:
+    async def scenario() -> list[str]:
+        admission = Admission(slots=1, max_defer_s=3600)
+        order: list[str] = []
+        go = asyncio.Event()
+
+        async def new(name: str) -> None:
+            async with admission.start():
+                await go.wait()
+                order.append(name)
+
+        async def old() -> None:
+            await admission.defer()
+            order.append("old bookkeeping")
+
+        starts = [asyncio.create_task(new(n)) for n in ("new 1", "new 2")]
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(old())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert order == []  # the old session waits while sessions start
+        go.set()
+        await asyncio.gather(*starts, waiting)
+        return order
+
+    assert asyncio.run(scenario()) == ["new 1", "new 2", "old bookkeeping"]
+
+
+def test_an_older_session_waits_no_longer_than_its_bound() -> None:
+    async def scenario() -> None:
+        admission = Admission(slots=1, max_defer_s=0.0)
+        stuck = asyncio.Event()
+
+        async def never_done() -> None:
+            async with admission.start():
+                await stuck.wait()
+
+        task = asyncio.create_task(never_done())
+        await asyncio.sleep(0)
+        await admission.defer()  # returns although a start is still in progress
+        assert admission.starting == 1
+        stuck.set()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_nothing_starting_costs_an_older_session_nothing() -> None:
+    async def scenario() -> None:
+        admission = Admission()
+        await admission.defer()
+        assert admission.starting == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_fails_frees_its_slot() -> None:
+    async def scenario() -> None:
+        admission = Admission(slots=1)
+        with pytest.raises(RuntimeError):
+            async with admission.start():
+                raise RuntimeError("load failed")
+        assert admission.starting == 0
+        async with admission.start():  # the slot is free again
+            assert admission.starting == 1
+
+    asyncio.run(scenario())
+
+
+def test_at_least_one_slot() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        Admission(slots=0)
