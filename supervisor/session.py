@@ -285,7 +285,7 @@ class SessionRunner:
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
             state.reindex()
-        log.debug("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+        log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
 
     async def _read_session(self) -> tuple[SessionRecord, str | None]:
         """The session hash and the plan version it runs; a cancel is noted first."""
