@@ -12,6 +12,7 @@ leases are taken as lost and come back through the reclaim path).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -155,6 +156,7 @@ class LeaseKeeper:
                     lost = [lease for lease, ok in zip(leases, results, strict=True) if not ok]
                     if lost:
                         self._explain(lost, len(leases))
+                    # when each lease was first renewed (named when one is lost)
                     self._seen = {lease: self._seen.get(lease, sent) for lease in leases}
                     for lease in lost:
                         self._tell(self._lost, lease)
@@ -180,18 +182,24 @@ class LeaseKeeper:
         return [bool(ok) for held in pipe.execute() for ok in held]
 
     def _explain(self, lost: list[Lease], n: int) -> None:
-        """Say what holds a lost lease now (debugging aid, a few per round)."""
+        """Say, for a few lost leases per round, who holds each now and since when it was
+        ours: a lease never renewed before it was found lost was taken too late to keep."""
         now = time.monotonic()
         for sid, token in lost[:3]:
             key = self.keys.lease(sid)
             first = self._seen.get((sid, token))
+            holder: object = "?"
+            left: object = "?"
+            with contextlib.suppress(redis.RedisError, OSError):  # never the keeper's end
+                holder, left = self._client.get(key), self._client.pttl(key)
             log.warning(
-                "DIAG lease of %s lost of %d: holder=%r pttl=%r first renewed %s s ago",
+                "session=%s lease gone at renewal (%d leases this round): held by %r, %s ms "
+                "left; renewed by us since %s",
                 sid,
                 n,
-                self._client.get(key),
-                self._client.pttl(key),
-                None if first is None else round(now - first, 2),
+                holder,
+                left,
+                "never" if first is None else f"{now - first:.2f}s",
             )
 
     def _tell(self, callback: Callable[[object], None] | Callable[..., None], arg: object) -> None:

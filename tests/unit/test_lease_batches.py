@@ -1,0 +1,32 @@
+"""The lease keeper renews what the loop owns plus what it took and the loop has not
+registered yet, each lease once; registering (``settle``) hands a lease over to ``owned``."""
+
+from __future__ import annotations
+
+from core.keys import Keys
+from supervisor.lease_keeper import LeaseKeeper
+
+Lease = tuple[str, str]
+
+
+def keeper(owned: list[Lease]) -> LeaseKeeper:
+    # No connection is made until a command runs: none does here.
+    return LeaseKeeper(
+        "redis://127.0.0.1:1/0",
+        Keys("t"),
+        1.5,
+        owned=lambda: owned,
+        lost=lambda lease: None,
+        all_lost=lambda why: None,
+    )
+
+
+def test_fresh_leases_are_renewed_until_settled_and_never_twice() -> None:
+    owned: list[Lease] = [("a", "ta")]
+    k = keeper(owned)
+    k._fresh.update({("b", "tb"), ("a", "ta")})  # as take() leaves them
+    assert k._to_renew() == [("a", "ta"), ("b", "tb")]
+    owned.append(("b", "tb"))
+    k.settle([("a", "ta"), ("b", "tb")])
+    assert k._to_renew() == [("a", "ta"), ("b", "tb")]
+    assert not k._fresh
