@@ -18,7 +18,6 @@ from core.errors import FencedOutError
 from core.hot_state import dumps
 from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
 from core.lua import (
-    AcquireLease,
     EndAttempt,
     FencedWrite,
     Queued,
@@ -40,7 +39,6 @@ class SessionStore:
     def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
         self.r = client
         self.keys = keys
-        self._acquire = AcquireLease.register_async(client)
         self._renew = RenewLease.register_async(client)
         self._release = ReleaseLease.register_async(client)
         self._fenced = FencedWrite.register_async(client)
@@ -65,36 +63,7 @@ class SessionStore:
         )
         return cls(aioredis.Redis.from_pool(pool), keys)  # closed with the client
 
-    # --- leases ---------------------------------------------------------------------------
-    async def acquire_lease(self, sid: str, token: str, ttl_s: float, owner: str) -> int:
-        """Take the session's lease; returns the new epoch, or 0 when it is held."""
-        call = AcquireLease(
-            lease_key=self.keys.lease(sid),
-            session_key=self.keys.session(sid),
-            token=token,
-            ttl_ms=int(ttl_s * 1000),
-            owner=owner,
-        )
-        return int(await self._acquire(call))
-
-    async def acquire_leases(
-        self, takes: Sequence[tuple[str, str]], ttl_s: float, owner: str
-    ) -> list[int]:
-        """:meth:`acquire_lease` for many ``(sid, token)`` in one round trip."""
-        if not takes:
-            return []
-        pipe = self.r.pipeline(transaction=False)
-        for sid, token in takes:
-            call = AcquireLease(
-                lease_key=self.keys.lease(sid),
-                session_key=self.keys.session(sid),
-                token=token,
-                ttl_ms=int(ttl_s * 1000),
-                owner=owner,
-            )
-            await self._acquire(call, client=pipe)
-        return [int(epoch) for epoch in await pipe.execute()]
-
+    # --- leases (taken by the lease keeper: supervisor/lease_keeper.py) -----------------
     async def load_plans(self, taken: Sequence[Taken]) -> None:
         """Read the plan version each of ``taken`` runs into it, make sure its events
         group exists (created again if Redis lost it) and count the events delivered and
@@ -118,13 +87,6 @@ class SessionStore:
                     raise reply
             t.plan_json = cast(str | None, plan) if t.plan_version else None
             t.pending = int(cast(dict[str, Any], pending).get("pending") or 0)
-
-    async def statuses(self, sids: Sequence[str]) -> list[str | None]:
-        """The ``status`` field of each session hash (None where there is none)."""
-        pipe = self.r.pipeline(transaction=False)
-        for sid in sids:
-            pipe.hget(self.keys.session(sid), "status")
-        return cast(list[str | None], await pipe.execute())
 
     async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
         """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
