@@ -71,7 +71,7 @@ def console(
 
     def healthy() -> bool:
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:  # noqa: S310
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
                 return bool(answer.status == 200)
         except OSError:
             assert proc.poll() is None, log.read_text()
