@@ -152,6 +152,14 @@ def test_the_dag_follows_a_running_session_without_a_reload(
     assert page.locator("#events tbody tr", has_text="TASK_COMPLETED").count() == 4
     assert wait_ended(producer, sid, 10).status == SessionStatus.COMPLETED
 
+    page.goto(f"{console.url}/")  # the sessions list links to it, with its progress
+    row = page.locator(f'#sessions tr[data-sid="{sid}"]')
+    row.wait_for(timeout=10_000)
+    assert "completed" in row.inner_text()
+    assert "4/4" in row.inner_text()
+    row.locator("a").click()
+    page.wait_for_selector(node("report", "completed"), timeout=10_000)
+
 
 def test_approve_from_the_page_lets_the_session_go_on(
     page: object, console: Console, producer: Producer, test_settings: Settings
