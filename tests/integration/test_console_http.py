@@ -17,7 +17,7 @@ from planner.plan import parse_plan
 from producer.client import Producer
 from producer.stack import Stack
 from tests.conftest import wait_for
-from tests.integration.conftest import RunPlan, report_steps, wait_ended
+from tests.integration.conftest import MakeStack, RunPlan, report_steps, wait_ended
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +144,10 @@ steps:
             20,
             f"{sid} to wait for an approval",
         )
+    told = client.post(f"/api/sessions/{approved}/signal", json={"text": "budget is 5k"})
+    assert told.status_code == 200, told.text
+    events = client.get(f"/api/sessions/{approved}").json()["events"]
+    assert [e["description"] for e in events if e["type"] == "NEW_CONSTRAINT"] == ["budget is 5k"]
     assert client.post(f"/api/sessions/{approved}/approve", json={"step": "b"}).status_code == 200
     assert client.post(f"/api/sessions/{rejected}/reject", json={"step": "b"}).status_code == 200
 
@@ -201,3 +205,32 @@ steps:
     assert record.status == SessionStatus.COMPLETED
     assert not record.error  # skipped by a person: not "completed around failed steps"
     assert report_steps(record)["broken"]["status"] == "skipped"
+
+
+def test_retry_brings_back_the_branch_a_decision_skipped(private_stack: MakeStack) -> None:
+    """With a decision at every WARNING, the failed step's branch is skipped at once; a retry
+    makes it pending again and it runs once the step completes."""
+    ps = private_stack(batch_react_size=1)
+    plan = """
+steps:
+  - {id: broken, tool: bench.sleep, params: {simulate: {fail_attempts: [1], permanent: true}}}
+  - {id: after, tool: bench.echo, params: {value: 1}, dependencies: [broken]}
+  - {id: last, tool: bench.echo, params: {value: 2}, dependencies: [after]}
+  - {id: slow, tool: bench.sleep, params: {seconds: 8}}
+"""
+    sid = ps.producer.submit(parse_plan(plan))
+
+    def skipped() -> bool:
+        states = ps.hot.steps(sid, ["after", "last"])
+        return all(st.status.value == "skipped" for st in states.values())
+
+    wait_for(skipped, 20, "the decision to skip the failed step's branch")
+    ps.producer.retry_step(sid, "broken", "the supplier is back")
+
+    record = wait_ended(ps.producer, sid, 30)
+    assert record.status == SessionStatus.COMPLETED
+    steps = report_steps(record)
+    assert {i: s["status"] for i, s in steps.items()} == dict.fromkeys(
+        ["broken", "after", "last", "slow"], "completed"
+    )
+    assert steps["broken"]["attempts"] == 2
