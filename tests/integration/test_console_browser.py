@@ -24,6 +24,7 @@ from producer.client import Producer
 from producer.stack import Stack, free_port
 from tests.conftest import wait_for
 from tests.integration.conftest import report_steps, wait_ended
+from tests.integration.test_console_http import FALLBACK
 
 pytestmark = pytest.mark.browser
 
@@ -190,3 +191,23 @@ steps:
     assert record.status == SessionStatus.COMPLETED
     assert report_steps(record)["order"]["status"] == "completed"
     assert page.locator('button[data-action="approve"]').count() == 0
+
+
+def test_plan_versions_switch_on_the_page_with_the_diff_outlined(
+    page: object, console: Console, producer: Producer
+) -> None:
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    sid = producer.submit(parse_plan(FALLBACK))
+    wait_ended(producer, sid, 30)
+    page.goto(f"{console.url}/sessions/{sid}")
+    page.wait_for_selector('svg#dag g.node.added[data-step="alt"]', timeout=10_000)
+    assert page.locator("#version").input_value() == "2"  # the newest version first
+    assert "+alt" in page.locator("#diff").inner_text()
+
+    page.select_option("#version", "1")
+    page.wait_for_selector('svg#dag g.node[data-step="alt"]', state="detached", timeout=5_000)
+    assert page.locator("svg#dag g.node").count() == 2
+    assert page.locator("svg#dag g.node.added").count() == 0
+    assert page.locator(node("broken", "failed")).count() == 1

@@ -234,3 +234,32 @@ steps:
         ["broken", "after", "last", "slow"], "completed"
     )
     assert steps["broken"]["attempts"] == 2
+
+
+FALLBACK = """
+steps:
+  - id: broken
+    tool: bench.sleep
+    params: {seconds: 0.01, simulate: {fail_attempts: [1], permanent: true}}
+    critical: true
+    fallback:
+      - {id: alt, tool: bench.echo, params: {value: alternative}}
+  - {id: after, tool: bench.echo, params: {value: done}, dependencies: [broken]}
+"""
+
+
+def test_plan_versions_carry_their_diff_and_the_decision_its_reasoning(
+    client: TestClient, run_plan: RunPlan
+) -> None:
+    sid, record = run_plan(FALLBACK)
+    assert record.plan_version == 2
+    detail = client.get(f"/api/sessions/{sid}").json()
+    first, second = detail["versions"]
+    assert (first["added"], first["removed"]) == ([], [])
+    assert second["added"] == ["alt"]
+    assert "after" in second["changed"]  # it now waits for the fallback
+    assert {n["id"] for n in second["layout"]["nodes"]} == {"broken", "alt", "after"}
+    assert "fallback" in second["reason"]
+    (decision,) = detail["decisions"]
+    assert decision["action"] == "REPLAN_REMAINING"
+    assert "broken failed for good" in decision["reasoning"]
