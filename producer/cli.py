@@ -283,6 +283,36 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 
 
 @cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def retry(session_id: str, step_id: str, note: str) -> None:
+    """Run a step that failed for good once more; its skipped dependents wait for it again."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"retry of {step_id} sent to {session_id}")
+
+
+@cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def skip(session_id: str, step_id: str, note: str) -> None:
+    """Give up a failed (or not yet started) step: it and its dependents end skipped."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"skip of {step_id} sent to {session_id}")
+
+
+@cli.command()
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
 )

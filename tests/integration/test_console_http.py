@@ -263,3 +263,29 @@ def test_plan_versions_carry_their_diff_and_the_decision_its_reasoning(
     (decision,) = detail["decisions"]
     assert decision["action"] == "REPLAN_REMAINING"
     assert "broken failed for good" in decision["reasoning"]
+
+
+def test_the_cli_skips_and_retries_steps_too(
+    stack: Stack, producer: Producer, env_overrides: dict[str, str]
+) -> None:
+    from tests.integration.test_cli import planloop
+
+    plan = """
+steps:
+  - {id: a, tool: bench.echo, params: {value: 1}}
+  - {id: b, tool: bench.echo, params: {value: 2}, dependencies: [a], requires_approval: true}
+"""
+    sid = producer.submit(parse_plan(plan))
+    wait_for(
+        lambda: producer.state.steps(sid, ["b"])["b"].note == "awaiting approval",
+        20,
+        "the approval request",
+    )
+    done = planloop(env_overrides, "skip", sid, "b", "--note", "not this time")
+    assert done.returncode == 0, done.stderr
+    assert f"skip of b sent to {sid}" in done.stdout
+    record = wait_ended(producer, sid, 20)
+    assert report_steps(record)["b"]["status"] == "skipped"
+    assert "not this time" in report_steps(record)["b"]["note"]
+    unknown = planloop(env_overrides, "retry", "no-such-session", "b")
+    assert unknown.returncode == 2
