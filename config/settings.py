@@ -191,6 +191,15 @@ class Settings(BaseSettings):
         SecretStr("admin:planloop"), description="user:password Flower asks for."
     )
 
+    # --- web console -----------------------------------------------------------------------
+    console_port: int = Field(
+        8765, ge=1, le=65535, description="Port of the web console (`planloop console`)."
+    )
+    console_address: str = Field(
+        "127.0.0.1",
+        description="Address the console binds; it asks for flower_basic_auth's credentials.",
+    )
+
     # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
     worker_redis_retry_s: float = Field(
         60.0,

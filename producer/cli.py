@@ -283,6 +283,36 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 
 
 @cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def retry(session_id: str, step_id: str, note: str) -> None:
+    """Run a step that failed for good once more; its skipped dependents wait for it again."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"retry of {step_id} sent to {session_id}")
+
+
+@cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def skip(session_id: str, step_id: str, note: str) -> None:
+    """Give up a failed (or not yet started) step: it and its dependents end skipped."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"skip of {step_id} sent to {session_id}")
+
+
+@cli.command()
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
 )
@@ -342,18 +372,33 @@ def supervisor(loglevel: str) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option(
+    "--console/--no-console",
+    "with_console",
+    default=True,
+    show_default=True,
+    help="Also start the web console (PLANLOOP_CONSOLE_PORT).",
+)
+@click.option(
     "--plan",
     "plan_file",
     type=click.Path(path_type=Path),
     default=None,
     help="Plan the demo submits (default: examples/ecommerce.yaml).",
 )
-def up(demo: bool, workers: int, concurrency: int, plan_file: Path | None) -> None:
+def up(
+    demo: bool, workers: int, concurrency: int, with_console: bool, plan_file: Path | None
+) -> None:
     """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
     from core.errors import PlanError
     from producer.up import UpOptions, run_up
 
-    options = UpOptions(demo=demo, workers=workers, concurrency=concurrency, plan_file=plan_file)
+    options = UpOptions(
+        demo=demo,
+        workers=workers,
+        concurrency=concurrency,
+        plan_file=plan_file,
+        console=with_console,
+    )
     try:
         code = run_up(_settings(), options)
     except PlanError as exc:
@@ -378,6 +423,25 @@ def flower(port: int | None, address: str) -> None:
     from producer.up import run_flower
 
     run_flower(_settings(), port=port, address=address)
+
+
+@cli.command()
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port (default: PLANLOOP_CONSOLE_PORT, 8765).",
+)
+@click.option(
+    "--address", default=None, help="Address to bind (default: PLANLOOP_CONSOLE_ADDRESS)."
+)
+@click.option("--loglevel", default="WARNING", show_default=True)
+def console(port: int | None, address: str | None, loglevel: str) -> None:
+    """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    from console.serve import run_console
+
+    _setup_logging(loglevel)
+    run_console(_settings(), port=port, address=address, loglevel=loglevel)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -122,6 +122,27 @@ class Producer:
             ),
         )
 
+    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+        """Run a step that failed for good once more (its skipped dependents wait for it
+        again); the session's owner carries it out like an approval."""
+        return self._step_command(sid, "retry", step, note)
+
+    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+        """Give up a failed step, or one that has not started (an approval rejected): it
+        and its dependents end skipped."""
+        return self._step_command(sid, "skip", step, note)
+
+    def _step_command(self, sid: str, command: str, step: str, note: str) -> str:
+        return self._tell(
+            sid,
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.INFO,
+                description=note,
+                payload={"command": command, "step": step},
+            ),
+        )
+
     def session(self, sid: str) -> SessionRecord:
         return self.state.session(sid)
 

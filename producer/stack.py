@@ -213,6 +213,9 @@ class Stack:
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
 
+    def start_console(self, port: int) -> subprocess.Popen[bytes]:
+        return self._spawn("console", ["console", "--port", str(port)])
+
     def restart_dead(self, now: float | None = None) -> list[str]:
         """Start again each child that exited, once its back-off has passed.
 

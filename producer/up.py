@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -53,6 +54,7 @@ class UpOptions:
     workers: int = 1
     concurrency: int = 8
     plan_file: Path | None = None
+    console: bool = True  # the web console on settings.console_port, when the port is free
     ready_timeout_s: float = READY_TIMEOUT_S
 
 
@@ -175,6 +177,24 @@ def wait_ready(stack: Stack, settings: Settings, timeout_s: float) -> None:
         producer.state.r.close()
 
 
+def port_free(address: str, port: int) -> bool:
+    """Whether nothing listens on ``address:port`` yet."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((address, port)) != 0
+
+
+def start_console(stack: Stack, settings: Settings) -> str:
+    """Start the web console as a child of the stack; the line that tells the user where."""
+    port, address = settings.console_port, settings.console_address
+    if not port_free(address, port):
+        # another console (or anything else) has the port: the stack runs without one
+        return f"console not started: {address}:{port} is in use (set PLANLOOP_CONSOLE_PORT)"
+    stack.start_console(port)
+    user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
+    return f"console on http://{address}:{port}/ (user {user!r}, PLANLOOP_FLOWER_BASIC_AUTH)"
+
+
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -213,6 +233,8 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
             # A child that dies before the stack is ready is a setup error: reported, not
             # restarted. Once ready, dead children are started again.
             wait_ready(stack, running, options.ready_timeout_s)
+            if options.console:
+                console.print(start_console(stack, running), markup=False, highlight=False)
             console.print("stack ready")
             with restarting(stack, console):
                 if plan is not None:

@@ -72,6 +72,26 @@ class PlanChanges:
                 ),
             )
 
+    async def retry_step(self, step_id: str, note: str) -> None:
+        """Make a step that failed for good ready again, and the dependents skipped because of
+        it pending: they run when it completes (the next attempt is its last)."""
+        state, sid = self.state, self.io.sid
+        st = state.states[step_id]
+        st.status, st.note, st.not_before = StepStatus.READY, note, 0.0
+        revived = [
+            d
+            for d in sorted(descendants(state.plan, step_id))
+            if state.states[d].status == StepStatus.SKIPPED
+            and state.states[d].note.startswith("dependency ")
+        ]
+        for d in revived:
+            state.states[d].status, state.states[d].note = StepStatus.PENDING, ""
+        state.dirty.update([step_id, *revived])
+        state.candidates.add(step_id)
+        ops = [self.store.step_write(sid, step_id, status="ready", note=note, not_before=0.0)]
+        ops += [self.store.step_write(sid, d, status="pending", note="") for d in revived]
+        await self.store.write(sid, self.io.epoch, ops)
+
     async def cancel_steps(
         self, step_ids: list[str], reason: str = "cancelled by a re-plan"
     ) -> None:

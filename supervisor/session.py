@@ -390,6 +390,8 @@ class SessionRunner:
             await self._approve_step(str(event.payload["step"]), event.description)
         elif command == "approve":
             await self._approve(event)
+        elif command in ("retry", "skip"):
+            await self._step_command(str(command), str(event.payload.get("step")), event)
         elif event.payload.get("notice"):
             return  # the supervisor's own notice (no worker consumes): shown, never deliberated
         elif event.type in USER_CHANGES:
@@ -406,6 +408,27 @@ class SessionRunner:
         state.states[step_id].note = f"approved{': ' + note if note else ''}"
         await self.io.write_step(step_id, note=state.states[step_id].note)
         log.info("session=%s step=%s approved by a person", self.sid, step_id)
+
+    async def _step_command(self, command: str, step_id: str, event: Event) -> None:
+        """A person retries a step that failed for good, or skips one that failed or has
+        not started (an approval rejected); ignored (and logged) where it does not apply."""
+        st = self.state.states.get(step_id)
+        ended = (StepStatus.FAILED, StepStatus.INTERRUPTED)
+        skippable = (*ended, StepStatus.PENDING, StepStatus.READY)
+        if st is None or st.status not in (ended if command == "retry" else skippable):
+            status = st.status.value if st is not None else "no such step"
+            log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, status)
+            return
+        by = f"{command} by a person{': ' + event.description if event.description else ''}"
+        if command == "skip":
+            st.status, st.note = StepStatus.SKIPPED, by
+            self.state.candidates.discard(step_id)
+            self.state.dirty.add(step_id)
+            await self.io.write_step(step_id, status=st.status, note=st.note)
+            await self.changes.skip_descendants(step_id)
+        else:
+            await self.changes.retry_step(step_id, by)
+        log.info("session=%s step=%s %s", self.sid, step_id, by)
 
     async def _approve(self, event: Event) -> None:
         """A person chose what to do about the changes parked for them."""
