@@ -36,6 +36,7 @@ from core.similarity import cosine, cosine_many, lexical_similarity
 log = logging.getLogger(__name__)
 
 SUCCESS = "completed"
+_SET_VECTOR = text("UPDATE lessons SET embedding_vec = CAST(:v AS vector) WHERE id = :i")
 VECTOR_COLUMN = "embedding_vec"  # the pgvector column beside the JSON one (literal in SQL)
 
 
@@ -134,6 +135,11 @@ class LessonStore:
                 twin.evidence = _join_evidence(twin.evidence, new.evidence)
                 twin.toolsets = _dumps(sorted({*_names(twin.toolsets), *new.toolsets}))
                 twin.tools = _dumps(sorted({*_names(twin.tools), *new.tools}))
+                key = _centroid(twin, new)
+                if key is not None:
+                    twin.embedding = _dumps(key)
+                    if self.pgvector:
+                        db.execute(_SET_VECTOR, {"v": twin.embedding, "i": twin.id})
                 log.info("lesson %d merged a near-duplicate from %s", twin.id, new.source_session)
                 return twin.id, True
             row = LessonRow(
@@ -153,10 +159,7 @@ class LessonStore:
             db.flush()
             lesson_id = row.id
             if self.pgvector and new.embedding:
-                db.execute(
-                    text("UPDATE lessons SET embedding_vec = CAST(:v AS vector) WHERE id = :i"),
-                    {"v": _dumps(list(new.embedding)), "i": lesson_id},
-                )
+                db.execute(_SET_VECTOR, {"v": _dumps(list(new.embedding)), "i": lesson_id})
         if max_lessons:
             self.evict(max_lessons)
         return lesson_id, False
@@ -440,6 +443,21 @@ def _usefulness(s: LessonStats) -> tuple[int, float, float, float]:
     """Sort key, least useful first."""
     rate = s.rate_with if s.rate_with is not None else 0.5  # unproven: in the middle
     return (s.row.enabled, rate, s.row.last_used_at, s.row.created_at)
+
+
+def _centroid(row: LessonRow, new: NewLesson) -> list[float] | None:
+    """The mean of the goals' vectors a merged lesson came from (each source goal counted
+    once): the key then finds the goals the lesson is about, not the first one's wording.
+    None when the vectors are not comparable."""
+    old = _loads(row.embedding)
+    if not old or not new.embedding or row.embedding_model != new.embedding_model:
+        return None
+    if len(old) != len(new.embedding):
+        return None
+    weight = row.merged  # sources before this one (1 + earlier merges; bumped already)
+    mean = [(o * weight + n) / (weight + 1) for o, n in zip(old, new.embedding, strict=True)]
+    norm = sum(v * v for v in mean) ** 0.5
+    return [v / norm for v in mean] if norm else None
 
 
 def _mean(values: Sequence[int]) -> float:

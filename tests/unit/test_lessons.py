@@ -314,3 +314,15 @@ def test_lessons_work_lexically_without_embeddings(store: LessonStore) -> None:
     (found,) = mem.retrieve("s2", RESTOCK_2, ["supply_chain.erp_stock"])
     assert found.via == "lexical"
     assert mem.retrieve("s3", UNRELATED, ["supply_chain.erp_stock"]) == []
+
+
+def test_a_merge_moves_the_key_towards_every_source_goal(store: LessonStore) -> None:
+    first, _ = store.add(lesson())
+    before = store.get(first)
+    assert before is not None
+    store.add(lesson(goal=RESTOCK_2, embedding=vec(RESTOCK_2)))
+    after = store.get(first)
+    assert after is not None
+    assert after.embedding != before.embedding
+    key = [float(v) for v in after.embedding.strip("[]").split(",")]
+    assert cosine(key, vec(RESTOCK_2)) > cosine(vec(RESTOCK), vec(RESTOCK_2))
