@@ -28,11 +28,12 @@ from core.models import SessionStatus
 from core.record import make_engine
 from planner.embedding import Embedder, NoEmbedder, build_embedder
 from planner.llm import ChatModel, Usage
-from planner.reflection import LessonDraft, Reflector, SessionStory
+from planner.reflection import LessonDraft, Reflector, SessionStory, sanitize_lesson
 
 log = logging.getLogger(__name__)
 
 ADVICE_PREFIX = "Advice from an earlier session"
+GOAL_CHARS = 2000  # a goal as the lessons tables keep it
 # Statuses that always call for a reflection (a cancel is the user's choice, not a failure).
 BAD_ENDINGS = frozenset({SessionStatus.FAILED, SessionStatus.ABORTED})
 
@@ -93,6 +94,7 @@ class LessonMemory:
     # --- 1. retrieval ---------------------------------------------------------------------
     def retrieve(self, sid: str, goal: str, tool_names: Collection[str]) -> list[Found]:
         """The lessons for ``goal`` (recorded as used by ``sid``)."""
+        goal = sanitize_lesson(goal, chars=GOAL_CHARS)  # stored with the search: masked
         vectors = self.embedder.embed([goal]) if goal else None
         query = Query(
             goal=goal,
@@ -119,6 +121,8 @@ class LessonMemory:
         Returns:
             The ids of the lessons written (or merged into) and the reflector's usage.
         """
+        # The goal is the user's text: it may carry a credential like any other input.
+        goal = sanitize_lesson(goal, ended.secrets, (), ended.sensitive, chars=GOAL_CHARS)
         used = self.store.finish(ended.sid, ended.status.value, replans=ended.replans)
         if used:
             self.store.auto_disable(

@@ -27,7 +27,8 @@ from producer.client import Producer
 from supervisor.lessons import ADVICE_PREFIX, LessonMemory
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.llm_conftest import wait_recorded
-from tests.integration.test_planning_loop import decision, echo, prompts
+from tests.integration.test_planning_loop import decision, echo, prompts, run, subgraph
+from tests.integration.test_rounds import critique
 from tests.llm_server import ScriptedLLMServer, hashed_embedding
 
 pytestmark = pytest.mark.integration
@@ -261,3 +262,38 @@ def test_the_search_runs_in_postgresql_with_pgvector(pg_url: str) -> None:
         )
     assert (found.id, found.via, store.pgvector) == (lesson_id, "pgvector", True)
     assert found.similarity >= 0.75
+
+
+def test_a_round_the_critic_did_not_pass_is_reflected_on_and_replanning_gets_lessons(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_settings: Settings,
+    lessons: LessonStore,
+) -> None:
+    embedder = OpenAIEmbedder(llm_settings)
+    seeded = LessonMemory(llm_settings, lessons, embedder, None)
+    (seed_id,) = seeded.store_drafts("earlier", FAILED_GOAL, _drafts())
+    embedder.close()
+    llm.script("critic", critique(False, "no alternative supplier was checked", "alternative"))
+    llm.script("replanner", subgraph(echo("second", "two", "first")))
+    critic_lesson = "When restocking garden SKUs, the critic expects an alternative supplier."
+    llm.script("reflector", {"lessons": [{"lesson": critic_lesson}]})
+    plan_file = f"""
+goal: {SIMILAR_GOAL}
+steps:
+  - {{id: first, tool: bench.echo, params: {{value: one}}}}
+"""
+    sid, session = run(llm_producer, llm_record, plan_file)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.plan_version == 2  # a second round, not a re-plan
+    (replan_prompt,) = prompts(llm, "replanner")
+    assert f"{ADVICE_PREFIX} (lesson {seed_id}" in replan_prompt
+    assert lessons.used_by(sid) == [seed_id]
+    wait_for(lambda: len(lessons.all()) == 2, 30, "the critic round's lesson")
+    (reflector_prompt,) = prompts(llm, "reflector")
+    assert "the critic did not pass a round" in reflector_prompt
+    assert "no alternative supplier was checked" in reflector_prompt
+    new = next(r for r in lessons.all() if r.id != seed_id)
+    assert (new.lesson, new.source_session) == (critic_lesson, sid)

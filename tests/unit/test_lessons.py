@@ -326,3 +326,15 @@ def test_a_merge_moves_the_key_towards_every_source_goal(store: LessonStore) -> 
     assert after.embedding != before.embedding
     key = [float(v) for v in after.embedding.strip("[]").split(",")]
     assert cosine(key, vec(RESTOCK_2)) > cosine(vec(RESTOCK), vec(RESTOCK_2))
+
+
+def test_a_goal_is_stored_masked(store: LessonStore) -> None:
+    chat = ReflectorChat([{"lesson": ADVICE}])
+    mem = memory(store, chat)
+    goal = f"{RESTOCK} with api_key=sk-goal-123"
+    mem.retrieve("s1", goal, ["supply_chain.erp_stock"])
+    (written,), _ = mem.conclude(ended("s1"), goal)
+    row = store.get(written)
+    assert row is not None
+    assert "sk-goal-123" not in row.goal
+    assert RESTOCK in row.goal
