@@ -338,3 +338,27 @@ def test_a_goal_is_stored_masked(store: LessonStore) -> None:
     assert row is not None
     assert "sk-goal-123" not in row.goal
     assert RESTOCK in row.goal
+
+
+def test_a_lesson_that_hurts_is_disabled_at_a_sessions_end_and_logged(
+    store: LessonStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat = ReflectorChat([])  # reflections write nothing new here
+    mem = LessonMemory(Settings(lessons_auto_disable_min_uses=2), store, FakeEmbedder(), chat)
+    lesson_id, _ = store.add(lesson())
+    store.disable(lesson_id)  # hidden while the comparison group ends well
+    for sid in ("w1", "w2"):
+        mem.retrieve(sid, RESTOCK_2, ["supply_chain.erp_stock"])
+        mem.conclude(ended(sid, "completed"), RESTOCK_2)
+    store.enable(lesson_id)
+    for sid in ("u1", "u2"):
+        assert [f.id for f in mem.retrieve(sid, RESTOCK_2, ["supply_chain.erp_stock"])] == [
+            lesson_id
+        ]
+        with caplog.at_level("WARNING", logger="core.lessons"):
+            mem.conclude(ended(sid, "failed"), RESTOCK_2)
+    row = store.get(lesson_id)
+    assert row is not None
+    assert not row.enabled
+    assert "0/2" in row.disabled_reason and "2/2" in row.disabled_reason
+    assert f"lesson {lesson_id} disabled automatically" in caplog.text
