@@ -360,5 +360,6 @@ def test_a_lesson_that_hurts_is_disabled_at_a_sessions_end_and_logged(
     row = store.get(lesson_id)
     assert row is not None
     assert not row.enabled
-    assert "0/2" in row.disabled_reason and "2/2" in row.disabled_reason
+    assert "0/2" in row.disabled_reason
+    assert "2/2" in row.disabled_reason
     assert f"lesson {lesson_id} disabled automatically" in caplog.text
