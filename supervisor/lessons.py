@@ -86,6 +86,10 @@ class LessonMemory:
         store = LessonStore(engine or make_engine(settings.database_url))
         return cls(settings, store, build_embedder(settings), chat)
 
+    def without_reflection(self) -> LessonMemory:
+        """This memory with no model: conclusions record outcomes and never reflect."""
+        return LessonMemory(self.settings, self.store, self.embedder, None)
+
     @property
     def thresholds(self) -> Thresholds:
         s = self.settings

@@ -339,6 +339,10 @@ class SessionRunner:
         if not searched and not wrong:
             return  # never searched and nothing to learn: no row to write
         ended = ended_session(self.state, self.brain, self.rounds.critic_failed)
+        spent = self.brain.llm_budget_spent()
+        if spent is not None:  # the outcome is still recorded; no reflection past the budget
+            log.info("session=%s no reflection: %s", self.sid, spent)
+            lessons = lessons.without_reflection()
         try:
             written, _ = await asyncio.to_thread(lessons.conclude, ended, ended.story.goal)
         except (SQLAlchemyError, LLMError) as exc:
