@@ -185,6 +185,41 @@ class Settings(BaseSettings):
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )
 
+    # --- Lessons (issue 12: Reflexion lessons, retrieved into planning) -----------------
+    lessons_enabled: bool = Field(
+        True, description="Reflect on failed sessions and feed lessons into planning (LLM)."
+    )
+    llm_embedding_model: str | None = Field(
+        "text-embedding-3-small",
+        description="Embeddings model of the endpoint for lesson search; unset (or an "
+        "endpoint without /embeddings) falls back to a weaker lexical similarity.",
+    )
+    lessons_top_k: int = Field(3, ge=0, description="Lessons a planning prompt gets, at most.")
+    lessons_min_similarity: float = Field(
+        0.75, ge=-1, le=1, description="Cosine similarity (embeddings) a lesson needs, 0.75."
+    )
+    lessons_min_lexical_similarity: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Word-overlap similarity a lesson needs when there are no embeddings.",
+    )
+    lessons_duplicate_similarity: float = Field(
+        0.95, ge=0, le=1, description="Similarity at which a new lesson merges into an old one."
+    )
+    lessons_max: int = Field(
+        500, ge=1, description="Lessons kept; past it the least useful are evicted, 500."
+    )
+    lessons_per_reflection: int = Field(
+        3, ge=1, le=10, description="Lessons one reflection may write, at most, 3."
+    )
+    lessons_auto_disable_min_uses: int = Field(
+        5,
+        ge=1,
+        description="Ended sessions with and without a lesson needed before a lesson that "
+        "does worse than its absence is disabled automatically, 5.",
+    )
+
     # --- Flower --------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port Flower listens on.")
     flower_basic_auth: SecretStr = Field(

@@ -97,6 +97,7 @@ class Planner:
         *,
         failed_fingerprints: Collection[str] = (),
         cancel: Collection[str] = (),
+        lessons: Sequence[str] = (),
     ) -> tuple[SubGraph, list[Usage]]:
         """A sub-graph that replaces the steps an incremental re-plan removes.
 
@@ -124,6 +125,7 @@ class Planner:
             completed=bullets(sorted(done)),
             removed=bullets(s.id for s in current.steps if s.id in gone),
             kept=bullets(kept),
+            lessons=bullets(lessons),
             catalogue=tool_catalogue(self.tools, compact=True),
         )
 
@@ -149,6 +151,7 @@ class Planner:
         completed: Collection[str],
         *,
         failed_fingerprints: Collection[str] = (),
+        lessons: Sequence[str] = (),
     ) -> tuple[Plan, list[Usage]]:
         """A new plan for everything not completed; completed steps stay as context.
 
@@ -167,6 +170,7 @@ class Planner:
             situation=self._situation(situation, FULL_SITUATION_CHARS),
             plan_outline=plan_outline(current, _statuses(situation)),
             completed=bullets(sorted(done)),
+            lessons=bullets(lessons),
             catalogue=tool_catalogue(self.tools),
         )
         base = Plan(

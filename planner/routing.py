@@ -8,6 +8,7 @@ and the session's tools.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -15,7 +16,7 @@ from pydantic import BaseModel, Field
 from core.tools import ToolRegistry
 from planner.llm import ChatModel, Role, Usage
 from planner.plan import Plan, Step
-from planner.prompting import render_prompt, tool_catalogue
+from planner.prompting import bullets, render_prompt, tool_catalogue
 from planner.react_step import DEFAULT_MAX_ITERATIONS, REACT_TOOL
 
 Mode = Literal["plan", "react", "auto"]
@@ -36,14 +37,17 @@ class Router:
         self.chat = chat
         self.tools = tools
 
-    def route(self, goal: str) -> tuple[Route, Usage]:
-        """The route for ``goal``.
+    def route(self, goal: str, lessons: Sequence[str] = ()) -> tuple[Route, Usage]:
+        """The route for ``goal`` (``lessons``: advice from earlier sessions).
 
         Raises:
             LLMError: The model failed or kept answering garbage.
         """
         messages = render_prompt(
-            "router", goal=goal, catalogue=tool_catalogue(self.tools, compact=True)
+            "router",
+            goal=goal,
+            lessons=bullets(lessons),
+            catalogue=tool_catalogue(self.tools, compact=True),
         )
         return self.chat.complete_json(Role.ROUTER, messages, Route)
 

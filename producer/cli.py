@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -15,6 +15,9 @@ from config.settings import Settings
 from core.errors import ConfigError, PlanloopError
 from core.masking import install_log_masking
 from core.models import SessionOptions
+
+if TYPE_CHECKING:
+    from core.lessons import LessonStore, Thresholds
 
 EXIT_INVALID = 2
 
@@ -280,6 +283,73 @@ def signal(session_id: str, text: str, plain: bool) -> None:
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"signal sent to {session_id}")
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the lessons as JSON.")
+@click.pass_context
+def lessons(ctx: click.Context, as_json: bool) -> None:
+    """Lessons from earlier sessions, with uses and the success rates with and without."""
+    if ctx.invoked_subcommand is None:
+        from producer.lesson_views import print_lessons
+
+        store, thresholds = _lesson_store()
+        print_lessons(store, thresholds, as_json=as_json)
+
+
+@lessons.command("show")
+@click.argument("lesson_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the lesson as JSON.")
+def lessons_show(lesson_id: int, as_json: bool) -> None:
+    """One lesson in full, with its measured effect."""
+    from producer.lesson_views import print_lesson
+
+    store, thresholds = _lesson_store()
+    if not print_lesson(store, lesson_id, thresholds, as_json=as_json):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+
+
+@lessons.command("disable")
+@click.argument("lesson_id", type=int)
+@click.option("--reason", default="disabled by a person", help="Why, for the record.")
+def lessons_disable(lesson_id: int, reason: str) -> None:
+    """Stop giving a lesson to prompts (kept, with its record; `enable` undoes it)."""
+    store, _ = _lesson_store()
+    if not store.disable(lesson_id, reason):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} disabled")
+
+
+@lessons.command("enable")
+@click.argument("lesson_id", type=int)
+def lessons_enable(lesson_id: int) -> None:
+    """Give a disabled lesson to prompts again."""
+    store, _ = _lesson_store()
+    if not store.enable(lesson_id):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} enabled")
+
+
+@lessons.command("delete")
+@click.argument("lesson_id", type=int)
+def lessons_delete(lesson_id: int) -> None:
+    """Delete a lesson and its uses."""
+    store, _ = _lesson_store()
+    if not store.delete(lesson_id):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} deleted")
+
+
+def _lesson_store() -> tuple[LessonStore, Thresholds]:
+    """The lessons store on ``PLANLOOP_DATABASE_URL`` and the similarity thresholds."""
+    from core.lessons import LessonStore, Thresholds
+    from core.record import make_engine
+
+    settings = _settings()
+    thresholds = Thresholds(
+        settings.lessons_min_similarity, settings.lessons_min_lexical_similarity
+    )
+    return LessonStore(make_engine(settings.database_url)), thresholds
 
 
 @cli.command()

@@ -15,6 +15,7 @@ Synchronous (LLM calls): the session runs these on a thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.errors import LLMError, LLMUnavailableError, PlanError
@@ -48,12 +49,14 @@ class FirstPlan:
     fallback_error: str = ""  # the planning failure an agent step stands in for
 
 
-def route_goal(chat: ChatModel, tools: ToolRegistry, goal: str, mode: Mode) -> RouteChoice:
+def route_goal(
+    chat: ChatModel, tools: ToolRegistry, goal: str, mode: Mode, lessons: Sequence[str] = ()
+) -> RouteChoice:
     """The mode a goal runs in: the submitter's, else the router's (``plan`` if it fails)."""
     if mode != "auto":
         return RouteChoice(mode, f"mode {mode} chosen at submit")
     try:
-        route, usage = Router(chat, tools).route(goal)
+        route, usage = Router(chat, tools).route(goal, lessons)
     except LLMError as exc:
         log.warning("router failed, planning the goal: %s", exc)
         return RouteChoice("plan", f"router failed ({exc}); planning")
@@ -68,6 +71,7 @@ def first_plan(
     *,
     mode: Mode,
     max_repairs: int,
+    lessons: Sequence[str] = (),
 ) -> FirstPlan:
     """The plan for ``goal`` in ``mode`` (``plan`` or ``react``).
 
@@ -79,7 +83,7 @@ def first_plan(
         return FirstPlan(plan, "one agent step (react mode)")
     planner = Planner(chat, tools, max_repairs=max_repairs)
     try:
-        plan, usages = planner.plan(goal, constraints)
+        plan, usages = planner.plan(goal, constraints, lessons)
     except LLMUnavailableError:
         raise
     except (PlanError, LLMError) as exc:

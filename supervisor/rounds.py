@@ -88,6 +88,7 @@ class Rounds:
         self.brain = brain
         self.critique: Critique | None = None
         self._judged_version = -1  # the plan version the critic last judged
+        self.critic_failed = False  # a round was not passed (a reason to reflect)
 
     @property
     def state(self) -> SessionState:
@@ -132,6 +133,7 @@ class Rounds:
             return
         record_usage(state.batch, [usage])
         self.critique = critique
+        self.critic_failed = self.critic_failed or not critique.passed
         await self.io.write_session("critique", critique.model_dump_json())
         await self.io.store.note_progress(
             self.io.sid,

@@ -25,6 +25,7 @@ from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
 from supervisor.lease_keeper import LeaseKeeper
+from supervisor.lessons import build_lesson_memory
 from supervisor.poison import count_crash, end_crashed_session
 from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
@@ -57,14 +58,17 @@ class Supervisor:
         self.settings = settings
         self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tools = load_tools(settings.tool_modules)
+        record = SqlRecord.from_url(settings.database_url)
+        chat = build_chat_model(settings) if settings.llm_base_url else None
         self.ctx = SupervisorContext(
             settings=settings,
             store=SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix)),
-            record=SqlRecord.from_url(settings.database_url),
+            record=record,
             dispatcher=Dispatcher(settings, tools),
             tools=tools,
             name=self.name,
-            chat=build_chat_model(settings) if settings.llm_base_url else None,
+            chat=chat,
+            lessons=build_lesson_memory(settings, chat, record.engine),
         )
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}

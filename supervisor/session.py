@@ -7,6 +7,7 @@ import logging
 import time
 
 import redis
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.errors import (
     FencedOutError,
@@ -36,6 +37,8 @@ from supervisor.context import SupervisorContext
 from supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from supervisor.failures import settle_failure
 from supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
+from supervisor.lesson_story import ended_session
+from supervisor.lessons import BAD_ENDINGS, advice
 from supervisor.plan_changes import PlanChanges
 from supervisor.rounds import Rounds
 from supervisor.scheduler import wait_ms
@@ -107,6 +110,8 @@ class SessionRunner:
             self.io, self.changes, ctx.dispatcher, ctx.dispatcher.sensitive, self.checkpoint
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
+        if ctx.lessons is not None:
+            self.brain.fetch_lessons = self._fetch_lessons
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
         self.applying: tuple[str, dict[str, str]] | None = None
@@ -163,6 +168,7 @@ class SessionRunner:
                 await self.rounds.review()  # with an LLM, a completed round is judged
             conclusion = await self.rounds.conclusion(state.outcome[0])
             await finish_session(self.ending, *state.outcome, conclusion=conclusion)
+            await self._conclude_lessons()
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:
@@ -282,7 +288,8 @@ class SessionRunner:
             return
         options, chat, goal = state.info.options, self.ctx.chat, state.info.goal
         tools = self.ctx.tools.subset(options.tools) if options.tools else self.ctx.tools
-        route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode)
+        lessons = await self.brain.advice()
+        route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode, lessons)
         record_usage(state.batch, route.usages)
         spent = self.brain.llm_budget_spent() if route.mode == "plan" else None
         if spent is not None:
@@ -297,6 +304,7 @@ class SessionRunner:
                 list(self.brain.constraints),
                 mode=route.mode,
                 max_repairs=self.settings.plan_max_repairs,
+                lessons=lessons,
             )
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
@@ -305,6 +313,43 @@ class SessionRunner:
         if first.fallback_error:
             await self._announce_fallback(first.fallback_error)
         await self.changes.install_plan(first.plan, reason=first.reason, replan=False)
+
+    async def _fetch_lessons(self) -> list[str]:
+        """Search the lessons for this session's goal (once; see Deliberation.advice)."""
+        lessons, info = self.ctx.lessons, self.state.info
+        if lessons is None:
+            return []
+        tools = self.ctx.tools.subset(info.options.tools) if info.options.tools else self.ctx.tools
+        goal = info.goal or (self.state.plan.goal if self.state.steps else "")
+        try:
+            found = await asyncio.to_thread(lessons.retrieve, self.sid, goal, tools.names())
+        except SQLAlchemyError as exc:
+            log.warning("session=%s lessons not searched: %s", self.sid, exc)
+            return []
+        return advice(found)
+
+    async def _conclude_lessons(self) -> None:
+        """The ended session's outcome onto its lessons' uses, and a reflection when it went
+        wrong (after the end is recorded: a reflection never delays or changes the end)."""
+        lessons, state = self.ctx.lessons, self.state
+        if lessons is None or state.outcome is None:
+            return
+        searched = self.brain.lessons is not None
+        wrong = state.outcome[0] in BAD_ENDINGS or state.info.replans or self.rounds.critic_failed
+        if not searched and not wrong:
+            return  # never searched and nothing to learn: no row to write
+        ended = ended_session(self.state, self.brain, self.rounds.critic_failed)
+        spent = self.brain.llm_budget_spent()
+        if spent is not None:  # the outcome is still recorded; no reflection past the budget
+            log.info("session=%s no reflection: %s", self.sid, spent)
+            lessons = lessons.without_reflection()
+        try:
+            written, _ = await asyncio.to_thread(lessons.conclude, ended, ended.story.goal)
+        except (SQLAlchemyError, LLMError) as exc:
+            log.warning("session=%s lessons not concluded: %s", self.sid, exc)
+            return
+        if written:
+            log.info("session=%s reflection wrote lesson(s) %s", self.sid, written)
 
     async def _announce_fallback(self, error: str) -> None:
         """Say on the event and progress streams that an agent step replaces a failed plan."""

@@ -108,6 +108,10 @@ class Deliberation:
         self.failed_fingerprints: set[str] = set()
         self.subgraphs: list[tuple[str, frozenset[str]]] = []
         self.awaiting: list[Event] = []  # changes parked until a person approves an action
+        # Advice from earlier sessions' lessons for every planning prompt; None until the
+        # session has searched (then kept in memory(), so a takeover does not search again).
+        self.lessons: list[str] | None = None
+        self.fetch_lessons: Callable[[], Awaitable[list[str]]] | None = None
 
     @property
     def config(self) -> TriggerConfig:
@@ -274,6 +278,7 @@ class Deliberation:
         planner = Planner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
         completed = state.completed()
         await self.load_outputs(sorted(completed))
+        lessons = await self.advice()
         situation = self.situation(f"{decision.action.value}: {decision.reasoning}")
         if decision.action == ReplanAction.REPLAN_FULL:
             new_plan, usages = await asyncio.to_thread(
@@ -282,6 +287,7 @@ class Deliberation:
                 state.plan,
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
+                lessons=lessons,
             )
             merged = replace_remaining(state.plan, completed, new_plan)
             new_ids = frozenset(s.id for s in new_plan.steps) - completed
@@ -293,6 +299,7 @@ class Deliberation:
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
                 cancel=cancel,
+                lessons=lessons,
             )
             merged = merge_remaining(state.plan, completed, cancel, subgraph.steps)
             new_ids = frozenset(s.id for s in subgraph.steps)
@@ -300,6 +307,12 @@ class Deliberation:
             (Plan(steps=[s for s in merged.steps if s.id in new_ids]).fingerprint(), new_ids)
         )
         return merged, usages
+
+    async def advice(self) -> list[str]:
+        """The lessons' advice for planning prompts, searched once per session."""
+        if self.lessons is None and self.fetch_lessons is not None:
+            self.lessons = await self.fetch_lessons()
+        return list(self.lessons or [])
 
     # --- the situation report -------------------------------------------------------------
     def situation(self, trigger: str) -> Situation:
@@ -346,6 +359,7 @@ class Deliberation:
             "constraints": self.constraints,
             "hints": self.hints,
             "failed_fingerprints": sorted(self.failed_fingerprints),
+            "lessons": self.lessons,
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -354,3 +368,5 @@ class Deliberation:
         self.constraints = list(data.get("constraints", []))
         self.hints = list(data.get("hints", []))
         self.failed_fingerprints = set(data.get("failed_fingerprints", []))
+        lessons = data.get("lessons")
+        self.lessons = list(lessons) if isinstance(lessons, list) else None
