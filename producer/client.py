@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -45,18 +46,42 @@ class Producer:
         state = HotState(connect(settings.redis_url), Keys(settings.key_prefix))
         return cls(settings, state, load_tools(settings.tool_modules))
 
-    def submit(self, plan: Plan, options: SessionOptions | None = None) -> str:
+    def submit(
+        self,
+        plan: Plan,
+        options: SessionOptions | None = None,
+        *,
+        check_workers: bool = False,
+        wait_for_workers_s: float = 0.0,
+        on_wait: Callable[[list[str]], None] | None = None,
+    ) -> str:
         """Validate ``plan`` and hand it to the supervisors; returns the session id.
 
         The plan is checked as the supervisor will read it (its stored JSON through
-        ``Plan.model_validate_json``) under this deployment's input limits.
+        ``Plan.model_validate_json``) under this deployment's input limits. With
+        ``check_workers`` (or a ``wait_for_workers_s``), every tool it uses must also be
+        served by a live worker on the queue (their heartbeats, core/heartbeat.py), waiting
+        up to ``wait_for_workers_s`` for one; ``on_wait`` is told the missing tools when
+        waiting starts.
 
         Raises:
             PlanValidationError: the plan cannot run or breaks an input limit; nothing was
                 enqueued.
+            NoLiveWorkerError: a tool no live worker serves (in time); nothing was enqueued.
         """
         plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
+        if check_workers or wait_for_workers_s > 0:
+            from producer.liveness import required_tools, wait_for_workers
+
+            wait_for_workers(
+                self.state.r,
+                self.state.keys,
+                self.settings.queue,
+                required_tools(plan),
+                wait_s=wait_for_workers_s,
+                on_wait=on_wait,
+            )
         sid = new_session_id()
         self.state.create_session(
             sid,

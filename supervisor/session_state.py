@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.llm_budget import UsageByModel, add_calls
-from core.models import SessionRecord, SessionStatus, StepState, StepStatus
+from core.models import ErrorKind, SessionRecord, SessionStatus, StepState, StepStatus
 from core.record import Checkpoint
 from planner.plan import Plan, Step
 from supervisor.candidates import Candidates
@@ -150,6 +150,15 @@ def session_end(
         for i, s in state.states.items()
         if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
     ]
+    unserved = [i for i in failed if state.states[i].error_kind == ErrorKind.UNSERVED]
+    if unserved:  # a tool no worker serves is the deployment's gap, not a finished session
+        steps = state.plan.by_id
+        tools = sorted({steps[i].tool for i in unserved if i in steps})
+        return (
+            SessionStatus.FAILED,
+            f"no worker serves {', '.join(tools) or 'the tool'} (steps {', '.join(unserved)}); "
+            "start a worker whose PLANLOOP_TOOL_MODULES provides it and submit again",
+        )
     return (
         SessionStatus.COMPLETED,
         f"completed around failed steps: {', '.join(failed)}" if failed else "",

@@ -213,7 +213,8 @@ class StepExecutor:
         try:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
-            return _failed(exc, ErrorKind.PERMANENT)
+            # not a bad attempt but a deployment gap: the session must not end "completed"
+            return _failed(exc, ErrorKind.UNSERVED)
         try:
             params = self._params(args)
         except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
@@ -321,7 +322,7 @@ class StepExecutor:
 
 def _tool_health(outcome: Outcome) -> bool | None:
     """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
-    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE):
+    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE, ErrorKind.UNSERVED):
         return None
     return outcome.status == StepStatus.COMPLETED
 
