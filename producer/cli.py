@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -13,7 +12,6 @@ import click
 
 from config.settings import Settings
 from core.errors import ConfigError, PlanloopError
-from core.masking import install_log_masking
 from core.models import SessionOptions
 from producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
@@ -84,13 +82,10 @@ def _exit_for(status: str) -> None:
     sys.exit(0 if status == "completed" else EXIT_SESSION_FAILED)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    install_log_masking()  # log lines pass the one masker too (core/masking.py)
+def _setup_logging(level: str, settings: Settings) -> None:
+    from core.logs import setup_logging
+
+    setup_logging(level, settings.log_format)  # masked, human or JSON lines (core/logs.py)
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
@@ -298,14 +293,18 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
 )
-def status(session_id: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(session_id: str | None, limit: int, as_json: bool) -> None:
     """Show one session (or the newest ones)."""
     from producer.client import Producer
-    from producer.views import print_status
+    from producer.views import print_status, status_doc
 
     producer = Producer.from_settings(_settings())
     try:
-        print_status(producer, session_id, limit)
+        if as_json:
+            print(json.dumps(status_doc(producer, session_id, limit), indent=2, default=str))
+        else:
+            print_status(producer, session_id, limit)
     except PlanloopError as exc:
         _fail(str(exc))
 
@@ -427,8 +426,9 @@ def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
     from supervisor.service import serve
 
-    _setup_logging(loglevel)
-    serve(_settings())
+    settings = _settings()
+    _setup_logging(loglevel, settings)
+    serve(settings)
 
 
 @cli.command()
