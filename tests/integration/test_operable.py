@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ steps:
 SLOW = """
 goal: sleep a while, then echo
 steps:
-  - {id: nap, tool: bench.sleep, params: {seconds: 2.5}}
+  - {id: nap, tool: bench.sleep, params: {seconds: 5}}
   - {id: after, tool: bench.echo, params: {value: 1}, dependencies: [nap]}
 """
 
@@ -261,3 +262,44 @@ def test_json_logs_parse_and_name_the_session(private_stack: MakeStack) -> None:
     docs = [json.loads(line) for line in about]  # every one is a JSON object
     assert all(doc["session_id"] == sid for doc in docs)
     assert all({"ts", "level", "logger", "message"} <= doc.keys() for doc in docs)
+
+
+# --- watch (issue 13, item 7) -------------------------------------------------------------
+def test_watch_of_a_fallback_session_reads_completed_with_a_note(
+    stack: Stack, env_overrides: dict[str, str], producer: Producer
+) -> None:
+    result = planloop(
+        env_overrides, "submit", str(REPO / "examples" / "supply_chain.yaml"), "--wait"
+    )
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = result.stdout
+    sid = out.splitlines()[0].strip()
+    assert producer.session(sid).status == SessionStatus.COMPLETED
+    assert "note ended status=completed note=completed around failed steps" in out
+    assert "note: completed around failed steps: verify_primary" in out
+    assert "error: completed" not in out
+    # the rule policy's decision is shown whole, wrapped, never cut with an ellipsis
+    decision = next(line for line in out.splitlines() if " note decision " in line)
+    assert "…" not in decision
+
+
+def test_live_watch_shows_the_session_elapsed_time(
+    tmp_path: Path, stack: Stack, env_overrides: dict[str, str], producer: Producer
+) -> None:
+    plan = tmp_path / "slow.yaml"
+    plan.write_text(SLOW)
+    submitted = planloop(env_overrides, "submit", str(plan))
+    assert submitted.returncode == 0, submitted.stderr
+    sid = submitted.stdout.strip()
+    time.sleep(1.2)  # the session runs a while before the watch starts (a resumed watch)
+
+    # a terminal as rich sees one: the Live view with its progress bar
+    watched = planloop({**env_overrides, "FORCE_COLOR": "1", "COLUMNS": "150"}, "watch", sid)
+
+    assert watched.returncode == 0, watched.stderr
+    frames = watched.stdout
+    elapsed = re.findall(r"\b0:00:(\d\d)\b", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frames))
+    assert elapsed, frames[-2000:]
+    assert max(int(s) for s in elapsed) >= 2  # the session's time, not the watch's from 0
+    assert "0:00:00" not in frames
