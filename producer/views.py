@@ -38,6 +38,7 @@ STATUS_COLOURS: dict[str, str] = {
 SEVERITY_COLOURS: dict[str, str] = {"INFO": "white", "WARNING": "yellow", "CRITICAL": "red"}
 
 SHORT_TEXT = 60
+EVENT_TEXT = 400  # an event's description in a plain line (watch wraps it; show keeps it)
 SHORT_OUTPUT = 50
 # Width of tables when stdout is a pipe or a CI log (rich would assume 80 columns).
 PLAIN_WIDTH = 160
@@ -88,7 +89,7 @@ def event_line(event: Event) -> str:
     step = f"{event.step_id}#{event.attempt}" if event.step_id else "-"
     return (
         f"{clock(event.occurred_at)} {event.type.value:<24} {event.severity.value:<8} "
-        f"{step:<20} {short(event.description, 100)}"
+        f"{step:<20} {short(event.description, EVENT_TEXT)}"
     ).rstrip()
 
 

@@ -159,10 +159,28 @@ def session_end(
             f"no worker serves {', '.join(tools) or 'the tool'} (steps {', '.join(unserved)}); "
             "start a worker whose PLANLOOP_TOOL_MODULES provides it and submit again",
         )
-    return (
-        SessionStatus.COMPLETED,
-        f"completed around failed steps: {', '.join(failed)}" if failed else "",
-    )
+    return (SessionStatus.COMPLETED, completed_note(state, failed))
+
+
+def completed_note(state: SessionState, failed: list[str]) -> str:
+    """What a completed session says about its failed steps: whose fallback took over
+    (every fallback step completed), and which were only worked around."""
+    steps = state.plan.by_id
+    covered = [
+        i
+        for i in failed
+        if i in steps
+        and steps[i].fallback
+        and all(
+            f.id in state.states and state.states[f.id].status == StepStatus.COMPLETED
+            for f in steps[i].fallback
+        )
+    ]
+    others = [i for i in failed if i not in covered]
+    parts = [f"completed around failed steps: {', '.join(others)}"] if others else []
+    if covered:
+        parts.append(f"the fallback of {', '.join(covered)} took over")
+    return "; ".join(parts)
 
 
 def attempt_row(step_id: str, st: StepState) -> dict[str, Any]:

@@ -276,8 +276,8 @@ def test_watch_of_a_fallback_session_reads_completed_with_a_note(
     out = result.stdout
     sid = out.splitlines()[0].strip()
     assert producer.session(sid).status == SessionStatus.COMPLETED
-    assert "note ended status=completed note=completed around failed steps" in out
-    assert "note: completed around failed steps: verify_primary" in out
+    assert "note ended status=completed note=the fallback of verify_primary took over" in out
+    assert "note: the fallback of verify_primary took over" in out
     assert "error: completed" not in out
     # the rule policy's decision is shown whole, wrapped, never cut with an ellipsis
     decision = next(line for line in out.splitlines() if " note decision " in line)
