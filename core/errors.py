@@ -101,7 +101,8 @@ class NoLiveWorkerError(PlanError):
         )
         waited = f" after waiting {waited_s:g}s" if waited_s else ""
         super().__init__(
-            f"no live worker serves {', '.join(tools)}{waited}; live workers: {served}. Start "
+            f"no live worker serves {', '.join('any tool' if t == '*' else t for t in tools)}"
+            f"{waited}; live workers: {served}. Start "
             "a worker whose PLANLOOP_TOOL_MODULES provides it, or submit with "
             "--wait-for-workers[=SECONDS]"
         )

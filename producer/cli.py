@@ -218,7 +218,13 @@ def submit(
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
             sid = producer.submit_goal(
-                goal, tools=tools, constraints=list(constraints), options=options
+                goal,
+                tools=tools,
+                constraints=list(constraints),
+                options=options,
+                check_workers=worker_check,
+                wait_for_workers_s=wait_for_workers_s,
+                on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
             )
         else:
             assert plan_file is not None

@@ -27,6 +27,8 @@ from core.tools import ToolRegistry, load_tools
 from planner.plan import Plan, describe
 from planner.validation import validate_plan
 
+CONNECT_TIMEOUT_S = 5.0
+
 
 def new_session_id() -> str:
     """Sortable, unique, short: creation time then randomness."""
@@ -43,7 +45,9 @@ class Producer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Producer:
-        state = HotState(connect(settings.redis_url), Keys(settings.key_prefix))
+        # a person waits on this: an unreachable host is reported in seconds (exit 3)
+        client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
+        state = HotState(client, Keys(settings.key_prefix))
         return cls(settings, state, load_tools(settings.tool_modules))
 
     def submit(
@@ -98,12 +102,19 @@ class Producer:
         tools: list[str] | None = None,
         constraints: list[str] | None = None,
         options: SessionOptions | None = None,
+        check_workers: bool = False,
+        wait_for_workers_s: float = 0.0,
+        on_wait: Callable[[list[str]], None] | None = None,
     ) -> str:
         """Hand a goal to the supervisors, whose LLM planner writes the plan.
+
+        ``check_workers`` / ``wait_for_workers_s`` / ``on_wait`` as for :meth:`submit`: a live
+        worker must serve some tool of each toolset in ``tools`` (any tool when none).
 
         Raises:
             ConfigError: no LLM endpoint is configured (the message says how to set one).
             UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
+            NoLiveWorkerError: no live worker serves a toolset (in time); nothing was enqueued.
         """
         self._check_text("goal", goal)
         for constraint in constraints or []:
@@ -116,6 +127,17 @@ class Producer:
         for prefix in prefixes:
             if not self.tools.subset([prefix]).names():
                 raise UnknownToolError(prefix, self.tools.names())
+        if check_workers or wait_for_workers_s > 0:
+            from producer.liveness import goal_tools, wait_for_workers
+
+            wait_for_workers(
+                self.state.r,
+                self.state.keys,
+                self.settings.queue,
+                goal_tools(prefixes),
+                wait_s=wait_for_workers_s,
+                on_wait=on_wait,
+            )
         base = options or SessionOptions()
         sid = new_session_id()
         self.state.create_session(

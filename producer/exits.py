@@ -54,11 +54,15 @@ def _reason(exc: BaseException) -> str:
 def unreachable(exc: BaseException, redis_url: str, database_url: str) -> Unreachable | None:
     """What ``exc`` says is unreachable, or None when it is not about reaching a service.
 
-    A Redis connection error or time-out (loading its dump included), or the database's
+    A Redis connection error or time-out (loading its dump included), a server there that
+    does not speak Redis, or the database's
     driver failing to connect (SQLAlchemy's ``OperationalError``/``InterfaceError``).
     """
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return Unreachable("Redis", redis_url, _reason(exc), "PLANLOOP_REDIS_URL")
+    if isinstance(exc, redis.InvalidResponse):  # something answers there, not Redis
+        reason = f"what answers is not Redis: {_reason(exc)}"
+        return Unreachable("Redis", redis_url, reason, "PLANLOOP_REDIS_URL")
     if type(exc).__module__.startswith("sqlalchemy"):
         from sqlalchemy.exc import InterfaceError, OperationalError
 

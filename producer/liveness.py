@@ -35,10 +35,27 @@ def required_tools(plan: Plan) -> list[str]:
     return sorted(names)
 
 
+def goal_tools(prefixes: list[str]) -> list[str]:
+    """What a goal needs served: a tool of each toolset it names (``bench.*``), or any tool
+    at all (``*``) when it names none."""
+    return [f"{prefix}.*" for prefix in prefixes] or ["*"]
+
+
 def unserved(tools: Iterable[str], workers: list[Heartbeat]) -> list[str]:
-    """The tools of ``tools`` no worker of ``workers`` serves."""
+    """The tools of ``tools`` no worker of ``workers`` serves; ``toolset.*`` is served by any
+    tool of the toolset, ``*`` by any tool."""
     served = {name for hb in workers for name in hb.tools}
-    return sorted(set(tools) - served)
+    missing = []
+    for tool in set(tools):
+        if tool == "*":
+            found = bool(served)
+        elif tool.endswith(".*"):
+            found = any(name.startswith(tool[:-1]) for name in served)
+        else:
+            found = tool in served
+        if not found:
+            missing.append(tool)
+    return sorted(missing)
 
 
 def wait_for_workers(

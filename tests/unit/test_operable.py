@@ -103,3 +103,12 @@ def test_unreachable_names_the_service_and_masks_the_password() -> None:
         "refused.): start it, or point PLANLOOP_REDIS_URL at one that runs"
     )
     assert unreachable(ValueError("no"), "redis://h", "sqlite://") is None
+
+
+def test_a_goal_needs_a_tool_of_each_toolset_or_any_tool() -> None:
+    from producer.liveness import goal_tools
+
+    a = Heartbeat(worker="a", queue="q", tools=["bench.echo"], seen_at=0, expires_at=1)
+    assert unserved(goal_tools(["bench", "ecommerce"]), [a]) == ["ecommerce.*"]
+    assert unserved(goal_tools([]), [a]) == []
+    assert unserved(goal_tools([]), []) == ["*"]
