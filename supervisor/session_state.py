@@ -62,6 +62,9 @@ class SessionState:
     # calls still in the batch are added by fold_usage.
     llm_usage: UsageByModel = field(default_factory=dict)
     folded_calls: int = 0  # how many of batch.llm_calls llm_usage already counts
+    # failed step -> the ids of the fallback steps injected in its place (by this owner;
+    # a takeover forgets it, and the ending then only says the session went around it)
+    fallbacks: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.info = SessionRecord(id=self.sid)
@@ -165,15 +168,13 @@ def session_end(
 def completed_note(state: SessionState, failed: list[str]) -> str:
     """What a completed session says about its failed steps: whose fallback took over
     (every fallback step completed), and which were only worked around."""
-    steps = state.plan.by_id
     covered = [
         i
         for i in failed
-        if i in steps
-        and steps[i].fallback
+        if state.fallbacks.get(i)
         and all(
-            f.id in state.states and state.states[f.id].status == StepStatus.COMPLETED
-            for f in steps[i].fallback
+            f in state.states and state.states[f].status == StepStatus.COMPLETED
+            for f in state.fallbacks[i]
         )
     ]
     others = [i for i in failed if i not in covered]

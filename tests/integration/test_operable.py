@@ -15,7 +15,7 @@ import pytest
 
 from config.settings import Settings
 from core.heartbeat import live_workers
-from core.models import SessionStatus
+from core.models import SessionStatus, StepStatus
 from planner.plan import parse_plan
 from producer.client import Producer
 from producer.stack import Stack
@@ -39,7 +39,7 @@ steps:
 SLOW = """
 goal: sleep a while, then echo
 steps:
-  - {id: nap, tool: bench.sleep, params: {seconds: 5}}
+  - {id: nap, tool: bench.sleep, params: {seconds: 10}}
   - {id: after, tool: bench.echo, params: {value: 1}, dependencies: [nap]}
 """
 
@@ -292,6 +292,11 @@ def test_live_watch_shows_the_session_elapsed_time(
     submitted = planloop(env_overrides, "submit", str(plan))
     assert submitted.returncode == 0, submitted.stderr
     sid = submitted.stdout.strip()
+    wait_for(
+        lambda: producer.state.steps(sid, ["nap"])["nap"].status == StepStatus.RUNNING,
+        30,
+        "the long step to run",
+    )
     time.sleep(1.2)  # the session runs a while before the watch starts (a resumed watch)
 
     # a terminal as rich sees one: the Live view with its progress bar
