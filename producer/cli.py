@@ -450,12 +450,15 @@ def supervisor(loglevel: str) -> None:
 )
 def up(demo: bool, workers: int, concurrency: int, plan_file: Path | None) -> None:
     """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
-    from core.errors import PlanError
+    from core.errors import NoLiveWorkerError, PlanError
     from producer.up import UpOptions, run_up
 
     options = UpOptions(demo=demo, workers=workers, concurrency=concurrency, plan_file=plan_file)
     try:
         code = run_up(_settings(), options)
+    except NoLiveWorkerError as exc:  # the stack ran, its workers never served the plan
+        _fail(f"{exc} (the stack was stopped)", code=1)
+        return
     except PlanError as exc:
         _fail(f"{exc} (nothing was started)")
         return
