@@ -225,7 +225,20 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
     return cast(dict[str, Any], mask(doc))
 
 
+def workers_line(producer: Producer) -> str:
+    """The live workers on this queue and their toolsets, or what to do when there are none."""
+    from core.heartbeat import live_workers
+
+    queue = producer.settings.queue
+    workers = live_workers(producer.state.r, producer.state.keys, queue)
+    if not workers:
+        return f"no live worker on queue {queue}: start one with `planloop worker`"
+    listed = "; ".join(f"{hb.worker} ({', '.join(hb.toolsets())})" for hb in workers)
+    return f"live workers on queue {queue}: {listed}"
+
+
 def _print_sessions(producer: Producer, limit: int, console: Console) -> None:
+    console.print(workers_line(producer), markup=False, highlight=False)
     sids = producer.state.session_ids(limit)
     if not sids:
         console.print("no sessions yet: submit one with `planloop submit PLAN_FILE`")

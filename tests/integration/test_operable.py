@@ -167,6 +167,10 @@ def test_status_json(stack: Stack, env_overrides: dict[str, str], producer: Prod
     listing = json.loads(planloop(env_overrides, "status", "--json").stdout)
     assert sid in [s["id"] for s in listing["sessions"]]
 
+    human = planloop(env_overrides, "status")
+    assert f"live workers on queue {env_overrides['PLANLOOP_QUEUE']}: " in human.stdout
+    assert "bench" in human.stdout
+
     missing = planloop(env_overrides, "status", "20260101-000000-00000000", "--json")
     assert missing.returncode == 2
 
