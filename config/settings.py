@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Input limits no setting may exceed (core/input_limits.py explains why).
 MAX_NESTING_DEPTH_CEILING = 128
@@ -64,9 +64,16 @@ class Settings(BaseSettings):
     worker_pool: Literal["threads", "prefork", "solo"] = Field(
         "threads", description="Celery pool; threads suit I/O-bound tools."
     )
-    tool_modules: list[str] = Field(
+    tool_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Extra modules to import for @tool registrations (besides entry points).",
+        description="Extra modules to import for @tool registrations (besides entry points): "
+        "a comma list (acme.tools,acme.more) or a JSON list.",
+    )
+    worker_heartbeat_s: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between a worker's heartbeats (pl:workers: its name and tools); "
+        "a worker unheard of for three periods counts as gone. Default 5.",
     )
 
     # --- Steps ---------------------------------------------------------------------------
@@ -290,6 +297,27 @@ class Settings(BaseSettings):
         description="Nodes that YAML aliases may add to a plan file by expansion "
         "(default 10,000; stops alias bombs).",
     )
+
+    # --- Logs ------------------------------------------------------------------------------
+    log_format: Literal["human", "json"] = Field(
+        "human",
+        description="Log lines of supervisors and workers: 'human' (default) or 'json', one "
+        "object per line with session_id and step_id when the line is about one.",
+    )
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _comma_or_json_list(cls, value: Any) -> Any:
+        # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON list of module names: {exc}") from None
+        return [name.strip() for name in text.split(",") if name.strip()]
 
     @model_validator(mode="after")
     def _step_timeout_is_waitable(self) -> Settings:

@@ -10,7 +10,8 @@
     │   ├── PlanValidationError     duplicate id, unknown dependency, cycle, unknown tool,
     │   │                           params that do not fit, reference to a non-ancestor
     │   ├── PlanReferenceError      a {{step.output.path}} that cannot be resolved at dispatch
-    │   └── RepeatedPlanError       a re-plan that repeats a plan that already failed
+    │   ├── RepeatedPlanError       a re-plan that repeats a plan that already failed
+    │   └── NoLiveWorkerError       a plan's tool that no live worker serves (submit refuses it)
     ├── ToolError                   raised by or about a tool
     │   ├── UnknownToolError        no tool registered under that name
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
@@ -82,6 +83,29 @@ class RepeatedPlanError(PlanError):
     def __init__(self, message: str, *, fingerprint: str) -> None:
         self.fingerprint = fingerprint
         super().__init__(message)
+
+
+class NoLiveWorkerError(PlanError):
+    """No live worker on the queue serves ``tools``; ``live`` is each live worker's name with
+    the toolsets it serves."""
+
+    def __init__(
+        self, tools: list[str], live: dict[str, list[str]], *, waited_s: float = 0
+    ) -> None:
+        self.tools = tools
+        self.live = live
+        served = (
+            "; ".join(f"{name} ({', '.join(sets) or 'no tools'})" for name, sets in live.items())
+            if live
+            else "none"
+        )
+        waited = f" after waiting {waited_s:g}s" if waited_s else ""
+        super().__init__(
+            f"no live worker serves {', '.join('any tool' if t == '*' else t for t in tools)}"
+            f"{waited}; live workers: {served}. Start "
+            "a worker whose PLANLOOP_TOOL_MODULES provides it, or submit with "
+            "--wait-for-workers[=SECONDS]"
+        )
 
 
 class ToolError(PlanloopError):

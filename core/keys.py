@@ -21,6 +21,8 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:deadletter``                      stream: events that cannot be applied (sid,
                                        entry_id, event, cause)
 ``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
+``pl:workers``                         hash: worker name -> heartbeat JSON (queue, tools,
+                                       expires_at); a worker refreshes its own entry
 =====================================  ======================================================
 """
 
@@ -82,6 +84,10 @@ class Keys:
     @property
     def tools(self) -> str:
         return f"{self.prefix}:tools"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
 
     def breaker(self, tool: str) -> str:
         return f"{self.prefix}:breaker:{tool}"

@@ -82,6 +82,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # ran past its timeout; retry
     LOST = "lost"  # worker vanished; retry
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
+    UNSERVED = "unserved"  # the worker that took it does not serve the tool: the session fails
 
 
 class Event(BaseModel):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -13,29 +12,83 @@ import click
 
 from config.settings import Settings
 from core.errors import ConfigError, PlanloopError
-from core.masking import install_log_masking
 from core.models import SessionOptions
+from producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
 if TYPE_CHECKING:
     from core.lessons import LessonStore, Thresholds
 
-EXIT_INVALID = 2
+DEFAULT_WAIT_FOR_WORKERS_S = 60.0
 
 
 def _settings() -> Settings:
     try:
         return Settings()
     except ValueError as exc:
-        raise click.ClickException(f"invalid PLANLOOP_* settings: {exc}") from exc
+        from core.masking import error_text
+
+        _fail(f"invalid PLANLOOP_* settings: {' '.join(error_text(exc).split())}")
+        raise  # not reached: _fail exits
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    install_log_masking()  # log lines pass the one masker too (core/masking.py)
+def _service_urls() -> tuple[str, str]:
+    """The Redis and database URLs this command used (the defaults if settings are broken)."""
+    try:
+        settings = Settings()
+    except ValueError:
+        settings = Settings.model_construct()
+    return settings.redis_url, settings.database_url
+
+
+class PlanloopGroup(click.Group):
+    """The ``planloop`` group: an unreachable Redis or database ends any command with one line
+    naming the URL and what to do, and exit code 3 (producer/exits.py), not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            seen: BaseException | None = exc
+            while seen is not None:  # the fault may be the cause of a wrapping error
+                found = unreachable(seen, *_service_urls())
+                if found is not None:
+                    click.echo(f"error: {found.message()}", err=True)
+                    sys.exit(EXIT_UNREACHABLE)
+                seen = seen.__cause__ or seen.__context__
+            raise
+
+
+class SubmitCommand(click.Command):
+    """``submit``: a bare ``--wait-for-workers`` followed by the plan file means the default
+    wait (click would take the file name as the option's value)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        fixed: list[str] = []
+        for i, arg in enumerate(args):
+            following = args[i + 1] if i + 1 < len(args) else None
+            if arg == "--wait-for-workers" and not _is_number(following):
+                arg = f"--wait-for-workers={DEFAULT_WAIT_FOR_WORKERS_S:g}"
+            fixed.append(arg)
+        return super().parse_args(ctx, fixed)
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
+
+
+def _exit_for(status: str) -> None:
+    """Exit 0 for a session that ended completed, 1 for any other end."""
+    sys.exit(0 if status == "completed" else EXIT_SESSION_FAILED)
+
+
+def _setup_logging(level: str, settings: Settings) -> None:
+    from core.logs import setup_logging
+
+    setup_logging(level, settings.log_format)  # masked, human or JSON lines (core/logs.py)
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
@@ -43,13 +96,18 @@ def _fail(message: str, code: int = EXIT_INVALID) -> None:
     sys.exit(code)
 
 
-@click.group()
+@click.group(cls=PlanloopGroup)
 @click.version_option(package_name="planloop")
 def cli() -> None:
-    """Planloop: plan-and-execute sessions on a Celery worker pool."""
+    """Planloop: plan-and-execute sessions on a Celery worker pool.
+
+    \b
+    Exit codes: 0 success; 1 the session ended failed, aborted or cancelled;
+    2 bad input (plan, tool, options, settings); 3 Redis or the database unreachable.
+    """
 
 
-@cli.command()
+@cli.command(cls=SubmitCommand)
 @click.argument("plan_file", type=click.Path(path_type=Path), required=False)
 @click.option("--goal", default=None, help="Plan this goal with the LLM instead of a file.")
 @click.option("--tools", "toolsets", default="", help="Toolsets for --goal, e.g. ecommerce.")
@@ -99,6 +157,24 @@ def cli() -> None:
     show_default=True,
     help="For --goal: a plan, one agent step (ReAct), or as the router decides.",
 )
+@click.option(
+    "--wait-for-workers",
+    "wait_for_workers_s",
+    type=click.FloatRange(min=0),
+    is_flag=False,
+    flag_value=DEFAULT_WAIT_FOR_WORKERS_S,
+    default=0.0,
+    metavar="[SECONDS]",
+    help="When no live worker serves a tool of the plan, wait for one (default "
+    f"{DEFAULT_WAIT_FOR_WORKERS_S:g}s) instead of refusing the plan.",
+)
+@click.option(
+    "--worker-check/--no-worker-check",
+    default=True,
+    show_default=True,
+    help="Refuse a plan whose tools no live worker serves (--no-worker-check: submit now, "
+    "start the workers later).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -114,6 +190,8 @@ def submit(
     max_rounds: int | None,
     answer_schema_file: Path | None,
     mode: Literal["plan", "react", "auto"],
+    wait_for_workers_s: float,
+    worker_check: bool,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -143,12 +221,24 @@ def submit(
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
             sid = producer.submit_goal(
-                goal, tools=tools, constraints=list(constraints), options=options
+                goal,
+                tools=tools,
+                constraints=list(constraints),
+                options=options,
+                check_workers=worker_check,
+                wait_for_workers_s=wait_for_workers_s,
+                on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
             )
         else:
             assert plan_file is not None
             plan = load_plan(plan_file, limits=InputLimits.from_settings(settings))
-            sid = producer.submit(plan, options)
+            sid = producer.submit(
+                plan,
+                options,
+                check_workers=worker_check,
+                wait_for_workers_s=wait_for_workers_s,
+                on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
+            )
     except PlanloopError as exc:
         _fail(f"{exc}\n(nothing was submitted)")
         return
@@ -156,8 +246,13 @@ def submit(
     if wait:
         from producer.watch import watch_session
 
-        status = watch_session(producer, sid)
-        sys.exit(0 if status == "completed" else 1)
+        _exit_for(watch_session(producer, sid))
+
+
+def _say_waiting(missing: list[str], wait_s: float) -> None:
+    click.echo(
+        f"waiting up to {wait_s:g}s for a live worker serving {', '.join(missing)}", err=True
+    )
 
 
 def read_answer_schema(path: Path) -> dict[str, Any]:
@@ -207,14 +302,18 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
 )
-def status(session_id: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(session_id: str | None, limit: int, as_json: bool) -> None:
     """Show one session (or the newest ones)."""
     from producer.client import Producer
-    from producer.views import print_status
+    from producer.views import print_status, status_doc
 
     producer = Producer.from_settings(_settings())
     try:
-        print_status(producer, session_id, limit)
+        if as_json:
+            print(json.dumps(status_doc(producer, session_id, limit), indent=2, default=str))
+        else:
+            print_status(producer, session_id, limit)
     except PlanloopError as exc:
         _fail(str(exc))
 
@@ -232,7 +331,7 @@ def watch(session_id: str) -> None:
     except PlanloopError as exc:
         _fail(str(exc))
         return
-    sys.exit(0 if result == "completed" else 1)
+    _exit_for(result)
 
 
 @cli.command()
@@ -433,8 +532,9 @@ def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
     from supervisor.service import serve
 
-    _setup_logging(loglevel)
-    serve(_settings())
+    settings = _settings()
+    _setup_logging(loglevel, settings)
+    serve(settings)
 
 
 @cli.command()
@@ -459,7 +559,7 @@ def up(
     demo: bool, workers: int, concurrency: int, with_console: bool, plan_file: Path | None
 ) -> None:
     """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
-    from core.errors import PlanError
+    from core.errors import NoLiveWorkerError, PlanError
     from producer.up import UpOptions, run_up
 
     options = UpOptions(
@@ -471,6 +571,9 @@ def up(
     )
     try:
         code = run_up(_settings(), options)
+    except NoLiveWorkerError as exc:  # the stack ran, its workers never served the plan
+        _fail(f"{exc} (the stack was stopped)", code=1)
+        return
     except PlanError as exc:
         _fail(f"{exc} (nothing was started)")
         return
@@ -510,8 +613,9 @@ def console(port: int | None, address: str | None, loglevel: str) -> None:
     """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
     from console.serve import run_console
 
-    _setup_logging(loglevel)
-    run_console(_settings(), port=port, address=address, loglevel=loglevel)
+    settings = _settings()
+    _setup_logging(loglevel, settings)
+    run_console(settings, port=port, address=address, loglevel=loglevel)
 
 
 def main(argv: list[str] | None = None) -> Any:

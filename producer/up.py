@@ -41,6 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
+WORKERS_WAIT_S = 60.0  # the demo waits this long for its workers to serve its tools
 LOG_TAIL_LINES = 30
 LIVENESS_INTERVAL_S = 0.5  # how often `up` looks for children that died
 EXIT_INTERRUPTED = 130
@@ -250,7 +251,14 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
 
 def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
     producer = Producer.from_settings(settings)
-    sid = producer.submit(plan)
+    sid = producer.submit(
+        plan,
+        check_workers=True,
+        wait_for_workers_s=WORKERS_WAIT_S,
+        on_wait=lambda missing: console.print(
+            f"waiting for the workers to serve {', '.join(missing)}"
+        ),
+    )
     console.print(f"submitted {sid}: {plan.goal}")
     try:
         status = watch_session(producer, sid, console=console)

@@ -344,7 +344,10 @@ async def _run_compensation(
             EventType.TASK_UNEXPECTED_RESULT,
         ):
             break
-        if outcome is not None and outcome.payload.get("error_kind") == ErrorKind.PERMANENT:
+        if outcome is not None and outcome.payload.get("error_kind") in (
+            ErrorKind.PERMANENT,
+            ErrorKind.UNSERVED,
+        ):
             break
     ok = outcome is not None and outcome.type in (
         EventType.TASK_COMPLETED,

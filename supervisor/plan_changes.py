@@ -31,10 +31,13 @@ def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
     """The plan with the declared fallback of each of ``failed`` injected, validated."""
     state = io.state
     plan = state.plan
+    injected: dict[str, list[str]] = {}
     for step_id in failed:
         if state.steps[step_id].fallback:
+            injected[step_id] = [f.id for f in state.steps[step_id].fallback]
             plan = inject_fallback(plan, step_id)
     validate_plan(plan, io.tools, completed=state.completed())
+    state.fallbacks.update(injected)  # the ending says whose fallback took over
     return plan
 
 

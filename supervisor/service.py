@@ -16,6 +16,7 @@ import redis
 
 from config.settings import Settings
 from core.keys import Keys
+from core.logs import bind
 from core.models import SessionStatus
 from core.record import SqlRecord
 from core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
@@ -205,6 +206,7 @@ class Supervisor:
             self.owned[sid] = Owned(token, epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
+        bind(runner.sid)  # this task's own context: its log lines name the session
         try:
             await self._drive_loop(runner, token)
         finally:

@@ -26,6 +26,7 @@ from core.errors import (
     TransientToolError,
 )
 from core.hot_state import BreakerPolicy, HotState, dumps
+from core.logs import bound
 from core.masking import error_text, mask_text
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
@@ -140,6 +141,10 @@ class StepExecutor:
         broker's unacked entries by the claim and acknowledged by the outcome, inside the
         same two calls (core/broker.py).
         """
+        with bound(args.session_id, args.step_id):  # JSON log lines name session and step
+            return self._execute(args, delivery_tag)
+
+    def _execute(self, args: StepTaskArgs, delivery_tag: str | None) -> str:
         sid, step = args.session_id, args.step_id
         receipt = receipts.parked(delivery_tag) if delivery_tag else None
         claim = self.state.start_attempt(
@@ -213,7 +218,8 @@ class StepExecutor:
         try:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
-            return _failed(exc, ErrorKind.PERMANENT)
+            # not a bad attempt but a deployment gap: the session must not end "completed"
+            return _failed(exc, ErrorKind.UNSERVED)
         try:
             params = self._params(args)
         except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
@@ -321,7 +327,7 @@ class StepExecutor:
 
 def _tool_health(outcome: Outcome) -> bool | None:
     """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
-    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE):
+    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE, ErrorKind.UNSERVED):
         return None
     return outcome.status == StepStatus.COMPLETED
 
