@@ -29,7 +29,7 @@ from celery.events import Event as CeleryEvent
 from celery.utils.time import utcoffset
 from kombu.utils import json as kombu_json
 
-from config.celery import STEP_TASK, celery_config
+from config.celery import STEP_TASK, celery_config, step_task_name
 from config.settings import Settings
 from core.catalogue import SensitiveNames, catalogue_client
 from core.errors import DispatchError
@@ -116,6 +116,7 @@ class Dispatcher:
             create_sent_event=self.celery.conf.task_send_sent_event,
             argsrepr=_preview(self._shown(args)),
             kwargsrepr="{}",
+            shadow=step_task_name(args.tool),  # Flower and worker logs name the tool
             ignore_result=None,  # as send_task leaves it: the task itself ignores results
         )
         message = channel.prepare_message(

@@ -137,6 +137,7 @@ class Scheduling:
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
             instruction=step.instruction if step.tool == REACT_TOOL else "",
+            max_retries=self.io.max_retries(step),
         )
 
     async def watchdog(self) -> None:

@@ -53,6 +53,23 @@ class Outcome:
     payload: dict[str, Any] = field(default_factory=dict)  # more for the event (LLM usage)
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What :meth:`StepExecutor.execute` did with an attempt, for the task's Celery state."""
+
+    result: str  # a StepStatus value, or "dropped" (stale, duplicate, or outcome fenced off)
+    error: str = ""  # the outcome's masked error text
+    error_kind: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The attempt ran and did not complete (failed or interrupted)."""
+        return self.result in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+
+
+DROPPED = Attempt("dropped")
+
+
 class AgentSteps(Protocol):
     """Runs agent steps (workers/react.py): the ReAct loop over this worker's tools."""
 
@@ -126,8 +143,8 @@ class StepExecutor:
         self.breaker = breaker
         self.threads = ToolThreads()
 
-    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> str:
-        """Run one attempt end to end; returns what happened, for the task's result line.
+    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> Attempt:
+        """Run one attempt end to end; returns what happened, for the task's Celery state.
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
            stale or duplicate delivery stops here; an open breaker fails fast).
@@ -157,7 +174,7 @@ class StepExecutor:
         if claim not in (CLAIMED, BREAKER_OPEN):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
-            return "dropped"
+            return DROPPED
         started = time.time()
         outcome = self._unavailable(args) if claim == BREAKER_OPEN else self._run(args)
         finished = time.time()
@@ -205,7 +222,9 @@ class StepExecutor:
             finished - started,
             "" if recorded else " (outcome dropped: attempt is stale)",
         )
-        return outcome.status.value if recorded else "dropped"
+        if not recorded:
+            return DROPPED
+        return Attempt(outcome.status.value, outcome.error, outcome.error_kind)
 
     def _run(self, args: StepTaskArgs) -> Outcome:
         if args.tool == REACT_TOOL:
