@@ -185,6 +185,20 @@ class Settings(BaseSettings):
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )
 
+    # --- Metrics (Prometheus) -----------------------------------------------------------
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a worker's /metrics (0: not served)."
+    )
+    supervisor_metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
+    )
+    metrics_address: str = Field("0.0.0.0", description="Address /metrics binds to.")  # noqa: S104
+    metrics_dir: str = Field(
+        "",
+        description="prometheus_client's multiprocess directory for prefork workers (emptied "
+        "at start; default: a fresh temporary directory).",
+    )
+
     # --- Flower --------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port Flower listens on.")
     flower_basic_auth: SecretStr = Field(

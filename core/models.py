@@ -175,6 +175,9 @@ class StepTaskArgs(BaseModel):
     # The step's retry budget: the worker tells Celery (and Flower) whether a failed attempt
     # will be retried; the supervisor decides that on its own, by the same rule.
     max_retries: int = 0
+    # When the supervisor queued the attempt (epoch seconds; 0: unknown): the worker's
+    # dispatch-overhead histogram (core/metrics.py).
+    dispatched_at: float = 0.0
 
     @property
     def task_id(self) -> str:

@@ -297,9 +297,14 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
+    chosen_pool = pool or settings.worker_pool
+    if settings.metrics_port and chosen_pool == "prefork":
+        from core.metrics_dir import prepare_multiprocess_dir
+
+        # Before the worker's modules import prometheus_client: its mode is chosen then.
+        prepare_multiprocess_dir(settings.metrics_dir)
     from workers.app import create_app, run_worker
 
-    chosen_pool = pool or settings.worker_pool
     # solo runs one task at a time in the consumer's own thread, whatever -c says.
     slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
     # Celery reads "-P prefork" as "no -P given" and falls back to the configured pool;

@@ -16,6 +16,7 @@ from core.errors import (
     SessionEndedError,
     SessionError,
 )
+from core.metrics import LEASE_TAKEOVERS
 from core.models import (
     ErrorKind,
     Event,
@@ -246,6 +247,7 @@ class SessionRunner:
             assert raw is not None  # checked before the claim
             state.use_plan(Plan.model_validate_json(raw))
             if info.started_at:  # taken before: read what happened so far
+                LEASE_TAKEOVERS.inc()
                 state.states = await store.steps(self.sid, state.steps)
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())

@@ -19,6 +19,7 @@ from config.celery import celery_config
 from config.settings import Settings, get_settings
 from core.masking import install_log_masking
 from workers.catalogue import publish_while_serving
+from workers.metrics import serve_metrics_while_serving
 from workers.runtime import PlanloopCelery, WorkerRuntime
 from workers.tasks import register_tasks
 
@@ -33,6 +34,7 @@ def create_app(settings: Settings) -> PlanloopCelery:
     celery_app.conf.update(celery_config(settings))
     register_tasks(celery_app)
     publish_while_serving(celery_app, settings)
+    serve_metrics_while_serving(celery_app, settings)
     return celery_app
 
 

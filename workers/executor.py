@@ -27,6 +27,7 @@ from core.errors import (
 )
 from core.hot_state import BreakerPolicy, HotState, dumps
 from core.masking import error_text, mask_text
+from core.metrics import count_breaker, count_step
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from core.values import ValueLimits, walk
@@ -213,6 +214,10 @@ class StepExecutor:
         )
         if receipt:
             receipts.settle(receipt.tag)
+        overhead = started - args.dispatched_at if args.dispatched_at else None
+        count_step(args.tool, outcome.status.value, finished - started, overhead)
+        if claim == BREAKER_OPEN or outcome.status == StepStatus.COMPLETED:
+            count_breaker(args.tool, claim == BREAKER_OPEN)
         log.info(
             "session=%s step=%s attempt=%d %s in %.3fs%s",
             sid,

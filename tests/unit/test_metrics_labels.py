@@ -1,0 +1,60 @@
+"""Metric labels are bounded and masked; counting moves the families the dashboard reads."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from core import metrics
+from core.metrics import LABEL_CHARS, QueueDepth, exposition, label
+
+
+def _value(name: str, labels: dict[str, str]) -> float:
+    for family in text_string_to_metric_families(exposition().decode()):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def test_a_label_never_carries_a_password_and_stays_short() -> None:
+    assert "hunter2" not in label("https://user:hunter2@llm.example/v1")
+    assert "sk-abcdef" not in label("api_key=sk-abcdef")
+    assert len(label("t" * 500)) == LABEL_CHARS
+    assert label("bench.echo") == "bench.echo"
+
+
+def test_counting_a_step_moves_steps_duration_and_dispatch() -> None:
+    labels = {"tool": "unit.tool", "status": "failed"}
+    before = _value("planloop_steps_total", labels)
+    dispatched = _value("planloop_dispatch_overhead_seconds_count", {})
+    metrics.count_step("unit.tool", "failed", 0.2, 0.003)
+    metrics.count_step("unit.tool", "failed", 0.2, None)  # dispatch time unknown: not observed
+    assert _value("planloop_steps_total", labels) == before + 2
+    assert _value("planloop_dispatch_overhead_seconds_count", {}) == dispatched + 1
+
+
+def test_llm_calls_are_priced_by_the_configured_prices() -> None:
+    from config.settings import ModelPrice
+
+    metrics.PRICES["unit-model"] = ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)
+    metrics.count_llm_call("planner", "unit-model", 1_000_000, 500_000)
+    labels = {"role": "planner", "model": "unit-model"}
+    assert _value("planloop_llm_cost_usd_total", labels) == 2.0
+    assert _value("planloop_llm_tokens_total", {**labels, "kind": "completion"}) == 500_000
+
+
+def test_queue_depth_is_read_at_scrape_time_and_a_broken_read_is_skipped() -> None:
+    depth = {"q": 3}
+    served = CollectorRegistry()
+    served.register(QueueDepth(lambda: depth))
+    assert b'planloop_queue_depth{queue="q"} 3.0' in exposition(served)
+    depth["q"] = 0
+    assert b'planloop_queue_depth{queue="q"} 0.0' in exposition(served)
+
+    def broken() -> dict[str, int]:
+        raise ConnectionError("redis down")
+
+    failing = CollectorRegistry()
+    failing.register(QueueDepth(broken))
+    assert b"planloop_queue_depth{" not in exposition(failing)
