@@ -58,3 +58,21 @@ def test_queue_depth_is_read_at_scrape_time_and_a_broken_read_is_skipped() -> No
     failing = CollectorRegistry()
     failing.register(QueueDepth(broken))
     assert b"planloop_queue_depth{" not in exposition(failing)
+
+
+def test_the_grafana_dashboard_reads_only_metrics_we_export() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    board = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "planloop.json"
+    exprs = [t["expr"] for p in json.loads(board.read_text())["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"planloop_[a-z_]+", e)}
+    served = CollectorRegistry()
+    served.register(QueueDepth(lambda: {"q": 0}))
+    text = exposition(served).decode() + exposition().decode()
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    families = list(text_string_to_metric_families(text))
+    exported |= {f.name for f in families} | {f"{f.name}_total" for f in families}
+    missing = {m for m in used if m not in exported and f"{m}_bucket" not in exported}
+    assert not missing, f"the dashboard reads metrics nobody exports: {sorted(missing)}"
