@@ -199,6 +199,12 @@ class Settings(BaseSettings):
         "at start; default: a fresh temporary directory).",
     )
 
+    otel_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry collector (OTLP over HTTP, e.g. http://otel:4318): one "
+        "trace per session; needs the `otel` extra. Unset: no traces.",
+    )
+
     # --- Flower --------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port Flower listens on.")
     flower_basic_auth: SecretStr = Field(

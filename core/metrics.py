@@ -106,16 +106,31 @@ def label(value: str) -> str:
 
 
 # --- counting -----------------------------------------------------------------------------
+@lru_cache(maxsize=4096)
+def _step_children(tool: str, status: str) -> tuple[Any, Any]:
+    # prometheus_client's labels() takes a lock and builds a key each time (~4 us): a
+    # step's children are looked up once per (tool, status) and kept.
+    name = label(tool)
+    return STEPS.labels(name, status), STEP_SECONDS.labels(name)
+
+
+_breakers: dict[str, bool] = {}  # per process: the state last set, so a set is a change
+
+
 def count_step(tool: str, status: str, duration_s: float, overhead_s: float | None) -> None:
     """One attempt ended on a worker."""
-    name = label(tool)
-    STEPS.labels(name, status).inc()
-    STEP_SECONDS.labels(name).observe(duration_s)
+    steps, seconds = _step_children(tool, status)
+    steps.inc()
+    seconds.observe(duration_s)
     if overhead_s is not None:
         DISPATCH_SECONDS.observe(max(overhead_s, 0.0))
 
 
 def count_breaker(tool: str, is_open: bool) -> None:
+    """A worker saw ``tool``'s breaker open, or the tool complete (closed)."""
+    if _breakers.get(tool) is is_open:
+        return
+    _breakers[tool] = is_open
     BREAKER_OPEN.labels(label(tool)).set(1 if is_open else 0)
 
 

@@ -37,6 +37,7 @@ from core.keys import Keys
 from core.masking import MASK, mask
 from core.models import StepTaskArgs
 from core.tools import ToolRegistry
+from core.tracing import step_headers
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class Dispatcher:
             shadow=step_task_name(args.tool),  # Flower and worker logs name the tool
             ignore_result=None,  # as send_task leaves it: the task itself ignores results
         )
+        headers.update(step_headers(args.session_id))  # the session's trace, when traced
         message = channel.prepare_message(
             dumps(body),
             0,

@@ -22,6 +22,7 @@ from core.models import (
     StepTaskArgs,
 )
 from core.record import SessionRow
+from core.tracing import session_span
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.plan_changes import PlanChanges
@@ -130,6 +131,7 @@ async def finish_session(
     )
     await io.store.note_progress(io.sid, "ended", status=status.value, error=error)
     count_session_end(status.value)
+    session_span(io.sid, status.value, state.info.started_at, now)
     log.info("session=%s ended %s%s", io.sid, status.value, f": {error}" if error else "")
 
 

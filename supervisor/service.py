@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import redis
 
 from config.settings import Settings
-from core import metrics
+from core import metrics, tracing
 from core.hot_state import connect
 from core.keys import Keys
 from core.models import SessionStatus
@@ -328,6 +328,7 @@ def serve(settings: Settings) -> None:
         await Supervisor(settings).run(stop)
 
     serve_metrics(settings)
+    tracing.configure(settings, "planloop-supervisor")
     # The SQL thread must not hold the event loop off for the default 5 ms GIL slice: a
     # step's dependents are dispatched from the loop.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)

@@ -28,6 +28,7 @@ from core.models import (
 )
 from core.record import Claim
 from core.redis_faults import is_redis_fault
+from core.tracing import SESSION
 from planner.plan import Plan, Step
 from planner.react import usages_of
 from supervisor.broken import dependency_broken
@@ -136,6 +137,7 @@ class SessionRunner:
            watchdog, and let the trigger policy decide whether to deliberate.
         5. Stop what runs, compensate if aborted or cancelled, write the report.
         """
+        SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
         state = self.state
         try:
             await self._load()

@@ -22,6 +22,7 @@ from core.metrics import count_decision, count_llm_call
 from core.models import Event, EventType, Severity, StepStatus
 from core.record import Checkpoint
 from core.tools import ToolRegistry
+from core.tracing import llm_span
 from planner.agents import Decider, Planner
 from planner.decision import ReplanAction, ReplanDecision
 from planner.llm import ChatModel, Usage
@@ -74,6 +75,7 @@ def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
     """Put LLM calls into the session's next checkpoint."""
     for u in usages:
         count_llm_call(str(u.role), u.model, u.prompt_tokens, u.completion_tokens)
+        llm_span(str(u.role), u.model, u.prompt_tokens, u.completion_tokens, u.latency_s)
         batch.llm_calls.append(
             {
                 "created_at": time.time(),

@@ -17,6 +17,7 @@ from celery.signals import after_setup_logger, after_setup_task_logger
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
+from core import tracing
 from core.masking import install_log_masking
 from workers.catalogue import publish_while_serving
 from workers.metrics import serve_metrics_while_serving
@@ -35,6 +36,7 @@ def create_app(settings: Settings) -> PlanloopCelery:
     register_tasks(celery_app)
     publish_while_serving(celery_app, settings)
     serve_metrics_while_serving(celery_app, settings)
+    tracing.configure(settings, "planloop-worker")
     return celery_app
 
 

@@ -29,6 +29,7 @@ from config.celery import STEP_TASK
 from core.errors import StepAttemptFailed
 from core.models import StepTaskArgs
 from core.redis_faults import is_redis_fault
+from core.tracing import TRACEPARENT, step_span
 from workers.executor import Attempt
 from workers.runtime import PlanloopCelery, WorkerRuntime
 
@@ -64,7 +65,10 @@ def register_tasks(celery_app: PlanloopCelery) -> None:
         tag = (task.request.properties or {}).get("delivery_tag")
         step = StepTaskArgs.model_validate(args)
         try:
-            attempt = task.runtime.executor().execute(step, delivery_tag=tag)
+            with step_span(getattr(task.request, TRACEPARENT, None), span_attributes(step)) as span:
+                attempt = task.runtime.executor().execute(step, delivery_tag=tag)
+                if span is not None:
+                    span.set_attribute("planloop.result", attempt.result)
         except redis.RedisError as exc:
             if not is_redis_fault(exc):
                 raise
@@ -103,3 +107,13 @@ def raise_failure(step: StepTaskArgs, attempt: Attempt) -> None:
         # the next attempt (its own task id) after the step's back-off.
         raise Retry(f"attempt {step.attempt} of {step.max_retries + 1}: {exc}", exc=exc)
     raise exc
+
+
+def span_attributes(step: StepTaskArgs) -> dict[str, Any]:
+    """What a step attempt's span says: ids and the tool, never params."""
+    return {
+        "planloop.session": step.session_id,
+        "planloop.step": step.step_id,
+        "planloop.attempt": step.attempt,
+        "planloop.tool": step.tool,
+    }

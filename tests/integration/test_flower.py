@@ -139,6 +139,17 @@ def test_flower_shows_failures_retries_tool_names_and_queue_lengths(
     assert secret not in json.dumps(tasks)  # args/kwargs as Flower shows them are masked
 
     # The queue-length API (what the Broker page draws) knows our redis broker and queue.
-    lengths = flower.get("/api/queues/length")
-    queues = {q["name"]: q["messages"] for q in lengths["active_queues"]}
-    assert queues.get(stack.settings.queue) == 0
+    # Flower lists the queues its workers' inspect replies name (other test runs' workers
+    # share the broker): ask again until our worker's reply is in.
+    def our_queue() -> dict[str, int] | None:
+        flower.answers("/api/workers?refresh=1")
+        lengths = flower.answers("/api/queues/length") or {"active_queues": []}
+        queues = {q["name"]: q["messages"] for q in lengths["active_queues"]}
+        return queues if stack.settings.queue in queues else None
+
+    queues = wait_for(our_queue, 30, "flower's queue lengths to list our queue")
+    assert queues[stack.settings.queue] == 0
+    url = f"http://127.0.0.1:{flower.port}/broker"
+    with urllib.request.urlopen(url, timeout=10) as page:  # 404 before: "not supported"
+        html = page.read().decode()
+    assert stack.settings.queue in html
