@@ -80,9 +80,13 @@ class Flower:
         self.proc.wait(10)
 
 
-@pytest.fixture
-def flower_stack(private_stack: MakeStack) -> Iterator[tuple[PrivateStack, Flower]]:
-    stack = private_stack(concurrency=4)
+@pytest.fixture(params=["threads", "prefork"])
+def flower_stack(
+    private_stack: MakeStack, request: pytest.FixtureRequest
+) -> Iterator[tuple[PrivateStack, Flower]]:
+    # prefork: the task's exceptions cross a process boundary (pickled) to reach the events.
+    stack = private_stack(workers=0)
+    stack.start_worker(concurrency=2, pool=request.param)
     flower = Flower(stack)
     try:
         # Flower sees only events published while it listens: wait until it knows the worker.

@@ -76,3 +76,23 @@ def test_the_grafana_dashboard_reads_only_metrics_we_export() -> None:
     exported |= {f.name for f in families} | {f"{f.name}_total" for f in families}
     missing = {m for m in used if m not in exported and f"{m}_bucket" not in exported}
     assert not missing, f"the dashboard reads metrics nobody exports: {sorted(missing)}"
+
+
+def test_the_console_can_mount_an_asgi_metrics_app() -> None:
+    import asyncio
+
+    app = metrics.metrics_app()
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/metrics", "query_string": b"",
+             "headers": []}  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 200
+    body = b"".join(m.get("body", b"") for m in sent)  # type: ignore[misc]
+    assert b"planloop_steps_total" in body or b"# TYPE planloop_steps counter" in body
