@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from core.broker import KOMBU_UNACKED
 from core.models import SessionStatus
 from planner.plan import Plan
 from tests.conftest import wait_for
@@ -128,6 +129,9 @@ def test_flower_shows_failures_retries_tool_names_and_queue_lengths(
 
     tasks = wait_for(our_tasks, 30, "flower to see the session's three tasks end")
     states = {uuid_: (t["name"], t["state"]) for uuid_, t in tasks.items()}
+    # FAILURE and RETRY acked their messages: nothing is left to be redelivered and run again.
+    unacked = [v for v in stack.redis.hvals(KOMBU_UNACKED) if sid in v]
+    assert unacked == []
     assert states == {
         f"{sid}:ok:1": ("planloop.step:bench.echo", "SUCCESS"),
         f"{sid}:broken:1": ("planloop.step:bench.sleep", "RETRY"),
