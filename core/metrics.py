@@ -14,6 +14,7 @@ process sums them (:func:`registry`).
 metric                                          type         labels
 =============================================  ===========  ============================
 planloop_sessions_ended_total                   counter      status
+planloop_sessions_active                        gauge        (read at scrape time)
 planloop_steps_total                            counter      tool, status
 planloop_step_duration_seconds                  histogram    tool
 planloop_dispatch_overhead_seconds              histogram    (dispatch -> worker start)
@@ -177,6 +178,20 @@ class QueueDepth(Collector):
         for queue, length in lengths.items():
             family.add_metric([queue], length)
         yield family
+
+
+class ActiveSessions(Collector):
+    """``planloop_sessions_active``: sessions not yet ended, read when scraped."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self.count = count
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        try:
+            value = self.count()
+        except Exception:  # Redis down: the scrape still answers, without the gauge
+            return
+        yield GaugeMetricFamily("planloop_sessions_active", "Sessions not yet ended.", value)
 
 
 def redis_queue_lengths(client: Any, queues: list[str]) -> Callable[[], dict[str, int]]:

@@ -341,11 +341,14 @@ def serve_metrics(settings: Settings) -> None:
     metrics.PRICES.update(settings.llm_prices)
     if not settings.supervisor_metrics_port:
         return
-    depth = metrics.QueueDepth(
-        metrics.redis_queue_lengths(connect(settings.redis_url), [settings.queue])
-    )
+    client = connect(settings.redis_url)
+    depth = metrics.QueueDepth(metrics.redis_queue_lengths(client, [settings.queue]))
+    active_key = Keys(settings.key_prefix).active
+    active = metrics.ActiveSessions(lambda: int(client.scard(active_key)))
     try:
-        metrics.serve(settings.supervisor_metrics_port, settings.metrics_address, extra=[depth])
+        metrics.serve(
+            settings.supervisor_metrics_port, settings.metrics_address, extra=[depth, active]
+        )
     except OSError as exc:
         log.warning(
             "metrics: cannot listen on %s:%d (%s); this supervisor serves no /metrics, give "

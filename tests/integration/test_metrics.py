@@ -82,5 +82,7 @@ def test_worker_and_supervisor_metrics_move_with_a_session(
         return samples if samples.get(key) == 1 else None
 
     supervisor = wait_for(session_counted, 10, "the supervisor to count the session")
+    assert supervisor[("planloop_sessions_active", ())] == 0
+    assert supervisor[("planloop_queue_depth", (("queue", stack.settings.queue),))] == 0
     decisions = {k: v for k, v in supervisor.items() if k[0] == "planloop_decisions_total"}
     assert sum(decisions.values()) >= 1  # the rule policy's verdict on the failed step

@@ -70,6 +70,7 @@ def test_the_grafana_dashboard_reads_only_metrics_we_export() -> None:
     used = {m for e in exprs for m in re.findall(r"planloop_[a-z_]+", e)}
     served = CollectorRegistry()
     served.register(QueueDepth(lambda: {"q": 0}))
+    served.register(metrics.ActiveSessions(lambda: 0))
     text = exposition(served).decode() + exposition().decode()
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     families = list(text_string_to_metric_families(text))
