@@ -206,11 +206,13 @@ def redis_queue_lengths(client: Any, queues: list[str]) -> Callable[[], dict[str
 def registry(extra: Iterable[Collector] = ()) -> CollectorRegistry:
     """The registry to serve: this process's metrics, or every process's in multiprocess
     mode; plus ``extra`` collectors (queue depth)."""
+    served = CollectorRegistry()
     if multiprocess():
-        served = CollectorRegistry()
         MultiProcessCollector(served)  # type: ignore[no-untyped-call]
     else:
-        served = REGISTRY
+        # A registry of its own around the global one: each server or app gets its own
+        # extra collectors, and two apps in one process (tests) do not collide.
+        served.register(REGISTRY)
     for collector in extra:
         served.register(collector)
     return served

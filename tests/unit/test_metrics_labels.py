@@ -82,7 +82,8 @@ def test_the_grafana_dashboard_reads_only_metrics_we_export() -> None:
 def test_the_console_can_mount_an_asgi_metrics_app() -> None:
     import asyncio
 
-    app = metrics.metrics_app()
+    metrics.metrics_app(extra=[QueueDepth(lambda: {"q": 1})])  # one app per console
+    app = metrics.metrics_app(extra=[QueueDepth(lambda: {"q": 2})])  # no clash: its own registry
     sent: list[dict[str, object]] = []
 
     async def receive() -> dict[str, object]:
@@ -97,3 +98,4 @@ def test_the_console_can_mount_an_asgi_metrics_app() -> None:
     assert sent[0]["status"] == 200
     body = b"".join(m.get("body", b"") for m in sent)  # type: ignore[misc]
     assert b"planloop_steps_total" in body or b"# TYPE planloop_steps counter" in body
+    assert b'planloop_queue_depth{queue="q"} 2.0' in body
