@@ -227,6 +227,26 @@ class Settings(BaseSettings):
         "does worse than its absence is disabled automatically, 5.",
     )
 
+    # --- Metrics (Prometheus) -----------------------------------------------------------
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a worker's /metrics (0: not served)."
+    )
+    supervisor_metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
+    )
+    metrics_address: str = Field("0.0.0.0", description="Address /metrics binds to.")  # noqa: S104
+    metrics_dir: str = Field(
+        "",
+        description="prometheus_client's multiprocess directory for prefork workers (emptied "
+        "at start; default: a fresh temporary directory).",
+    )
+
+    otel_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry collector (OTLP over HTTP, e.g. http://otel:4318): one "
+        "trace per session; needs the `otel` extra. Unset: no traces.",
+    )
+
     # --- Flower --------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port Flower listens on.")
     flower_basic_auth: SecretStr = Field(

@@ -19,7 +19,9 @@
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
     │   │   ├── OutputTooLarge      an output or param above value_max_bytes
     │   │   └── AgentStepExhausted  an agent step gave no final answer within its turns
-    │   └── ToolTimeoutError        the tool ran past its timeout
+    │   ├── ToolTimeoutError        the tool ran past its timeout
+    │   └── StepAttemptFailed       the step task's Celery FAILURE, raised after the outcome
+    │                               is recorded (Flower shows it; the supervisor reads streams)
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
@@ -138,6 +140,32 @@ class EffectNotRecordedError(TransientToolError):
 
 class PermanentToolError(ToolError):
     """A failure that retrying cannot fix."""
+
+
+class StepAttemptFailed(ToolError):  # noqa: N818 (the state Flower shows, as it reads)
+    """Attempt ``attempt`` of step ``step_id`` (tool ``tool``) in session ``session_id`` did
+    not complete: raised by the Celery task after its outcome and event are recorded, so
+    Celery (and Flower) show the task as FAILURE. ``message`` is the outcome's masked error.
+
+    Keyword fields with defaults: pickling (the prefork pool) rebuilds it from the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str = "",
+        step_id: str = "",
+        attempt: int = 0,
+        tool: str = "",
+        error_kind: str = "",
+    ) -> None:
+        self.session_id = session_id
+        self.step_id = step_id
+        self.attempt = attempt
+        self.tool = tool
+        self.error_kind = error_kind
+        super().__init__(message)
 
 
 class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, issue 10)

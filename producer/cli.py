@@ -496,9 +496,15 @@ def skip(session_id: str, step_id: str, note: str) -> None:
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
+    chosen_pool = pool or settings.worker_pool
+    metrics_dir = ""
+    if settings.metrics_port and chosen_pool == "prefork":
+        from core.metrics_dir import prepare_multiprocess_dir
+
+        # Before the worker's modules import prometheus_client: its mode is chosen then.
+        metrics_dir = prepare_multiprocess_dir(settings.metrics_dir)
     from workers.app import create_app, run_worker
 
-    chosen_pool = pool or settings.worker_pool
     # solo runs one task at a time in the consumer's own thread, whatever -c says.
     slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
     # Celery reads "-P prefork" as "no -P given" and falls back to the configured pool;
@@ -523,7 +529,12 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     # Threads pass the GIL between the consumer and the pool: a shorter slice than the
     # default 5 ms keeps a received task from waiting on it.
     sys.setswitchinterval(0.0005)
-    sys.exit(run_worker(app, argv))
+    code = run_worker(app, argv)
+    if metrics_dir and not settings.metrics_dir:  # our own temporary directory
+        import shutil
+
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    sys.exit(code)
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from typing import Any
 from core.catalogue import SensitiveNames
 from core.hot_state import dumps
 from core.masking import mask, mask_text
+from core.metrics import DEAD_LETTERS, count_session_end
 from core.models import (
     ErrorKind,
     Event,
@@ -21,6 +22,7 @@ from core.models import (
     StepTaskArgs,
 )
 from core.record import SessionRow
+from core.tracing import session_span
 from planner.plan import Plan, Step
 from planner.references import resolve_params
 from supervisor.plan_changes import PlanChanges
@@ -128,6 +130,8 @@ async def finish_session(
         ],
     )
     await io.store.note_progress(io.sid, "ended", status=status.value, error=error)
+    count_session_end(status.value)
+    session_span(io.sid, status.value, state.info.started_at, now)
     log.info("session=%s ended %s%s", io.sid, status.value, f": {error}" if error else "")
 
 
@@ -247,6 +251,7 @@ async def _record_entry(end: Ending, entry_id: str, fields: dict[str, str]) -> E
     except (ValueError, KeyError) as exc:
         cause = f"unreadable event: {describe_error(exc)}"
         await io.store.dead_letter(io.sid, [(entry_id, fields)], cause=cause)
+        DEAD_LETTERS.inc()
         return None
     state.batch.events.append((entry_id, event))
     return event

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from core.errors import LLMError, PlanError
+from core.metrics import REPLANS
 from core.models import Event, EventType, SessionStatus, Severity, StepState, StepStatus
 from planner.dag import descendants
 from planner.decision import ReplanAction
@@ -124,6 +125,7 @@ class PlanChanges:
         state.info = state.info.model_copy(update={"replans": state.info.replans + 1})
         await self.io.write_session("replans", state.info.replans)
         state.batch.session["replans"] = state.info.replans
+        REPLANS.inc()
 
     async def install_plan(self, plan: Plan, *, reason: str, replan: bool) -> None:
         """Store ``plan`` as the next version and run it from here on.
@@ -156,6 +158,8 @@ class PlanChanges:
         replans = state.info.replans + (1 if replan else 0)
         ops.append(("HSET", keys.session(sid), ["plan_version", version, "replans", replans]))
         await self.store.write(sid, self.io.epoch, ops)
+        if replan:
+            REPLANS.inc()
         state.use_plan(plan)
         state.reindex()
         state.info = state.info.model_copy(update={"plan_version": version, "replans": replans})

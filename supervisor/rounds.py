@@ -18,6 +18,7 @@ from typing import Any
 
 from core.errors import LLMError, PlanError
 from core.masking import mask, mask_text
+from core.metrics import ROUNDS
 from core.models import SessionStatus, StepStatus
 from core.values import preview
 from planner.critic import Critic, Critique
@@ -179,6 +180,7 @@ class Rounds:
         await self.changes.install_plan(
             plan, reason=f"round {number + 1}: {feedback}", replan=False
         )
+        ROUNDS.inc()
         rounds = number
         state.info = state.info.model_copy(update={"rounds": rounds})
         await self.io.write_session("rounds", rounds)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import redis
 
 from config.settings import Settings
+from core import metrics, tracing
+from core.hot_state import connect
 from core.keys import Keys
 from core.logs import bind
 from core.models import SessionStatus
@@ -331,7 +333,39 @@ def serve(settings: Settings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Supervisor(settings).run(stop)
 
+    serve_metrics(settings)
+    tracing.configure(settings, "planloop-supervisor")
     # The SQL thread must not hold the event loop off for the default 5 ms GIL slice: a
     # step's dependents are dispatched from the loop.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(main())
+
+
+def serve_metrics(settings: Settings) -> None:
+    """Serve the supervisor's ``/metrics`` (when its port is set), pricing LLM calls by the
+    settings' prices."""
+    metrics.PRICES.update(settings.llm_prices)
+    if not settings.supervisor_metrics_port:
+        return
+    client = connect(settings.redis_url)
+    depth = metrics.QueueDepth(metrics.redis_queue_lengths(client, [settings.queue]))
+    active_key = Keys(settings.key_prefix).active
+    active = metrics.ActiveSessions(lambda: int(client.scard(active_key)))
+    try:
+        metrics.serve(
+            settings.supervisor_metrics_port, settings.metrics_address, extra=[depth, active]
+        )
+    except OSError as exc:
+        log.warning(
+            "metrics: cannot listen on %s:%d (%s); this supervisor serves no /metrics, give "
+            "each supervisor on a host its own PLANLOOP_SUPERVISOR_METRICS_PORT",
+            settings.metrics_address,
+            settings.supervisor_metrics_port,
+            exc,
+        )
+        return
+    log.info(
+        "metrics on http://%s:%d/metrics",
+        settings.metrics_address,
+        settings.supervisor_metrics_port,
+    )

@@ -17,6 +17,7 @@ from core.errors import (
     SessionEndedError,
     SessionError,
 )
+from core.metrics import LEASE_TAKEOVERS
 from core.models import (
     ErrorKind,
     Event,
@@ -28,6 +29,7 @@ from core.models import (
 )
 from core.record import Claim
 from core.redis_faults import is_redis_fault
+from core.tracing import SESSION
 from planner.plan import Plan, Step
 from planner.react import usages_of
 from supervisor.broken import dependency_broken
@@ -140,6 +142,7 @@ class SessionRunner:
            watchdog, and let the trigger policy decide whether to deliberate.
         5. Stop what runs, compensate if aborted or cancelled, write the report.
         """
+        SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
         state = self.state
         try:
             await self._load()
@@ -252,6 +255,7 @@ class SessionRunner:
             assert raw is not None  # checked before the claim
             state.use_plan(Plan.model_validate_json(raw))
             if info.started_at:  # taken before: read what happened so far
+                LEASE_TAKEOVERS.inc()
                 state.states = await store.steps(self.sid, state.steps)
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())

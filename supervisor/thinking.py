@@ -18,9 +18,11 @@ from config.settings import Settings
 from core.catalogue import SensitiveNames
 from core.errors import LLMError
 from core.llm_budget import Budget, spend_of
+from core.metrics import count_decision, count_llm_call
 from core.models import Event, EventType, Severity, StepStatus
 from core.record import Checkpoint
 from core.tools import ToolRegistry
+from core.tracing import llm_span
 from planner.agents import Decider, Planner
 from planner.decision import ReplanAction, ReplanDecision
 from planner.llm import ChatModel, Usage
@@ -58,6 +60,7 @@ def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
         }
     )
     record_usage(batch, verdict.usages)
+    count_decision(d.action.value, verdict.source)
     log.info(
         "session=%s decision %s (%s) on %s: %s",
         sid,
@@ -71,6 +74,8 @@ def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
 def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
     """Put LLM calls into the session's next checkpoint."""
     for u in usages:
+        count_llm_call(str(u.role), u.model, u.prompt_tokens, u.completion_tokens)
+        llm_span(str(u.role), u.model, u.prompt_tokens, u.completion_tokens, u.latency_s)
         batch.llm_calls.append(
             {
                 "created_at": time.time(),

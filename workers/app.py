@@ -17,9 +17,11 @@ from celery.signals import after_setup_logger, after_setup_task_logger
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
+from core import tracing
 from core.logs import use_format
 from core.masking import install_log_masking
 from workers.catalogue import publish_while_serving
+from workers.metrics import serve_metrics_while_serving
 from workers.runtime import PlanloopCelery, WorkerRuntime
 from workers.tasks import register_tasks
 
@@ -36,6 +38,8 @@ def create_app(settings: Settings) -> PlanloopCelery:
     publish_while_serving(celery_app, settings)
     if settings.log_format == "json":
         _log_json()
+    serve_metrics_while_serving(celery_app, settings)
+    tracing.configure(settings, "planloop-worker")
     return celery_app
 
 

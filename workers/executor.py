@@ -28,6 +28,7 @@ from core.errors import (
 from core.hot_state import BreakerPolicy, HotState, dumps
 from core.logs import bound
 from core.masking import error_text, mask_text
+from core.metrics import count_breaker, count_step
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from core.values import ValueLimits, walk
@@ -52,6 +53,23 @@ class Outcome:
     error_kind: str = ""
     encoded: str | None = None  # the output's stored JSON, encoded once
     payload: dict[str, Any] = field(default_factory=dict)  # more for the event (LLM usage)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What :meth:`StepExecutor.execute` did with an attempt, for the task's Celery state."""
+
+    result: str  # a StepStatus value, or "dropped" (stale, duplicate, or outcome fenced off)
+    error: str = ""  # the outcome's masked error text
+    error_kind: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The attempt ran and did not complete (failed or interrupted)."""
+        return self.result in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+
+
+DROPPED = Attempt("dropped")
 
 
 class AgentSteps(Protocol):
@@ -127,8 +145,8 @@ class StepExecutor:
         self.breaker = breaker
         self.threads = ToolThreads()
 
-    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> str:
-        """Run one attempt end to end; returns what happened, for the task's result line.
+    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> Attempt:
+        """Run one attempt end to end; returns what happened, for the task's Celery state.
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
            stale or duplicate delivery stops here; an open breaker fails fast).
@@ -144,7 +162,7 @@ class StepExecutor:
         with bound(args.session_id, args.step_id):  # JSON log lines name session and step
             return self._execute(args, delivery_tag)
 
-    def _execute(self, args: StepTaskArgs, delivery_tag: str | None) -> str:
+    def _execute(self, args: StepTaskArgs, delivery_tag: str | None) -> Attempt:
         sid, step = args.session_id, args.step_id
         receipt = receipts.parked(delivery_tag) if delivery_tag else None
         claim = self.state.start_attempt(
@@ -162,7 +180,7 @@ class StepExecutor:
         if claim not in (CLAIMED, BREAKER_OPEN):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
-            return "dropped"
+            return DROPPED
         started = time.time()
         outcome = self._unavailable(args) if claim == BREAKER_OPEN else self._run(args)
         finished = time.time()
@@ -201,6 +219,10 @@ class StepExecutor:
         )
         if receipt:
             receipts.settle(receipt.tag)
+        overhead = started - args.dispatched_at if args.dispatched_at else None
+        count_step(args.tool, outcome.status.value, finished - started, overhead)
+        if claim == BREAKER_OPEN or outcome.status == StepStatus.COMPLETED:
+            count_breaker(args.tool, claim == BREAKER_OPEN)
         log.info(
             "session=%s step=%s attempt=%d %s in %.3fs%s",
             sid,
@@ -210,7 +232,9 @@ class StepExecutor:
             finished - started,
             "" if recorded else " (outcome dropped: attempt is stale)",
         )
-        return outcome.status.value if recorded else "dropped"
+        if not recorded:
+            return DROPPED
+        return Attempt(outcome.status.value, outcome.error, outcome.error_kind)
 
     def _run(self, args: StepTaskArgs) -> Outcome:
         if args.tool == REACT_TOOL:
