@@ -6,7 +6,6 @@ Reads go through :mod:`console.data` (the producer's own views); actions through
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,9 @@ from starlette.staticfiles import StaticFiles
 from config.settings import Settings
 from console import data, live
 from console.guard import BasicAuth, action_refused
+from core import metrics
 from core.errors import PlanloopError, SessionEndedError, SessionNotFoundError
+from core.hot_state import HotState
 from producer.client import Producer
 
 log = logging.getLogger(__name__)
@@ -44,17 +45,13 @@ def error_response(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=400)
 
 
-def metrics_routes() -> list[BaseRoute]:
-    """``/metrics`` when :mod:`core.metrics` exists: its ``asgi_app()`` (or prometheus_client's
-    ``make_asgi_app()`` it re-exports) makes the ASGI app mounted there."""
-    try:
-        metrics = importlib.import_module("core.metrics")
-    except ImportError:
-        return []
-    factory = getattr(metrics, "asgi_app", None) or getattr(metrics, "make_asgi_app", None)
-    if not callable(factory):
-        return []
-    return [Mount("/metrics", app=factory())]
+def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
+    """``/metrics``: this process's metrics plus what the whole deployment shows in Redis
+    (step queue depth, sessions not yet ended), read when scraped."""
+    lengths = metrics.redis_queue_lengths(state.r, [settings.queue])
+    active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
+    app = metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active])
+    return [Mount("/metrics", app=app)]
 
 
 class Endpoints:
@@ -137,7 +134,7 @@ def create_app(settings: Settings, producer: Producer | None = None) -> Starlett
         Route("/api/sessions/{sid}/stream", api.stream),
         Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
-        *metrics_routes(),
+        *metrics_routes(settings, api.client.state),
     ]
     secret = settings.flower_basic_auth.get_secret_value()
     return Starlette(routes=routes, middleware=[Middleware(BasicAuth, credentials=secret)])

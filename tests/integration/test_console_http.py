@@ -289,3 +289,12 @@ steps:
     assert "not this time" in report_steps(record)["b"]["note"]
     unknown = planloop(env_overrides, "retry", "no-such-session", "b")
     assert unknown.returncode == 2
+
+
+def test_metrics_behind_auth_show_the_queue_and_the_active_sessions(
+    test_settings: Settings, client: TestClient
+) -> None:
+    assert TestClient(client.app).get("/metrics/").status_code == 401
+    text = client.get("/metrics/").text
+    assert f'planloop_queue_depth{{queue="{test_settings.queue}"}}' in text
+    assert "planloop_sessions_active " in text
