@@ -88,6 +88,7 @@ class Rounds:
         self.brain = brain
         self.critique: Critique | None = None
         self._judged_version = -1  # the plan version the critic last judged
+        self.direct = ""  # why the goal was answered with no plan (none: it was planned)
 
     @property
     def state(self) -> SessionState:
@@ -186,6 +187,7 @@ class Rounds:
     def answer_directly(self, reason: str) -> None:
         """End a goal that needs no tool without a plan: the summarizer answers it from the
         goal alone (the caller, say a router that found no tool needed, gives ``reason``)."""
+        self.direct = reason
         self.state.end(SessionStatus.COMPLETED, "")
         log.info("session=%s answered with no plan: %s", self.io.sid, reason)
 
@@ -208,6 +210,8 @@ class Rounds:
             self.critique = Critique.model_validate_json(stored) if stored else None
         if self.critique is not None:
             out["critique"] = mask(self.critique.model_dump())
+        if self.direct:
+            out["answered_directly"] = mask_text(self.direct)
         if status != SessionStatus.COMPLETED:
             return out
         blocked = self._blocked()

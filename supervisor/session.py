@@ -268,7 +268,8 @@ class SessionRunner:
             self.state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
 
     async def _plan_goal(self) -> None:
-        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
+        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone),
+        or, when the router finds that no tool is needed, the session ends answered."""
         state = self.state
         if self.ctx.chat is None:
             state.outcome = (
@@ -284,6 +285,10 @@ class SessionRunner:
         tools = self.ctx.tools.subset(options.tools) if options.tools else self.ctx.tools
         route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode)
         record_usage(state.batch, route.usages)
+        if route.mode == "answer":  # no tool needed: the summarizer answers, no plan
+            await self.store.note_progress(self.sid, "answer_directly", reason=route.reason)
+            self.rounds.answer_directly(route.reason)
+            return
         spent = self.brain.llm_budget_spent() if route.mode == "plan" else None
         if spent is not None:
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")

@@ -154,3 +154,28 @@ def test_the_ecommerce_example_ends_with_advice_as_its_answer(
 
 def options(schema: dict[str, Any]) -> SessionOptions:
     return SessionOptions(answer_schema=schema)
+
+
+def test_a_goal_answered_with_no_tool(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
+) -> None:
+    llm.script("router", {"mode": "answer", "reasoning": "arithmetic on the goal's numbers"})
+    llm.script("summarizer", {"text": "2 + 2 is 4", "data": None})
+
+    sid = llm_producer.submit_goal("what is 2 + 2?", tools=["bench"])
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.plan_version == 0  # no plan was ever written
+    assert list(llm_record.plan_versions(sid)) == []
+    assert session.answer is not None
+    assert session.answer["text"] == "2 + 2 is 4"
+    report = session.report or {}
+    assert report["steps"] == []
+    assert report["answered_directly"] == "router: arithmetic on the goal's numbers"
+    # the router and the summarizer only: no planner, no critic, no worker
+    assert sorted(c.role for c in llm_record.llm_calls(sid)) == ["router", "summarizer"]
+    (asked,) = prompts(llm, "summarizer")
+    assert "what is 2 + 2?" in asked
+    assert "no tool was used" in asked
+    assert len(notes(llm_hot, sid, "answer_directly")) == 1
