@@ -161,7 +161,7 @@ class SessionRunner:
                 await self._check_llm_budget()
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
-            conclusion = await self.rounds.conclusion(state.outcome[0])
+            conclusion = await self.rounds.conclusion(*state.outcome)
             await finish_session(self.ending, *state.outcome, conclusion=conclusion)
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)

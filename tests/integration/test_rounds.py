@@ -19,7 +19,7 @@ from producer.client import Producer
 from producer.views import print_show
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded
-from tests.integration.test_planning_loop import echo, notes, prompts, run, subgraph
+from tests.integration.test_planning_loop import decision, echo, notes, prompts, run, subgraph
 from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.integration
@@ -64,6 +64,8 @@ def test_the_critics_feedback_adds_the_missing_step_in_a_second_round(
         "text": "one and two",
         "data": {"values": ["one", "two"]},
         "schema_error": None,
+        "partial": False,
+        "source": "summarizer",
     }
     steps = report_steps(session)
     assert steps["second"]["status"] == "completed"
@@ -179,3 +181,90 @@ def test_a_goal_answered_with_no_tool(
     assert "what is 2 + 2?" in asked
     assert "no tool was used" in asked
     assert len(notes(llm_hot, sid, "answer_directly")) == 1
+
+
+ANSWER_STEP = """
+goal: report the first value
+steps:
+  - {id: first, tool: bench.echo, params: {value: one}}
+  - id: answer
+    tool: agent.answer
+    params:
+      text: "the first value is {{first.output.value}}"
+      data: {values: ["{{first.output.value}}"]}
+    dependencies: [first]
+"""
+
+
+def test_a_plan_that_ends_with_an_answer_step_answers_with_it(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    _, session = run(llm_producer, llm_record, ANSWER_STEP, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.answer == {
+        "text": "the first value is one",
+        "data": {"values": ["one"]},
+        "schema_error": None,
+        "partial": False,
+        "source": "answer_step",
+    }
+    assert llm.requests_for("summarizer") == []  # the plan stated its answer
+    assert len(llm.requests_for("critic")) == 1  # the round is still judged
+
+
+def test_an_answer_step_that_breaks_the_schema_is_repaired_by_the_summarizer(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script("summarizer", {"text": "one", "data": {"values": ["one"]}})
+    bad = ANSWER_STEP.replace('data: {values: ["{{first.output.value}}"]}', "data: {n: 1}")
+
+    _, session = run(llm_producer, llm_record, bad, SessionOptions(answer_schema=SCHEMA))
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.answer is not None
+    assert (session.answer["data"], session.answer["source"]) == ({"values": ["one"]}, "summarizer")
+    (asked,) = prompts(llm, "summarizer")
+    assert "'values' is a required property" in asked
+    assert "the first value is one" in asked  # the answer step's output, among the results
+
+
+WRITE_THEN_FAIL = """
+goal: a write, then a critical step that fails for good
+steps:
+  - {id: w, tool: bench.write, params: {label: partial}}
+  - id: bad
+    tool: bench.sleep
+    params: {seconds: 0.01, simulate: {fail_attempts: [1], permanent: true}}
+    dependencies: [w]
+    max_retries: 0
+    critical: true
+"""
+
+
+def test_an_aborted_session_ends_with_a_partial_answer(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    llm.script("decider", decision("ABORT", "the critical step cannot succeed"))
+    llm.script("summarizer", {"text": "The write w was made and undone; bad failed.", "data": None})
+
+    sid, session = run(llm_producer, llm_record, WRITE_THEN_FAIL)
+
+    assert session.status == SessionStatus.ABORTED, session.error
+    assert session.answer is not None  # the Python API's result
+    assert session.answer["text"] == "The write w was made and undone; bad failed."
+    assert (session.answer["partial"], session.answer["source"]) == (True, "summarizer")
+    (asked,) = prompts(llm, "summarizer")
+    assert "ABORTED: the critical step cannot succeed" in asked
+    assert "bad (bench.sleep): failed" in asked
+    assert llm.requests_for("critic") == []  # only a completed round is judged
+    shown = Console(record=True, width=200, color_system=None)
+    print_show(llm_producer, sid, as_json=False, console=shown)
+    assert "answer (partial: the session did not complete): The write w" in shown.export_text()
+    capsys.readouterr()
+    print_show(llm_producer, sid, as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["report"]["answer"]["partial"] is True
