@@ -29,6 +29,7 @@ from core.record import Claim
 from core.redis_faults import is_redis_fault
 from planner.plan import Plan, Step
 from planner.react import usages_of
+from supervisor.agent_undo import AgentEffect, agent_effects
 from supervisor.broken import dependency_broken
 from supervisor.checkpointer import Checkpointer
 from supervisor.consumers import ConsumerMonitor
@@ -104,7 +105,12 @@ class SessionRunner:
             self.io, ctx.dispatcher, on_failure=self._decide_failure, consumers=consumers
         )
         self.ending = Ending(
-            self.io, self.changes, ctx.dispatcher, ctx.dispatcher.sensitive, self.checkpoint
+            self.io,
+            self.changes,
+            ctx.dispatcher,
+            ctx.dispatcher.sensitive,
+            self.checkpoint,
+            self._agent_effects,
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
@@ -193,6 +199,11 @@ class SessionRunner:
         return await self.io.read_events(
             count=self.settings.event_batch, block_ms=wait_ms(self.state, time.time())
         )
+
+    async def _agent_effects(self) -> list[AgentEffect]:
+        """The writes agent steps made, from the effect ledger's SQL rows (to undo them)."""
+        rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
+        return agent_effects(self.sid, rows)
 
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
