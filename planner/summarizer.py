@@ -29,7 +29,7 @@ class Answer(BaseModel):
     data: Any = Field(None, description="The structured answer (fits the answer schema).")
 
 
-AnswerSource = Literal["summarizer", "answer_step", "planloop"]
+AnswerSource = Literal["summarizer", "critic", "answer_step", "planloop"]
 
 
 class SessionAnswer(BaseModel):
@@ -40,7 +40,8 @@ class SessionAnswer(BaseModel):
     schema_error: str | None = None  # data still did not fit answer_schema after repairs
     # The session did not complete: the text says what was achieved and what failed.
     partial: bool = False
-    # Who wrote it: the summarizer, the plan's answer step, or Planloop itself (no LLM
+    # Who wrote it: the summarizer, the critic (with its passing verdict on a round that
+    # looked complete), the plan's answer step, or Planloop itself (no LLM
     # call was possible or allowed: a spent budget, a cancel, a failing endpoint).
     source: AnswerSource = "summarizer"
 

@@ -96,6 +96,7 @@ class Rounds:
         self.critique: Critique | None = None
         self._judged_version = -1  # the plan version the critic last judged
         self.direct = ""  # why the goal was answered with no plan (none: it was planned)
+        self.ready: SessionAnswer | None = None  # the answer a passing critic wrote
 
     @property
     def state(self) -> SessionState:
@@ -126,20 +127,31 @@ class Rounds:
         self._judged_version = state.info.plan_version
         await self.io.load_outputs(sorted(state.completed()))
         rounds_done = state.info.rounds
+        schema = state.info.options.answer_schema
+        with_answer = looks_complete(state) and stated_answer(state) is None
         try:
-            critique, usage = await asyncio.to_thread(
+            reply, usage = await asyncio.to_thread(
                 Critic(chat).judge,
                 state.plan.goal or state.info.goal,
                 [*state.plan.constraints, *self.brain.constraints],
                 results_text(state, self._sensitive()),
                 round_number=rounds_done + 1,
                 max_rounds=self.max_rounds,
+                with_answer=with_answer,
+                answer_schema=schema,
             )
         except LLMError as exc:
             log.warning("session=%s critic failed, the round stands: %s", self.io.sid, exc)
             return
         record_usage(state.batch, [usage])
+        critique = reply.verdict()
         self.critique = critique
+        self.ready = None
+        if reply.passed and reply.answer is not None and with_answer:
+            fits = schema is None or schema_problem(reply.answer.data, schema) is None
+            if fits:  # else the summarizer writes it, with the schema's repairs
+                data = reply.answer.data if schema else None
+                self.ready = SessionAnswer(text=reply.answer.text, data=data, source="critic")
         await self.io.write_session("critique", critique.model_dump_json())
         await self.io.store.note_progress(
             self.io.sid,
@@ -233,6 +245,8 @@ class Rounds:
         completed = status == SessionStatus.COMPLETED
         outcome = "completed" if completed else ended_text(status, reason)
         stated = stated_answer(state) if completed else None
+        if completed and self.ready is not None and stated is None:
+            return self.ready
         if stated is not None:
             problem = schema_problem(stated.data, schema) if schema else None
             if problem is None:
@@ -267,6 +281,16 @@ class Rounds:
         return SessionAnswer(
             text=account_text(state, outcome), partial=not completed, source="planloop"
         )
+
+
+def looks_complete(state: SessionState) -> bool:
+    """Whether every step of the round completed (none failed, skipped or cancelled): the
+    critic may then write the answer along with its verdict."""
+    steps = state.plan.steps if state.steps else []
+    return bool(steps) and all(
+        (st := state.states.get(s.id)) is not None and st.status == StepStatus.COMPLETED
+        for s in steps
+    )
 
 
 def ended_text(status: SessionStatus, reason: str) -> str:

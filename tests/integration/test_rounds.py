@@ -268,3 +268,26 @@ def test_an_aborted_session_ends_with_a_partial_answer(
     print_show(llm_producer, sid, as_json=True)
     doc = json.loads(capsys.readouterr().out)
     assert doc["report"]["answer"]["partial"] is True
+
+
+def test_a_terse_plan_and_a_critic_that_answers_with_its_verdict(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord
+) -> None:
+    llm.script("planner", {"steps": [["first", "bench.echo", {"value": "one"}, []]]})
+    verdict = critique(True)
+    llm.script("critic", {**verdict, "answer": {"text": "one", "data": {"values": ["one"]}}})
+
+    sid = llm_producer.submit_goal(
+        "report the first value",
+        tools=["bench"],
+        options=SessionOptions(mode="plan", answer_schema=SCHEMA),
+    )
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.answer is not None
+    assert (session.answer["data"], session.answer["source"]) == ({"values": ["one"]}, "critic")
+    assert llm.requests_for("summarizer") == []  # one call fewer: the critic answered
+    assert (session.report or {})["critique"] == verdict
+    assert "[id, tool, params, dependencies]" in prompts(llm, "planner")[0]
+    assert "also write the final answer" in prompts(llm, "critic")[0]

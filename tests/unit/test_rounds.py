@@ -357,3 +357,45 @@ def test_without_a_model_call_planloop_writes_its_own_account() -> None:
     cancelled = run(rounds.conclusion(SessionStatus.CANCELLED, "stop"))["answer"]
     assert cancelled["source"] == "planloop"  # a cancel spends no more tokens
     assert cancelled_chat.asked == []
+
+
+def test_a_passing_critic_of_a_complete_round_writes_the_answer_in_the_same_call() -> None:
+    passed = {**critique(True), "answer": {"text": "seven", "data": {"n": 7}}}
+    chat = ScriptedChat(critic=[passed])
+    _loop, rounds = ended_round(chat, answer_schema=SCHEMA)
+
+    run(rounds.review())
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert conclusion["answer"]["text"] == "seven"
+    assert (conclusion["answer"]["data"], conclusion["answer"]["source"]) == ({"n": 7}, "critic")
+    assert "answer" not in conclusion["critique"]  # the verdict is stored alone
+    assert [role for role, _ in chat.asked] == ["critic"]  # no summarizer call
+    assert "also write the final answer" in chat.asked[0][1][1]["content"]
+    assert '"n"' in chat.asked[0][1][1]["content"]  # with the schema the data must fit
+
+
+def test_a_critics_answer_that_breaks_the_schema_leaves_it_to_the_summarizer() -> None:
+    passed = {**critique(True), "answer": {"text": "seven", "data": {"n": "7"}}}
+    chat = ScriptedChat(critic=[passed], summarizer=[{"text": "seven", "data": {"n": 7}}])
+    _loop, rounds = ended_round(chat, answer_schema=SCHEMA)
+
+    run(rounds.review())
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert (answer["data"], answer["source"]) == ({"n": 7}, "summarizer")
+
+
+def test_a_round_with_a_failed_step_is_judged_without_asking_for_the_answer() -> None:
+    chat = ScriptedChat(critic=[critique(True)], summarizer=[{"text": "t", "data": None}])
+    loop = Loop(Plan(goal="g", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
+    loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "")
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(rounds.review())
+    run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert "(not asked: judge only)" in chat.asked[0][1][1]["content"]
+    assert [role for role, _ in chat.asked] == ["critic", "summarizer"]
