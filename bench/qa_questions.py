@@ -114,11 +114,11 @@ class Question:
         return Plan(goal=self.tagged, steps=steps)
 
     def plan_reply(self) -> str:
-        """The plan as the planner prompt asks for it: one ``[id, tool, params,
-        dependencies]`` array per step, one step per line (planner/compact_plan.py)."""
-        lines = [
-            json.dumps([s.id, s.tool, s.params, s.dependencies], separators=(",", ":"))
-            for s in self.plan().steps
+        """The plan as the planner prompt asks for it: one ``[id, tool, params]`` array per
+        step (the dependencies are what the params reference), one step per line
+        (planner/compact_plan.py)."""
+        lines = [  # the dependencies are the references: left out, as the prompt allows
+            json.dumps([s.id, s.tool, s.params], separators=(",", ":")) for s in self.plan().steps
         ]
         return '{"steps":[\n' + ",\n".join(lines) + "\n]}"
 

@@ -12,62 +12,69 @@ tokens); an array step says the same in about half::
     ]}
 
 ``[id, tool, params, dependencies]`` plus, optionally, an object of the other step fields
-(``instruction``, ``critical``, ``expect``, ``fallback``, ``title``, ...). The goal is not
-repeated: the session has it. Object steps (the full plan schema) are accepted too, so a
-model that answers in the long form still plans. The steps then go through the same
-:class:`planner.plan.Plan` model and :func:`planner.validation.validate_plan` as any plan,
-and a malformed step goes back to the model with its reason, like any invalid plan.
+(``instruction``, ``critical``, ``expect``, ``fallback``, ``title``, ...). A step whose only
+dependencies are the steps its params reference may leave them out: ``[id, tool, params]``
+depends on exactly the referenced steps (a reference already requires the dependency).
+The goal is not repeated: the session has it. Object steps (the full plan schema) are
+accepted too, so a model that answers in the long form still plans. The steps then go
+through the same :class:`planner.plan.Plan` model and
+:func:`planner.validation.validate_plan` as any plan, and a malformed step goes back to the
+model with its reason (a schema error, through the client's repair loop, as for the long
+form), like any invalid plan.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.errors import PlanValidationError
-from planner.plan import Plan
+from planner.plan import Plan, Step
+from planner.references import find_references
 
 POSITIONS = ("id", "tool", "params", "dependencies")
 
 
 class CompactPlan(BaseModel):
-    """The planner's answer: steps as arrays (or objects); any ``goal`` is ignored."""
+    """The planner's answer: steps as arrays (or objects); any ``goal`` is ignored.
+
+    Array steps become step objects before the fields are validated, so a malformed step
+    is a schema error that the client's repair loop sends back, as for the long form.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
-    steps: list[list[Any] | dict[str, Any]] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arrays_to_objects(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("steps"), list):
+            steps = [step_object(n, raw) for n, raw in enumerate(data["steps"], start=1)]
+            return {**data, "steps": steps}
+        return data
 
     def to_plan(self, goal: str, constraints: list[str]) -> Plan:
-        """The plan these steps make for ``goal``.
-
-        Raises:
-            PlanValidationError: a step is neither a well-formed array nor a step object.
-        """
-        steps = [step_object(n, raw) for n, raw in enumerate(self.steps, start=1)]
-        try:
-            return Plan(goal=goal, steps=steps, constraints=constraints)
-        except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in error["loc"])
-            raise PlanValidationError(f"{where}: {error['msg']}") from None
+        """The plan these steps make for ``goal``."""
+        return Plan(goal=goal, steps=self.steps, constraints=constraints)
 
 
-def step_object(number: int, raw: list[Any] | dict[str, Any]) -> dict[str, Any]:
-    """Step ``number`` (1-based) as a step object.
+def step_object(number: int, raw: Any) -> Any:
+    """Step ``number`` (1-based) as a step object (anything but an array is left as is).
 
     Raises:
-        PlanValidationError: an array of the wrong shape, naming the step and the fix.
+        ValueError: an array of the wrong shape, naming the step and the fix.
     """
-    if isinstance(raw, dict):
+    if not isinstance(raw, list):
         return raw
+    if len(raw) == 3 and isinstance(raw[2], dict):  # dependencies: what params reference
+        raw = [*raw, sorted(find_references(raw[2]))]
     if not 4 <= len(raw) <= 5 or (len(raw) == 5 and not isinstance(raw[4], dict)):
-        raise PlanValidationError(
+        raise ValueError(
             f"step {number}: write it as [id, tool, params, dependencies] with an optional "
             f"object of other fields last, not an array of {len(raw)} item(s)"
         )
     step = dict(zip(POSITIONS, raw[:4], strict=True))
     if len(raw) == 5:
-        extra = {k: v for k, v in raw[4].items() if k not in POSITIONS}
-        step.update(extra)
+        step.update({k: v for k, v in raw[4].items() if k not in POSITIONS})
     return step

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from core.errors import PlanValidationError
 from planner.compact_plan import CompactPlan
 
 TERSE = """{"steps":[
@@ -27,6 +27,17 @@ def test_array_steps_make_the_same_plan_as_object_steps() -> None:
     assert (b.id, b.dependencies, b.critical) == ("b", ["a"], True)  # extras cannot rename
 
 
+def test_a_step_without_dependencies_depends_on_what_its_params_reference() -> None:
+    reply = {
+        "steps": [
+            ["a", "ecommerce.inventory", {"product_id": "S"}],
+            ["b", "ecommerce.reviews", {"product_id": "{{a.output.product_id}}"}],
+        ]
+    }
+    a, b = CompactPlan.model_validate(reply).to_plan("g", []).steps
+    assert (a.dependencies, b.dependencies) == ([], ["a"])
+
+
 def test_object_steps_and_a_goal_are_still_accepted() -> None:
     reply = {
         "goal": "ignored: the session has it",
@@ -39,13 +50,13 @@ def test_object_steps_and_a_goal_are_still_accepted() -> None:
 @pytest.mark.parametrize(
     ("steps", "message"),
     [
-        ([["a", "t.x", {}]], "step 1: write it as [id, tool, params, dependencies]"),
+        ([["a", "t.x"]], "step 1: write it as [id, tool, params, dependencies]"),
         ([["a", "t.x", {}, [], "critical"]], "an optional object of other fields last"),
         ([["a", "t.x", "not params", []]], "steps.0.params"),
     ],
 )
-def test_a_malformed_step_is_a_plan_error_the_model_can_repair(
+def test_a_malformed_step_is_a_schema_error_the_model_can_repair(
     steps: list[object], message: str
 ) -> None:
-    with pytest.raises(PlanValidationError, match=message.replace("[", r"\[")):
-        CompactPlan.model_validate({"steps": steps}).to_plan("g", [])
+    with pytest.raises(ValidationError, match=message.replace("[", r"\[")):
+        CompactPlan.model_validate({"steps": steps})
