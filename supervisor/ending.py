@@ -35,6 +35,8 @@ from supervisor.store_port import SessionStorePort
 log = logging.getLogger(__name__)
 
 COMPENSATE_SUFFIX = "~compensate"
+# What a session with an LLM adds to its report, given the compensations that ran.
+Conclude = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any]]]
 COMPENSATION_ATTEMPTS = 3
 
 
@@ -63,12 +65,13 @@ async def finish_session(
     error: str,
     *,
     undo: bool | None = None,
-    conclusion: Mapping[str, Any] | None = None,
+    conclude: Conclude | None = None,
 ) -> None:
     """End the session: every step ends, compensations run if needed, the report is written.
 
-    ``undo`` (compensate completed writes) defaults to :func:`undoes`; ``conclusion`` (the
-    answer, the critic's verdict, the rounds of a session with an LLM) goes into the report.
+    ``undo`` (compensate completed writes) defaults to :func:`undoes`; ``conclude`` is
+    called with the compensations once they ran, and what it returns (the answer, the
+    critic's verdict, the rounds of a session with an LLM) goes into the report.
     """
     state, io = end.state, end.io
     if undo is None:
@@ -83,6 +86,7 @@ async def finish_session(
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
         error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
+    conclusion = await conclude(compensations) if conclude is not None else {}
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
     await io.load_outputs(
@@ -104,7 +108,7 @@ async def finish_session(
         sensitive=end.sensitive.of_tools(s.tool for s in plan.steps),
     )
     report["compensations"] = mask(compensations)
-    report.update(conclusion or {})
+    report.update(conclusion)
     state.batch.session.update(
         {
             "status": status.value,

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from core.errors import LLMError, PlanError
@@ -210,13 +210,19 @@ class Rounds:
         self.state.end(SessionStatus.COMPLETED, "")
         log.info("session=%s answered with no plan: %s", self.io.sid, reason)
 
-    async def conclusion(self, status: SessionStatus, reason: str = "") -> dict[str, Any]:
+    async def conclusion(
+        self,
+        status: SessionStatus,
+        reason: str = "",
+        compensations: Sequence[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
         """What the report adds for a session with an LLM: the answer (how it ended,
-        ``reason`` for an end other than completed), the critic's last verdict and the
-        rounds run; empty without an LLM."""
+        ``reason`` for an end other than completed, and the ``compensations`` that ran), the
+        critic's last verdict and the rounds run; empty without an LLM."""
         if self.brain.chat is None:
             return {}
-        out = await self._conclude(status, reason)
+        undone = compensations_text(compensations)
+        out = await self._conclude(status, "; ".join(filter(None, [reason, undone])))
         # The loop has stopped: the critic's and summarizer's tokens reach the hash here.
         await self.io.write_session("llm_usage", self.state.fold_usage())
         return out
@@ -281,6 +287,18 @@ class Rounds:
         return SessionAnswer(
             text=account_text(state, outcome), partial=not completed, source="planloop"
         )
+
+
+def compensations_text(compensations: Sequence[Mapping[str, Any]]) -> str:
+    """The compensations that ran, for the answer of a session that did not complete."""
+    if not compensations:
+        return ""
+    done = [
+        f"{c['step']}{'' if c.get('iteration') is None else ' turn ' + str(c['iteration'])} "
+        f"{'undone' if c.get('status') == 'completed' else 'NOT undone'}"
+        for c in compensations
+    ]
+    return "compensations: " + ", ".join(done)
 
 
 def looks_complete(state: SessionState) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import redis
 
@@ -167,8 +168,12 @@ class SessionRunner:
                 await self._check_llm_budget()
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
-            conclusion = await self.rounds.conclusion(*state.outcome)
-            await finish_session(self.ending, *state.outcome, conclusion=conclusion)
+            status, reason = state.outcome
+
+            async def conclude(compensations: list[dict[str, Any]]) -> dict[str, Any]:
+                return await self.rounds.conclusion(status, reason, compensations)
+
+            await finish_session(self.ending, status, reason, conclude=conclude)
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:

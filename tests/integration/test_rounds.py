@@ -260,6 +260,7 @@ def test_an_aborted_session_ends_with_a_partial_answer(
     (asked,) = prompts(llm, "summarizer")
     assert "ABORTED: the critical step cannot succeed" in asked
     assert "bad (bench.sleep): failed" in asked
+    assert "compensations: w undone" in asked  # asked once the write was undone
     assert llm.requests_for("critic") == []  # only a completed round is judged
     shown = Console(record=True, width=200, color_system=None)
     print_show(llm_producer, sid, as_json=False, console=shown)

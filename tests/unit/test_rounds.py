@@ -202,6 +202,22 @@ def test_the_report_view_shows_the_verdict_and_the_answer(tmp_path: Path) -> Non
     assert 'answer data: {"n": 7}' in text
 
 
+def test_the_report_view_marks_a_partial_answer_and_one_written_without_the_model() -> None:
+    console = Console(record=True, width=160, color_system=None)
+    partial = {"text": "a ran; b failed", "partial": True, "source": "summarizer"}
+    account = {"text": "The session ended", "partial": True, "source": "planloop"}
+
+    print_conclusion(console, {"answer": partial})
+    print_conclusion(console, {"answer": account})
+
+    text = console.export_text()
+    assert "answer (partial: the session did not complete): a ran; b failed" in text
+    assert (
+        "answer (partial: the session did not complete; written without the model): The "
+        "session ended"
+    ) in text
+
+
 def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
     from core.errors import ConfigError
 
@@ -322,7 +338,10 @@ def test_a_failed_session_gets_a_partial_answer_saying_what_failed() -> None:
     loop.brain.chat = chat
     rounds = Rounds(loop.io, loop.changes, loop.brain)
 
-    answer = run(rounds.conclusion(SessionStatus.FAILED, "critical step b failed"))["answer"]
+    undone = [{"step": "a", "status": "completed"}, {"step": "r", "iteration": 2, "status": "x"}]
+    answer = run(rounds.conclusion(SessionStatus.FAILED, "critical step b failed", undone))[
+        "answer"
+    ]
 
     assert (answer["text"], answer["partial"], answer["source"]) == (
         "a ran; b failed",
@@ -331,7 +350,7 @@ def test_a_failed_session_gets_a_partial_answer_saying_what_failed() -> None:
     )
     assert answer["schema_error"] is None  # a partial answer is not held to the schema
     asked = chat.asked[0][1][1]["content"]
-    assert "FAILED: critical step b failed" in asked
+    assert "FAILED: critical step b failed; compensations: a undone, r turn 2 NOT undone" in asked
     assert "error: boom" in asked
 
 
