@@ -440,6 +440,14 @@ class SqlRecord:
             query = select(SessionRow.id).where(SessionRow.status.in_(("pending", "running")))
             return list(db.scalars(query).all())
 
+    def effects(self, sid: str) -> Sequence[EffectRow]:
+        """The write effects the ledger recorded for ``sid`` (with a receipt), oldest first."""
+        with self._sessions() as db:
+            query = select(EffectRow).where(
+                EffectRow.session_id == sid, EffectRow.receipt.is_not(None)
+            )
+            return db.scalars(query.order_by(EffectRow.created_at)).all()
+
     def llm_calls(self, sid: str) -> Sequence[LlmCallRow]:
         with self._sessions() as db:
             query = select(LlmCallRow).where(LlmCallRow.session_id == sid)

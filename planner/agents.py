@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from core.errors import PlanValidationError, RepeatedPlanError
 from core.tools import ToolRegistry
+from planner.compact_plan import CompactPlan
 from planner.decision import ReplanDecision, SubGraph
 from planner.llm import ChatModel, Role, Usage
 from planner.merge import merge_remaining, orphans, replace_remaining
@@ -82,12 +83,12 @@ class Planner:
             catalogue=tool_catalogue(self.tools),
         )
 
-        def check(answer: Plan) -> Plan:
-            plan = Plan(goal=goal, steps=answer.steps, constraints=list(constraints))
+        def check(answer: CompactPlan) -> Plan:
+            plan = answer.to_plan(goal, list(constraints))
             validate_plan(plan, self.tools)
             return plan
 
-        return self._ask(Role.PLANNER, messages, Plan, check, fingerprints=lambda _: [])
+        return self._ask(Role.PLANNER, messages, CompactPlan, check, fingerprints=lambda _: [])
 
     def replan_remaining(
         self,

@@ -1,9 +1,10 @@
 """Routing a goal: one open-ended agent step, or a multi-step plan.
 
 ``planloop submit --goal --mode auto`` (the default) asks the router role; ``--mode react``
-and ``--mode plan`` skip it. A goal run in react mode, and a goal whose planning failed even
-after its repairs, becomes a one-step plan: an agent step with the goal as its instruction
-and the session's tools.
+and ``--mode plan`` skip it. The router may also find that the goal needs no tool at all
+(``answer``): the session is then answered directly by the summarizer, with no plan. A goal
+run in react mode, and a goal whose planning failed even after its repairs, becomes a
+one-step plan: an agent step with the goal as its instruction and the session's tools.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from planner.prompting import bullets, render_prompt, tool_catalogue
 from planner.react_step import DEFAULT_MAX_ITERATIONS, REACT_TOOL
 
 Mode = Literal["plan", "react", "auto"]
+RouteMode = Literal["plan", "react", "answer"]  # "answer": no tool needed, no plan
 AGENT_STEP_ID = "agent"
 
 
 class Route(BaseModel):
     """The router's answer."""
 
-    mode: Literal["plan", "react"]
+    mode: RouteMode
     reasoning: str = Field("", description="Why, in one sentence.")
 
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from config.settings import Settings
 from core.errors import ConfigError, SessionEndedError
 from core.keys import INBOX_GROUP, Keys
+from core.models import SessionOptions
 from core.redis_faults import redact_url
 from core.tools import load_tools
 from planner.plan import Plan, load_plan
@@ -39,6 +40,7 @@ from workers.toolsets import BENCH_TOOLS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
+DEMO_ANSWER_SCHEMA = REPO_ROOT / "examples" / "ecommerce_answer.json"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
 WORKERS_WAIT_S = 60.0  # the demo waits this long for its workers to serve its tools
@@ -68,6 +70,19 @@ def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
     plan = load_plan(plan_file or DEMO_PLAN)
     validate_plan(plan, load_tools(settings.tool_modules))
     return plan
+
+
+def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions | None:
+    """The options the demo submits with: with an LLM endpoint, the bundled e-commerce plan
+    ends with stock and pricing advice as its answer (``ecommerce_answer.json``); without
+    one, or for another plan, none (the report is the steps' outputs, as before)."""
+    if settings.llm_base_url is None or plan_file not in (None, DEMO_PLAN):
+        return None
+    from planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+
+    schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
+    check_answer_schema(schema)
+    return SessionOptions(answer_schema=schema)
 
 
 def with_bench_tools(settings: Settings) -> Settings:
@@ -239,7 +254,8 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
             console.print("stack ready")
             with restarting(stack, console):
                 if plan is not None:
-                    return _run_demo(running, plan, console)
+                    extra = demo_options(settings, options.plan_file)
+                    return _run_demo(running, plan, console, extra)
                 return _serve(running, console)
     except KeyboardInterrupt:
         console.print("stopped everything up started")
@@ -249,10 +265,13 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
+def _run_demo(
+    settings: Settings, plan: Plan, console: Console, options: SessionOptions | None = None
+) -> int:
     producer = Producer.from_settings(settings)
     sid = producer.submit(
         plan,
+        options,
         check_workers=True,
         wait_for_workers_s=WORKERS_WAIT_S,
         on_wait=lambda missing: console.print(

@@ -326,7 +326,13 @@ def print_conclusion(console: Console, report: Mapping[str, Any]) -> None:
         console.print(Text(line, style="green" if passed else "yellow"))
     answer = report.get("answer")
     if isinstance(answer, Mapping):
-        console.print(Text("answer: ", style="bold").append(str(answer.get("text", ""))))
+        notes = []
+        if answer.get("partial"):  # the session did not complete: what it achieved, what not
+            notes.append("partial: the session did not complete")
+        if answer.get("source") == "planloop":
+            notes.append("written without the model")
+        label = f"answer ({'; '.join(notes)}): " if notes else "answer: "
+        console.print(Text(label, style="bold").append(str(answer.get("text", ""))))
         if answer.get("data") is not None:
             console.print(f"answer data: {json.dumps(answer['data'], default=str)}")
         if answer.get("schema_error"):

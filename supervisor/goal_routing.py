@@ -1,7 +1,8 @@
 """How a session with a goal and no plan gets its first plan: routed, planned, or an agent.
 
 1. The mode (``SessionOptions.mode``): ``plan`` and ``react`` are the submitter's choice;
-   ``auto`` asks the router role (a cheap model), and plans when the router fails.
+   ``auto`` asks the router role (a cheap model), and plans when the router fails. The
+   router's ``answer`` (no tool needed) ends the session with a direct answer, no plan.
 2. ``react``: a one-step plan, an agent step with the goal as its instruction and the
    session's tools.
 3. ``plan``: the LLM planner, with its repairs. A planner that still fails (an unusable
@@ -23,7 +24,7 @@ from core.tools import ToolRegistry
 from planner.agents import Planner
 from planner.llm import ChatModel, Usage
 from planner.plan import Plan
-from planner.routing import Mode, Router, agent_plan
+from planner.routing import Mode, RouteMode, Router, agent_plan
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ REACT_FALLBACK = "react_fallback"  # the notice and progress kind of a fallback 
 class RouteChoice:
     """Where a goal goes, why, and the router call it took (if any)."""
 
-    mode: Mode
+    mode: RouteMode
     reason: str
     usages: list[Usage] = field(default_factory=list)
 
@@ -69,7 +70,7 @@ def first_plan(
     goal: str,
     constraints: list[str],
     *,
-    mode: Mode,
+    mode: RouteMode,
     max_repairs: int,
     lessons: Sequence[str] = (),
 ) -> FirstPlan:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import redis
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +33,7 @@ from core.redis_faults import is_redis_fault
 from core.tracing import SESSION
 from planner.plan import Plan, Step
 from planner.react import usages_of
+from supervisor.agent_undo import AgentEffect, agent_effects
 from supervisor.broken import dependency_broken
 from supervisor.checkpointer import Checkpointer
 from supervisor.consumers import ConsumerMonitor
@@ -109,7 +111,12 @@ class SessionRunner:
             self.io, ctx.dispatcher, on_failure=self._decide_failure, consumers=consumers
         )
         self.ending = Ending(
-            self.io, self.changes, ctx.dispatcher, ctx.dispatcher.sensitive, self.checkpoint
+            self.io,
+            self.changes,
+            ctx.dispatcher,
+            ctx.dispatcher.sensitive,
+            self.checkpoint,
+            self._agent_effects,
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
         if ctx.lessons is not None:
@@ -169,8 +176,12 @@ class SessionRunner:
                 await self._check_llm_budget()
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
-            conclusion = await self.rounds.conclusion(state.outcome[0])
-            await finish_session(self.ending, *state.outcome, conclusion=conclusion)
+            status, reason = state.outcome
+
+            async def conclude(compensations: list[dict[str, Any]]) -> dict[str, Any]:
+                return await self.rounds.conclusion(status, reason, compensations)
+
+            await finish_session(self.ending, status, reason, conclude=conclude)
             await self._conclude_lessons()
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
@@ -202,6 +213,11 @@ class SessionRunner:
         return await self.io.read_events(
             count=self.settings.event_batch, block_ms=wait_ms(self.state, time.time())
         )
+
+    async def _agent_effects(self) -> list[AgentEffect]:
+        """The writes agent steps made, from the effect ledger's SQL rows (to undo them)."""
+        rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
+        return agent_effects(self.sid, rows)
 
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
@@ -278,7 +294,8 @@ class SessionRunner:
             self.state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
 
     async def _plan_goal(self) -> None:
-        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
+        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone),
+        or, when the router finds that no tool is needed, the session ends answered."""
         state = self.state
         if self.ctx.chat is None:
             state.outcome = (
@@ -295,6 +312,10 @@ class SessionRunner:
         lessons = await self.brain.advice()
         route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode, lessons)
         record_usage(state.batch, route.usages)
+        if route.mode == "answer":  # no tool needed: the summarizer answers, no plan
+            await self.store.note_progress(self.sid, "answer_directly", reason=route.reason)
+            self.rounds.answer_directly(route.reason)
+            return
         spent = self.brain.llm_budget_spent() if route.mode == "plan" else None
         if spent is not None:
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")

@@ -32,6 +32,7 @@ from core.metrics import count_breaker, count_step
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from core.values import ValueLimits, walk
+from planner.answer_step import ANSWER_TOOL, AnswerParams
 from planner.expect import check_expectations
 from planner.plan import Expectation
 from planner.react import ReactResult, ReactStopped, usage_payload
@@ -239,6 +240,8 @@ class StepExecutor:
     def _run(self, args: StepTaskArgs) -> Outcome:
         if args.tool == REACT_TOOL:
             return self._run_agent(args)
+        if args.tool == ANSWER_TOOL:
+            return self._run_answer(args)
         try:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
@@ -260,6 +263,16 @@ class StepExecutor:
                 args.attempt,
             )
             return _failed(exc, ErrorKind.PERMANENT)
+
+    def _run_answer(self, args: StepTaskArgs) -> Outcome:
+        """An answer step: its resolved params are its output (the session's answer)."""
+        try:
+            answer = AnswerParams.model_validate(self._params(args))
+        except ToolError as exc:  # params too big, or gone from Redis
+            return _failed(exc, classify_error(exc))
+        except ValueError as exc:  # a reference resolved to something that is not text
+            return _failed(exc, ErrorKind.PERMANENT)
+        return self._completed(args, answer.model_dump(mode="json"))
 
     def _run_agent(self, args: StepTaskArgs) -> Outcome:
         """An agent step: the ReAct loop (workers/react.py); its LLM usage rides on the
