@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from types import FrameType
 from typing import cast
@@ -37,7 +38,10 @@ from producer.watch import watch_session
 from workers.toolsets import BENCH_TOOLS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
+# The examples ship inside the package (planloop/examples), so the demo runs after a plain
+# `pip install` as well as from a checkout.
+EXAMPLES = Path(str(files("planloop").joinpath("examples")))
+DEMO_PLAN = EXAMPLES / "ecommerce.yaml"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
 LOG_TAIL_LINES = 30
@@ -62,9 +66,16 @@ def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
     Raises:
         PlanError: the plan file is missing or invalid.
     """
-    plan = load_plan(plan_file or DEMO_PLAN)
+    plan = load_plan(example_path(plan_file) if plan_file else DEMO_PLAN)
     validate_plan(plan, load_tools(settings.tool_modules))
     return plan
+
+
+def example_path(path: Path) -> Path:
+    """``path``, or the shipped example of that name when ``path`` does not exist
+    (``--plan examples/supply_chain.yaml`` works outside a checkout too)."""
+    shipped = EXAMPLES / path.name
+    return path if path.exists() or not shipped.is_file() else shipped
 
 
 def with_bench_tools(settings: Settings) -> Settings:
