@@ -32,12 +32,11 @@ from core.tools import load_tools
 from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
 from producer.client import Producer
-from producer.stack import Stack, describe_redis, local_stack, wait_until
+from producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
 from producer.views import make_console
 from producer.watch import watch_session
 from workers.toolsets import BENCH_TOOLS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # The examples ship inside the package (planloop/examples), so the demo runs after a plain
 # `pip install` as well as from a checkout.
 EXAMPLES = Path(str(files("planloop").joinpath("examples")))
@@ -289,7 +288,7 @@ def flower_command(
         f"--address={address}",
     ]
     env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
     return argv, env
 
 
