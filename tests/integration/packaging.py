@@ -58,7 +58,13 @@ def installed_top_level(bin_dir: Path) -> set[str]:
         "print('\\n'.join(sorted({f.parts[0] for f in d.files or []"
         " if f.parts[0].isidentifier() and not f.parts[0].endswith('.dist-info')})))"
     )
+    # isolated (-I): neither the current directory (a checkout's planloop.egg-info) nor
+    # PYTHON* variables may stand in for what the venv holds
     out = subprocess.run(
-        [str(bin_dir / "python"), "-c", code], capture_output=True, text=True, check=True
+        [str(bin_dir / "python"), "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=bin_dir,
     )
     return set(out.stdout.split())
