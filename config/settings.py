@@ -57,6 +57,11 @@ class Settings(BaseSettings):
         "sqlite:///.planloop/planloop.db",
         description="SQLAlchemy URL of the durable record; SQLite file by default.",
     )
+    db_auto_migrate: bool = Field(
+        True,
+        description="A supervisor upgrades the record's schema at start (default true); "
+        "false: it refuses to start while the schema is behind (`planloop db upgrade`).",
+    )
 
     # --- Workers -------------------------------------------------------------------------
     queue: str = Field("planloop", description="Celery queue the step tasks go to.")

@@ -20,6 +20,7 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
 ``pl:deadletter``                      stream: events that cannot be applied (sid,
                                        entry_id, event, cause)
+``pl:supervisors``                     zset: supervisor name -> when it last served (unix s)
 ``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
 ``pl:workers``                         hash: worker name -> heartbeat JSON (queue, tools,
                                        expires_at); a worker refreshes its own entry
@@ -64,6 +65,10 @@ class Keys:
     @property
     def inbox(self) -> str:
         return f"{self.prefix}:inbox"
+
+    @property
+    def supervisors(self) -> str:
+        return f"{self.prefix}:supervisors"
 
     @property
     def sessions(self) -> str:

@@ -279,13 +279,25 @@ class SqlRecord:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def from_url(cls, url: str) -> SqlRecord:
+    def from_url(cls, url: str, *, auto_migrate: bool = True) -> SqlRecord:
+        """The record at ``url``, its schema upgraded (``auto_migrate``) or checked.
+
+        Raises:
+            SchemaBehindError: not ``auto_migrate`` and the schema is behind.
+        """
         record = cls(make_engine(url))
-        record.ensure_schema()
+        try:
+            record.ensure_schema(auto_migrate=auto_migrate)
+        except BaseException:
+            record.engine.dispose()  # a refused record keeps no connection open
+            raise
         return record
 
-    def ensure_schema(self) -> None:
-        Base.metadata.create_all(self.engine)
+    def ensure_schema(self, *, auto_migrate: bool = True) -> None:
+        """Upgrade the schema to the newest migration, or check that it is there."""
+        from core.migrate import prepare  # Alembic: only where a record is opened
+
+        prepare(self.engine, auto_migrate=auto_migrate)
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:

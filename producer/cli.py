@@ -545,7 +545,10 @@ def supervisor(loglevel: str) -> None:
 
     settings = _settings()
     _setup_logging(loglevel, settings)
-    serve(settings)
+    try:
+        serve(settings)
+    except ConfigError as exc:  # e.g. the record's schema is behind: say what to run
+        _fail(str(exc), code=1)
 
 
 @cli.command()
@@ -627,6 +630,63 @@ def console(port: int | None, address: str | None, loglevel: str) -> None:
     settings = _settings()
     _setup_logging(loglevel, settings)
     run_console(settings, port=port, address=address, loglevel=loglevel)
+
+
+@cli.group()
+def db() -> None:
+    """The SQL record's schema (Alembic migrations shipped with Planloop)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def db_upgrade(revision: str) -> None:
+    """Upgrade the record at PLANLOOP_DATABASE_URL (run once before supervisors start)."""
+    from core.migrate import upgrade
+    from core.record import make_engine
+    from core.redis_faults import redact_url
+
+    settings = _settings()
+    engine = make_engine(settings.database_url)
+    try:
+        reached = upgrade(engine, revision)
+    finally:
+        engine.dispose()
+    click.echo(f"record at {redact_url(settings.database_url)} is at revision {reached}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the record's revision and the newest one; exit 1 when it is behind."""
+    from core.migrate import current_revision, head_revision
+    from core.record import make_engine
+
+    engine = make_engine(_settings().database_url)
+    try:
+        current, head = current_revision(engine), head_revision()
+    finally:
+        engine.dispose()
+    click.echo(f"current {current or '(none)'}, head {head}")
+    sys.exit(0 if current == head else 1)
+
+
+@cli.command()
+@click.argument("role", type=click.Choice(["worker", "supervisor", "flower", "console"]))
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="flower/console port.")
+def health(role: str, port: int | None) -> None:
+    """Exit 0 when the ROLE process of this host serves, 1 otherwise (for healthchecks)."""
+    from producer.health import console_health, flower_health, supervisor_health, worker_health
+
+    settings = _settings()
+    if role == "worker":
+        result = worker_health(settings)
+    elif role == "supervisor":
+        result = supervisor_health(settings)
+    elif role == "flower":
+        result = flower_health(settings, port)
+    else:
+        result = console_health(port or 8765)
+    click.echo(result.detail)
+    sys.exit(0 if result.ok else 1)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from types import FrameType
 from typing import cast
@@ -33,14 +34,16 @@ from core.tools import load_tools
 from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
 from producer.client import Producer
-from producer.stack import Stack, describe_redis, local_stack, wait_until
+from producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
 from producer.views import make_console
 from producer.watch import watch_session
 from workers.toolsets import BENCH_TOOLS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
-DEMO_ANSWER_SCHEMA = REPO_ROOT / "examples" / "ecommerce_answer.json"
+# The examples ship inside the package (planloop/examples), so the demo runs after a plain
+# `pip install` as well as from a checkout.
+EXAMPLES = Path(str(files("planloop").joinpath("examples")))
+DEMO_PLAN = EXAMPLES / "ecommerce.yaml"
+DEMO_ANSWER_SCHEMA = EXAMPLES / "ecommerce_answer.json"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
 WORKERS_WAIT_S = 60.0  # the demo waits this long for its workers to serve its tools
@@ -67,7 +70,7 @@ def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
     Raises:
         PlanError: the plan file is missing or invalid.
     """
-    plan = load_plan(plan_file or DEMO_PLAN)
+    plan = load_plan(example_path(plan_file) if plan_file else DEMO_PLAN)
     validate_plan(plan, load_tools(settings.tool_modules))
     return plan
 
@@ -83,6 +86,13 @@ def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions |
     schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
     check_answer_schema(schema)
     return SessionOptions(answer_schema=schema)
+
+
+def example_path(path: Path) -> Path:
+    """``path``, or the shipped example of that name when ``path`` does not exist
+    (``--plan examples/supply_chain.yaml`` works outside a checkout too)."""
+    shipped = EXAMPLES / path.name
+    return path if path.exists() or not shipped.is_file() else shipped
 
 
 def with_bench_tools(settings: Settings) -> Settings:
@@ -327,7 +337,7 @@ def flower_command(
         f"--address={address}",
     ]
     env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
     return argv, env
 
 

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
+HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Supervisor:
         self.settings = settings
         self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tools = load_tools(settings.tool_modules)
-        record = SqlRecord.from_url(settings.database_url)
+        record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
         chat = build_chat_model(settings) if settings.llm_base_url else None
         self.ctx = SupervisorContext(
             settings=settings,
@@ -79,6 +80,7 @@ class Supervisor:
         self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
+        self._next_heartbeat = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -165,10 +167,19 @@ class Supervisor:
             await self.store.ensure_inbox()
             self._inbox_ready = True
         await self._reclaim()
+        await self._heartbeat()
         block_ms = int(self.settings.reclaim_interval_s * 1000)
         entries = await self.store.read_inbox(self.name, block_ms)
         await self._take([sid for _entry, sid in entries])
         await self.store.ack_inbox([entry for entry, _ in entries])
+
+    async def _heartbeat(self) -> None:
+        """Say when this supervisor last served (a healthcheck reads it), every few seconds."""
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+        await self.store.r.zadd(self.store.keys.supervisors, {self.name: time.time()})
 
     async def _reclaim(self) -> None:
         """Take over active sessions nobody holds (their owner died or never came)."""
