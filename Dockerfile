@@ -17,6 +17,9 @@ COPY planner ./planner
 COPY workers ./workers
 COPY supervisor ./supervisor
 COPY producer ./producer
+# the public API; planloop/examples links to examples/, which ships in the package
+COPY planloop ./planloop
+COPY examples ./examples
 RUN pip install '.[postgres]' \
     && cd / && rm -rf /src
 
@@ -26,6 +29,6 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin planloop
 USER planloop
 WORKDIR /home/planloop
 
-EXPOSE 5555
+EXPOSE 5555 8765
 ENTRYPOINT ["planloop"]
 CMD ["--help"]

@@ -41,6 +41,7 @@ check: lint ## Fast gate: lint, types and unit tests (no services needed).
 
 test: venv ## Everything: services, lint, types, the whole suite, then integration on Redis 6.2.
 	@bash scripts/ensure-services.sh
+	@bash scripts/ensure-browser.sh
 	$(RUFF) format --check .
 	$(RUFF) check .
 	$(MYPY)

@@ -3,10 +3,11 @@
 The same multi-hop questions (bench/qa_questions.py) go through:
 
 (a) Planloop on a real stack (Redis, one supervisor, one worker): the goal is submitted, the
-    supervisor's LLM planner writes the whole plan in one reply, the lookups run as a DAG
-    (independent ones in parallel), and one joiner call (role ``summarizer``) answers from
-    the outputs; when the session itself already made a summarizer call, the bench does not
-    add one;
+    supervisor's LLM planner writes the whole plan in one terse reply (an array per step,
+    planner/compact_plan.py), the lookups run as a DAG (independent ones in parallel), and
+    the session's own answer (the critic's, with its verdict, on a round that looks complete;
+    else the summarizer's) is the answer; only a session without one gets a joiner call
+    (role ``summarizer``) from the bench;
 (b) a ReAct loop in this process: one model call per Thought/Action, each lookup run after
     the previous one, then a final-answer call.
 
@@ -107,8 +108,8 @@ def run_planloop(
     for step_id, output in outputs.items():
         if not output or output.get("value") != values[step_id]:
             raise SystemExit(f"{q.qid}: step {step_id} answered {output!r}, not {values[step_id]}")
-    answer = ""
-    if llm.snapshot().minus(before).summarizer_calls == 0:
+    answer = str((record.answer or {}).get("text", ""))
+    if not answer:
         reply = chat(
             client,
             [

@@ -114,13 +114,13 @@ class Question:
         return Plan(goal=self.tagged, steps=steps)
 
     def plan_reply(self) -> str:
-        """The plan as the planner prompt asks for it (id, short title, tool, params,
-        dependencies per step; no optional fields), compact JSON."""
-        steps = [
-            step.model_dump(include={"id", "title", "tool", "params", "dependencies"})
-            for step in self.plan().steps
+        """The plan as the planner prompt asks for it: one ``[id, tool, params]`` array per
+        step (the dependencies are what the params reference), one step per line
+        (planner/compact_plan.py)."""
+        lines = [  # the dependencies are the references: left out, as the prompt allows
+            json.dumps([s.id, s.tool, s.params], separators=(",", ":")) for s in self.plan().steps
         ]
-        return json.dumps({"goal": self.tagged, "steps": steps}, separators=(",", ":"))
+        return '{"steps":[\n' + ",\n".join(lines) + "\n]}"
 
     def react_reply(self, observations: int) -> str:
         """The ReAct model's reply after ``observations`` tool results."""

@@ -12,7 +12,8 @@ question tag ``[qNN]`` in the prompt (bench/qa_questions.py):
 - ``react``: the next Thought/Action (by the number of ``Observation:`` turns so far), or
   the final answer;
 - ``summarizer``: the final answer (``{"text": ...}``), the plan side's joiner call;
-- ``critic``: a passing verdict (sessions that run critique rounds).
+- ``critic``: a passing verdict (sessions that run critique rounds), with the final answer
+  when the prompt asks for it (a round that looks complete).
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ def reply_for(role: str, question: Question, messages: list[dict[str, Any]]) -> 
     if role == "summarizer":
         return json.dumps({"text": question.joiner_reply()})
     if role == "critic":
-        return json.dumps({"passed": True, "feedback": "", "missing": [], "confidence": 1.0})
+        verdict: dict[str, Any] = {"passed": True, "feedback": "", "missing": [], "confidence": 1.0}
+        if messages and "also write the final answer" in str(messages[-1].get("content", "")):
+            verdict["answer"] = {"text": question.joiner_reply(), "data": None}
+        return json.dumps(verdict)
     raise LookupError(f"the bench model has no reply for role {role!r}")
 
 

@@ -9,12 +9,20 @@ from config.settings import Settings
 STEP_TASK = "planloop.step"
 
 
+def step_task_name(tool: str) -> str:
+    """The name a step's task shows (Celery's ``shadow``: worker logs, Flower): its tool's.
+
+    The message still runs ``STEP_TASK``; only what people see changes.
+    """
+    return f"{STEP_TASK}:{tool}"
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings every Planloop worker and dispatcher uses."""
     return {
         "broker_url": settings.redis_url,
         # kombu's Redis transport, minus a client construction per publish and ack.
-        "broker_transport": "core.broker:Transport",
+        "broker_transport": "core.broker:Transport",  # core.broker.TRANSPORT
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Input limits no setting may exceed (core/input_limits.py explains why).
 MAX_NESTING_DEPTH_CEILING = 128
@@ -57,6 +57,11 @@ class Settings(BaseSettings):
         "sqlite:///.planloop/planloop.db",
         description="SQLAlchemy URL of the durable record; SQLite file by default.",
     )
+    db_auto_migrate: bool = Field(
+        True,
+        description="A supervisor upgrades the record's schema at start (default true); "
+        "false: it refuses to start while the schema is behind (`planloop db upgrade`).",
+    )
 
     # --- Workers -------------------------------------------------------------------------
     queue: str = Field("planloop", description="Celery queue the step tasks go to.")
@@ -64,9 +69,16 @@ class Settings(BaseSettings):
     worker_pool: Literal["threads", "prefork", "solo"] = Field(
         "threads", description="Celery pool; threads suit I/O-bound tools."
     )
-    tool_modules: list[str] = Field(
+    tool_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Extra modules to import for @tool registrations (besides entry points).",
+        description="Extra modules to import for @tool registrations (besides entry points): "
+        "a comma list (acme.tools,acme.more) or a JSON list.",
+    )
+    worker_heartbeat_s: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between a worker's heartbeats (pl:workers: its name and tools); "
+        "a worker unheard of for three periods counts as gone. Default 5.",
     )
 
     # --- Steps ---------------------------------------------------------------------------
@@ -185,10 +197,74 @@ class Settings(BaseSettings):
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )
 
+    # --- Lessons (issue 12: Reflexion lessons, retrieved into planning) -----------------
+    lessons_enabled: bool = Field(
+        True, description="Reflect on failed sessions and feed lessons into planning (LLM)."
+    )
+    llm_embedding_model: str | None = Field(
+        "text-embedding-3-small",
+        description="Embeddings model of the endpoint for lesson search; unset (or an "
+        "endpoint without /embeddings) falls back to a weaker lexical similarity.",
+    )
+    lessons_top_k: int = Field(3, ge=0, description="Lessons a planning prompt gets, at most.")
+    lessons_min_similarity: float = Field(
+        0.75, ge=-1, le=1, description="Cosine similarity (embeddings) a lesson needs, 0.75."
+    )
+    lessons_min_lexical_similarity: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Word-overlap similarity a lesson needs when there are no embeddings.",
+    )
+    lessons_duplicate_similarity: float = Field(
+        0.95, ge=0, le=1, description="Similarity at which a new lesson merges into an old one."
+    )
+    lessons_max: int = Field(
+        500, ge=1, description="Lessons kept; past it the least useful are evicted, 500."
+    )
+    lessons_per_reflection: int = Field(
+        3, ge=1, le=10, description="Lessons one reflection may write, at most, 3."
+    )
+    lessons_auto_disable_min_uses: int = Field(
+        5,
+        ge=1,
+        description="Ended sessions with and without a lesson needed before a lesson that "
+        "does worse than its absence is disabled automatically, 5.",
+    )
+
+    # --- Metrics (Prometheus) -----------------------------------------------------------
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a worker's /metrics (0: not served)."
+    )
+    supervisor_metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
+    )
+    metrics_address: str = Field("0.0.0.0", description="Address /metrics binds to.")  # noqa: S104
+    metrics_dir: str = Field(
+        "",
+        description="prometheus_client's multiprocess directory for prefork workers (emptied "
+        "at start; default: a fresh temporary directory).",
+    )
+
+    otel_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry collector (OTLP over HTTP, e.g. http://otel:4318): one "
+        "trace per session; needs the `otel` extra. Unset: no traces.",
+    )
+
     # --- Flower --------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port Flower listens on.")
     flower_basic_auth: SecretStr = Field(
         SecretStr("admin:planloop"), description="user:password Flower asks for."
+    )
+
+    # --- web console -----------------------------------------------------------------------
+    console_port: int = Field(
+        8765, ge=1, le=65535, description="Port of the web console (`planloop console`)."
+    )
+    console_address: str = Field(
+        "127.0.0.1",
+        description="Address the console binds; it asks for flower_basic_auth's credentials.",
     )
 
     # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
@@ -246,6 +322,27 @@ class Settings(BaseSettings):
         description="Nodes that YAML aliases may add to a plan file by expansion "
         "(default 10,000; stops alias bombs).",
     )
+
+    # --- Logs ------------------------------------------------------------------------------
+    log_format: Literal["human", "json"] = Field(
+        "human",
+        description="Log lines of supervisors and workers: 'human' (default) or 'json', one "
+        "object per line with session_id and step_id when the line is about one.",
+    )
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _comma_or_json_list(cls, value: Any) -> Any:
+        # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON list of module names: {exc}") from None
+        return [name.strip() for name in text.split(",") if name.strip()]
 
     @model_validator(mode="after")
     def _step_timeout_is_waitable(self) -> Settings:

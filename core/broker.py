@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from celery.app import amqp as celery_amqp
+from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
@@ -187,3 +189,33 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel
+
+
+TRANSPORT = f"{__name__}:Transport"
+"""The ``broker_transport`` of every Planloop app (config/celery.py)."""
+
+
+class BrokerConnection(KombuConnection):
+    """A kombu connection whose URI names the Redis scheme its transport speaks.
+
+    kombu writes a connection's ``transport_cls`` as its URI scheme; ours is a class path
+    (``core.broker:Transport``), and Flower picks its broker client (the Broker page,
+    ``/api/queues/length``) by that scheme: it answered "'redis' broker is not supported".
+    The transport is kombu's Redis one, so the URI says ``redis`` (``rediss`` with TLS).
+    """
+
+    def as_uri(self, include_password: Any = False, mask: Any = "**", getfields: Any = None) -> str:
+        if getfields is None:
+            uri: str = super().as_uri(include_password, mask)
+        else:
+            uri = super().as_uri(include_password, mask, getfields)
+        if self.transport_cls != TRANSPORT:
+            return uri
+        _, sep, rest = uri.partition("://")
+        return f"{'rediss' if self.ssl else 'redis'}{sep}{rest}"
+
+
+class AMQP(celery_amqp.AMQP):  # type: ignore[misc]
+    """Celery's messaging layer, with :class:`BrokerConnection` (``Celery(amqp=...)``)."""
+
+    Connection = BrokerConnection

@@ -10,7 +10,8 @@
     │   ├── PlanValidationError     duplicate id, unknown dependency, cycle, unknown tool,
     │   │                           params that do not fit, reference to a non-ancestor
     │   ├── PlanReferenceError      a {{step.output.path}} that cannot be resolved at dispatch
-    │   └── RepeatedPlanError       a re-plan that repeats a plan that already failed
+    │   ├── RepeatedPlanError       a re-plan that repeats a plan that already failed
+    │   └── NoLiveWorkerError       a plan's tool that no live worker serves (submit refuses it)
     ├── ToolError                   raised by or about a tool
     │   ├── UnknownToolError        no tool registered under that name
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
@@ -18,7 +19,9 @@
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
     │   │   ├── OutputTooLarge      an output or param above value_max_bytes
     │   │   └── AgentStepExhausted  an agent step gave no final answer within its turns
-    │   └── ToolTimeoutError        the tool ran past its timeout
+    │   ├── ToolTimeoutError        the tool ran past its timeout
+    │   └── StepAttemptFailed       the step task's Celery FAILURE, raised after the outcome
+    │                               is recorded (Flower shows it; the supervisor reads streams)
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
@@ -84,6 +87,29 @@ class RepeatedPlanError(PlanError):
         super().__init__(message)
 
 
+class NoLiveWorkerError(PlanError):
+    """No live worker on the queue serves ``tools``; ``live`` is each live worker's name with
+    the toolsets it serves."""
+
+    def __init__(
+        self, tools: list[str], live: dict[str, list[str]], *, waited_s: float = 0
+    ) -> None:
+        self.tools = tools
+        self.live = live
+        served = (
+            "; ".join(f"{name} ({', '.join(sets) or 'no tools'})" for name, sets in live.items())
+            if live
+            else "none"
+        )
+        waited = f" after waiting {waited_s:g}s" if waited_s else ""
+        super().__init__(
+            f"no live worker serves {', '.join('any tool' if t == '*' else t for t in tools)}"
+            f"{waited}; live workers: {served}. Start "
+            "a worker whose PLANLOOP_TOOL_MODULES provides it, or submit with "
+            "--wait-for-workers[=SECONDS]"
+        )
+
+
 class ToolError(PlanloopError):
     """Raised by or about a tool."""
 
@@ -114,6 +140,32 @@ class EffectNotRecordedError(TransientToolError):
 
 class PermanentToolError(ToolError):
     """A failure that retrying cannot fix."""
+
+
+class StepAttemptFailed(ToolError):  # noqa: N818 (the state Flower shows, as it reads)
+    """Attempt ``attempt`` of step ``step_id`` (tool ``tool``) in session ``session_id`` did
+    not complete: raised by the Celery task after its outcome and event are recorded, so
+    Celery (and Flower) show the task as FAILURE. ``message`` is the outcome's masked error.
+
+    Keyword fields with defaults: pickling (the prefork pool) rebuilds it from the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str = "",
+        step_id: str = "",
+        attempt: int = 0,
+        tool: str = "",
+        error_kind: str = "",
+    ) -> None:
+        self.session_id = session_id
+        self.step_id = step_id
+        self.attempt = attempt
+        self.tool = tool
+        self.error_kind = error_kind
+        super().__init__(message)
 
 
 class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, issue 10)

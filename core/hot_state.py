@@ -29,19 +29,32 @@ from core.models import Event, SessionOptions, SessionRecord, StepState
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
 
 
-def connect(url: str, *, retry_s: float = 0) -> redis.Redis:
+def connect(url: str, *, retry_s: float = 0, connect_timeout_s: float | None = None) -> redis.Redis:
     """A Redis client that answers ``str``.
 
     With ``retry_s``, a command that meets a Redis fault (connection refused or dropped, a
     time-out, Redis loading its dump) is tried again with back-off (up to ``RETRY_CAP_S``
-    apart) for about ``retry_s`` seconds before the fault is raised.
+    apart) for about ``retry_s`` seconds before the fault is raised. ``connect_timeout_s``
+    bounds each connection attempt (a host that drops packets otherwise holds a command for
+    the system's TCP time-out, minutes).
     """
     if not retry_s:
-        return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        return redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            health_check_interval=30,
+            socket_connect_timeout=connect_timeout_s,
+        )
     retry = Retry(
         ExponentialBackoff(cap=RETRY_CAP_S, base=0.05), math.ceil(retry_s / RETRY_CAP_S) + 5
     )
-    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30, retry=retry)
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        health_check_interval=30,
+        retry=retry,
+        socket_connect_timeout=connect_timeout_s,
+    )
 
 
 def blob_digest(data: str) -> str:

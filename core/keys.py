@@ -20,7 +20,10 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
 ``pl:deadletter``                      stream: events that cannot be applied (sid,
                                        entry_id, event, cause)
+``pl:supervisors``                     zset: supervisor name -> when it last served (unix s)
 ``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
+``pl:workers``                         hash: worker name -> heartbeat JSON (queue, tools,
+                                       expires_at); a worker refreshes its own entry
 =====================================  ======================================================
 """
 
@@ -64,6 +67,10 @@ class Keys:
         return f"{self.prefix}:inbox"
 
     @property
+    def supervisors(self) -> str:
+        return f"{self.prefix}:supervisors"
+
+    @property
     def sessions(self) -> str:
         return f"{self.prefix}:sessions"
 
@@ -82,6 +89,10 @@ class Keys:
     @property
     def tools(self) -> str:
         return f"{self.prefix}:tools"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
 
     def breaker(self, tool: str) -> str:
         return f"{self.prefix}:breaker:{tool}"

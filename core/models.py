@@ -82,6 +82,11 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # ran past its timeout; retry
     LOST = "lost"  # worker vanished; retry
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
+    UNSERVED = "unserved"  # the worker that took it does not serve the tool: the session fails
+
+
+# The kinds a retry can help with: the supervisor retries them within the step's budget.
+RETRYABLE = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.LOST})
 
 
 class Event(BaseModel):
@@ -168,10 +173,21 @@ class StepTaskArgs(BaseModel):
     # Params too big to travel inline (core/values.py): the worker reads them before the call.
     param_refs: dict[str, ValueRef] = Field(default_factory=dict)
     instruction: str = ""  # an agent step's instruction (planner/react_step.py)
+    # The step's retry budget: the worker tells Celery (and Flower) whether a failed attempt
+    # will be retried; the supervisor decides that on its own, by the same rule.
+    max_retries: int = 0
+    # When the supervisor queued the attempt (epoch seconds; 0: unknown): the worker's
+    # dispatch-overhead histogram (core/metrics.py).
+    dispatched_at: float = 0.0
 
     @property
     def task_id(self) -> str:
         return task_id(self.session_id, self.step_id, self.attempt)
+
+    def retried_after(self, error_kind: str) -> bool:
+        """Whether the supervisor retries this attempt when it fails with ``error_kind``
+        (supervisor/policy.py decide_failure, the same rule)."""
+        return error_kind in RETRYABLE and self.attempt <= self.max_retries
 
 
 def task_id(session_id: str, step_id: str, attempt: int) -> str:

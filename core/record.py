@@ -150,6 +150,60 @@ class EffectRow(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class LessonRow(Base):
+    """A Reflexion lesson (issue 12): advice an earlier session left for similar goals.
+
+    ``embedding`` is the vector of ``goal`` (the key lessons are found by) as JSON, empty
+    when written without an embeddings endpoint; on PostgreSQL with pgvector a ``vector``
+    column beside it mirrors it for the ``<=>`` search (core/lessons.py adds it).
+    """
+
+    __tablename__ = "lessons"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trigger: Mapped[str] = mapped_column(Text, default="")
+    lesson: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[str] = mapped_column(Text, default="")
+    goal: Mapped[str] = mapped_column(Text, default="")  # the source session's goal
+    toolsets: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of prefixes
+    tools: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of tool names
+    embedding: Mapped[str] = mapped_column(Text, default="")  # JSON list of floats
+    text_embedding: Mapped[str] = mapped_column(Text, default="")  # of the lesson itself
+    embedding_model: Mapped[str] = mapped_column(String(128), default="")
+    source_session: Mapped[str] = mapped_column(String(64), default="", index=True)
+    enabled: Mapped[int] = mapped_column(Integer, default=1)
+    disabled_reason: Mapped[str] = mapped_column(Text, default="")
+    merged: Mapped[int] = mapped_column(Integer, default=0)  # near-duplicates folded in
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+    last_used_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class LessonUseRow(Base):
+    """One lesson given to one session's prompts, with the session's outcome once it ends."""
+
+    __tablename__ = "lesson_uses"
+    lesson_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    similarity: Mapped[float] = mapped_column(Float, default=0.0)
+    used_at: Mapped[float] = mapped_column(Float, default=0.0)
+    outcome: Mapped[str] = mapped_column(String(16), default="")  # "" while it runs
+
+
+class LessonSessionRow(Base):
+    """A session that searched the lessons (used some or none): the comparison group that
+    tells whether sessions with a lesson do better than similar ones without it."""
+
+    __tablename__ = "lesson_sessions"
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    goal: Mapped[str] = mapped_column(Text, default="")
+    toolsets: Mapped[str] = mapped_column(Text, default="[]")
+    embedding: Mapped[str] = mapped_column(Text, default="")
+    embedding_model: Mapped[str] = mapped_column(String(128), default="")
+    outcome: Mapped[str] = mapped_column(String(16), default="")
+    replans: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
 @dataclass(frozen=True)
 class Claim:
     """A supervisor taking a session at ``epoch`` (see :meth:`SqlRecord.claim`)."""
@@ -225,13 +279,25 @@ class SqlRecord:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def from_url(cls, url: str) -> SqlRecord:
+    def from_url(cls, url: str, *, auto_migrate: bool = True) -> SqlRecord:
+        """The record at ``url``, its schema upgraded (``auto_migrate``) or checked.
+
+        Raises:
+            SchemaBehindError: not ``auto_migrate`` and the schema is behind.
+        """
         record = cls(make_engine(url))
-        record.ensure_schema()
+        try:
+            record.ensure_schema(auto_migrate=auto_migrate)
+        except BaseException:
+            record.engine.dispose()  # a refused record keeps no connection open
+            raise
         return record
 
-    def ensure_schema(self) -> None:
-        Base.metadata.create_all(self.engine)
+    def ensure_schema(self, *, auto_migrate: bool = True) -> None:
+        """Upgrade the schema to the newest migration, or check that it is there."""
+        from core.migrate import prepare  # Alembic: only where a record is opened
+
+        prepare(self.engine, auto_migrate=auto_migrate)
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
@@ -385,6 +451,14 @@ class SqlRecord:
         with self._sessions() as db:
             query = select(SessionRow.id).where(SessionRow.status.in_(("pending", "running")))
             return list(db.scalars(query).all())
+
+    def effects(self, sid: str) -> Sequence[EffectRow]:
+        """The write effects the ledger recorded for ``sid`` (with a receipt), oldest first."""
+        with self._sessions() as db:
+            query = select(EffectRow).where(
+                EffectRow.session_id == sid, EffectRow.receipt.is_not(None)
+            )
+            return db.scalars(query.order_by(EffectRow.created_at)).all()
 
     def llm_calls(self, sid: str) -> Sequence[LlmCallRow]:
         with self._sessions() as db:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from core.errors import PlanValidationError, RepeatedPlanError
 from core.tools import ToolRegistry
+from planner.compact_plan import CompactPlan
 from planner.decision import ReplanDecision, SubGraph
 from planner.llm import ChatModel, Role, Usage
 from planner.merge import merge_remaining, orphans, replace_remaining
@@ -82,12 +83,12 @@ class Planner:
             catalogue=tool_catalogue(self.tools),
         )
 
-        def check(answer: Plan) -> Plan:
-            plan = Plan(goal=goal, steps=answer.steps, constraints=list(constraints))
+        def check(answer: CompactPlan) -> Plan:
+            plan = answer.to_plan(goal, list(constraints))
             validate_plan(plan, self.tools)
             return plan
 
-        return self._ask(Role.PLANNER, messages, Plan, check, fingerprints=lambda _: [])
+        return self._ask(Role.PLANNER, messages, CompactPlan, check, fingerprints=lambda _: [])
 
     def replan_remaining(
         self,
@@ -97,6 +98,7 @@ class Planner:
         *,
         failed_fingerprints: Collection[str] = (),
         cancel: Collection[str] = (),
+        lessons: Sequence[str] = (),
     ) -> tuple[SubGraph, list[Usage]]:
         """A sub-graph that replaces the steps an incremental re-plan removes.
 
@@ -124,6 +126,7 @@ class Planner:
             completed=bullets(sorted(done)),
             removed=bullets(s.id for s in current.steps if s.id in gone),
             kept=bullets(kept),
+            lessons=bullets(lessons),
             catalogue=tool_catalogue(self.tools, compact=True),
         )
 
@@ -149,6 +152,7 @@ class Planner:
         completed: Collection[str],
         *,
         failed_fingerprints: Collection[str] = (),
+        lessons: Sequence[str] = (),
     ) -> tuple[Plan, list[Usage]]:
         """A new plan for everything not completed; completed steps stay as context.
 
@@ -167,6 +171,7 @@ class Planner:
             situation=self._situation(situation, FULL_SITUATION_CHARS),
             plan_outline=plan_outline(current, _statuses(situation)),
             completed=bullets(sorted(done)),
+            lessons=bullets(lessons),
             catalogue=tool_catalogue(self.tools),
         )
         base = Plan(

@@ -1,14 +1,24 @@
-"""The critic: judges a finished round's results against the goal and the constraints."""
+"""The critic: judges a finished round's results against the goal and the constraints.
+
+When a round looks complete (every step completed), the critic is also asked for the final
+answer in the same call: a passing verdict then carries the answer, and the session needs no
+separate summarizer call (one model call, with its fixed latency, fewer per session). A
+verdict that does not pass, or an answer that breaks the ``answer_schema``, leaves the
+answer to the summarizer as before.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from planner.llm import ChatModel, Role, Usage
 from planner.prompting import bullets, render_prompt
+from planner.summarizer import Answer
 
 
 class Critique(BaseModel):
@@ -20,6 +30,29 @@ class Critique(BaseModel):
         default_factory=list, description="Things the goal needs that no result provides."
     )
     confidence: float = Field(0.5, ge=0, le=1, description="How sure the critic is, 0 to 1.")
+
+
+class CriticReply(Critique):
+    """The critic's reply: the verdict, and the answer when it was asked for one."""
+
+    answer: Answer | None = Field(None, description="The final answer, when passed.")
+
+    def verdict(self) -> Critique:
+        """The verdict alone (what the session stores and reports)."""
+        return Critique.model_validate(self.model_dump(exclude={"answer"}))
+
+
+NO_ANSWER = "(not asked: judge only)"
+
+
+def answer_request(answer_schema: dict[str, Any] | None) -> str:
+    """The critic prompt's ask for the final answer along with a passing verdict."""
+    schema = json.dumps(answer_schema, indent=1) if answer_schema else "(none: data is null)"
+    return (
+        'When "passed" is true, also write the final answer to the goal from the results, '
+        'as "answer": {"text": "a few sentences", "data": ...}; use only facts from the '
+        f'results. "data" must fit this JSON schema:\n{schema}'
+    )
 
 
 @dataclass
@@ -40,8 +73,11 @@ class Critic:
         *,
         round_number: int,
         max_rounds: int,
-    ) -> tuple[Critique, Usage]:
-        """The verdict on ``results`` (rendered step outputs, tool data fenced).
+        with_answer: bool = False,
+        answer_schema: dict[str, Any] | None = None,
+    ) -> tuple[CriticReply, Usage]:
+        """The verdict on ``results`` (rendered step outputs, tool data fenced); with
+        ``with_answer``, a passing verdict also carries the final answer.
 
         Raises:
             LLMError: the endpoint failed or kept answering unusable JSON.
@@ -53,5 +89,6 @@ class Critic:
             results=results,
             round=str(round_number),
             max_rounds=str(max_rounds),
+            answer=answer_request(answer_schema) if with_answer else NO_ANSWER,
         )
-        return self.chat.complete_json(Role.CRITIC, messages, Critique)
+        return self.chat.complete_json(Role.CRITIC, messages, CriticReply)

@@ -67,6 +67,7 @@ class Role(StrEnum):
     COMPRESSOR = "compressor"  # old outputs -> compact context
     REACT = "react"  # agent step: instruction + observations -> next tool call or answer
     ROUTER = "router"  # goal -> one open-ended agent step or a multi-step plan
+    REFLECTOR = "reflector"  # an ended session that went wrong -> lessons for later ones
 
 
 @dataclass(frozen=True)

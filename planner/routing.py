@@ -1,13 +1,15 @@
 """Routing a goal: one open-ended agent step, or a multi-step plan.
 
 ``planloop submit --goal --mode auto`` (the default) asks the router role; ``--mode react``
-and ``--mode plan`` skip it. A goal run in react mode, and a goal whose planning failed even
-after its repairs, becomes a one-step plan: an agent step with the goal as its instruction
-and the session's tools.
+and ``--mode plan`` skip it. The router may also find that the goal needs no tool at all
+(``answer``): the session is then answered directly by the summarizer, with no plan. A goal
+run in react mode, and a goal whose planning failed even after its repairs, becomes a
+one-step plan: an agent step with the goal as its instruction and the session's tools.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -15,17 +17,18 @@ from pydantic import BaseModel, Field
 from core.tools import ToolRegistry
 from planner.llm import ChatModel, Role, Usage
 from planner.plan import Plan, Step
-from planner.prompting import render_prompt, tool_catalogue
+from planner.prompting import bullets, render_prompt, tool_catalogue
 from planner.react_step import DEFAULT_MAX_ITERATIONS, REACT_TOOL
 
 Mode = Literal["plan", "react", "auto"]
+RouteMode = Literal["plan", "react", "answer"]  # "answer": no tool needed, no plan
 AGENT_STEP_ID = "agent"
 
 
 class Route(BaseModel):
     """The router's answer."""
 
-    mode: Literal["plan", "react"]
+    mode: RouteMode
     reasoning: str = Field("", description="Why, in one sentence.")
 
 
@@ -36,14 +39,17 @@ class Router:
         self.chat = chat
         self.tools = tools
 
-    def route(self, goal: str) -> tuple[Route, Usage]:
-        """The route for ``goal``.
+    def route(self, goal: str, lessons: Sequence[str] = ()) -> tuple[Route, Usage]:
+        """The route for ``goal`` (``lessons``: advice from earlier sessions).
 
         Raises:
             LLMError: The model failed or kept answering garbage.
         """
         messages = render_prompt(
-            "router", goal=goal, catalogue=tool_catalogue(self.tools, compact=True)
+            "router",
+            goal=goal,
+            lessons=bullets(lessons),
+            catalogue=tool_catalogue(self.tools, compact=True),
         )
         return self.chat.complete_json(Role.ROUTER, messages, Route)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, Field
@@ -29,12 +29,21 @@ class Answer(BaseModel):
     data: Any = Field(None, description="The structured answer (fits the answer schema).")
 
 
+AnswerSource = Literal["summarizer", "critic", "answer_step", "planloop"]
+
+
 class SessionAnswer(BaseModel):
     """The answer a session ends with, as the report and the API show it."""
 
     text: str
     data: Any = None
     schema_error: str | None = None  # data still did not fit answer_schema after repairs
+    # The session did not complete: the text says what was achieved and what failed.
+    partial: bool = False
+    # Who wrote it: the summarizer, the critic (with its passing verdict on a round that
+    # looked complete), the plan's answer step, or Planloop itself (no LLM
+    # call was possible or allowed: a spent budget, a cancel, a failing endpoint).
+    source: AnswerSource = "summarizer"
 
 
 def check_answer_schema(schema: dict[str, Any]) -> None:
@@ -77,8 +86,13 @@ class Summarizer:
         results: str,
         critique: str,
         answer_schema: dict[str, Any] | None = None,
+        *,
+        outcome: str = "completed",
+        partial: bool = False,
     ) -> tuple[SessionAnswer, list[Usage]]:
-        """The final answer to ``goal`` from the rendered ``results``.
+        """The final answer to ``goal`` from the rendered ``results``; ``outcome`` says how
+        the session ended (and what to repair, when the plan stated an answer that broke
+        the schema), ``partial`` marks the answer of a session that did not complete.
 
         Raises:
             LLMError: the endpoint failed or kept answering unusable JSON.
@@ -98,6 +112,7 @@ class Summarizer:
             results=results,
             critique=critique or "(no critique)",
             answer_schema=schema_text,
+            outcome=outcome,
         )
         usages: list[Usage] = []
         repairs = 0
@@ -105,14 +120,17 @@ class Summarizer:
             answer, usage = self.chat.complete_json(Role.SUMMARIZER, chat, Answer)
             usages.append(usage)
             if answer_schema is None:
-                return SessionAnswer(text=answer.text, schema_error=refused), usages
+                made = SessionAnswer(text=answer.text, schema_error=refused, partial=partial)
+                return made, usages
             problem = schema_problem(answer.data, answer_schema)
             if problem is None:
-                return SessionAnswer(text=answer.text, data=answer.data), usages
+                made = SessionAnswer(text=answer.text, data=answer.data, partial=partial)
+                return made, usages
             repairs += 1
             logger.info("summarizer answer refused: %s", problem)
             if repairs > self.max_repairs:
-                return SessionAnswer(text=answer.text, schema_error=problem), usages
+                made = SessionAnswer(text=answer.text, schema_error=problem, partial=partial)
+                return made, usages
             chat += [
                 {"role": "assistant", "content": answer.model_dump_json()},
                 {

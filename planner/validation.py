@@ -2,8 +2,8 @@
 
 Checks run in a fixed order, each over all steps in plan order, so the same plan always
 reports the same first error: duplicate ids, unknown dependencies, self-dependencies, cycles,
-unknown tools, params that do not fit, references to non-ancestors; then each step's fallback
-sub-graph the same way.
+unknown tools, params that do not fit, answer steps out of place, references to
+non-ancestors; then each step's fallback sub-graph the same way.
 
 Every check is linear in steps + edges + references: one topological pass gives the ancestor
 sets (bitsets) of the steps that hold references, and fallback sub-graphs reuse the sets of
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import PlanValidationError
 from core.tools import ToolRegistry, ToolSpec
+from planner.answer_step import ANSWER_TOOL, answer_plan_problems, answer_step_problem
 from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
 from planner.plan import Plan, Step
 from planner.react_step import REACT_TOOL, agent_step_problem
@@ -118,6 +119,8 @@ def _graph_errors(
     yield from _self_dependencies(steps)
     yield from _cycles(steps)
     yield from step_errors(steps, tools)
+    for step_id, problem in answer_plan_problems(steps):
+        yield PlanValidationError(f"step {step_id!r}: {problem}", step_id=step_id)
     deps: dict[str, Sequence[str]] = {**outside, **{s.id: s.dependencies for s in steps}}
     inner = _Ancestry(ancestry.index, ancestry.known.new_child(), ancestry.far)  # no copies
     yield from _bad_references(steps, deps, inner)
@@ -226,7 +229,7 @@ def _all_fallback_steps(step: Step) -> Iterator[Step]:
 
 def _unknown_tools(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanValidationError]:
     for step in steps:
-        if step.tool not in tools and step.tool != REACT_TOOL:
+        if step.tool not in tools and step.tool not in (REACT_TOOL, ANSWER_TOOL):
             yield PlanValidationError(
                 f"step {step.id!r}: unknown tool {step.tool!r}{_suggest(step.tool, tools.names())}",
                 step_id=step.id,
@@ -244,6 +247,10 @@ def _unfit_params(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanVa
     for step in steps:
         if step.tool == REACT_TOOL:  # an agent step: its params name tools, fit no tool's
             problem = agent_step_problem(step, tools)
+            if problem:
+                yield PlanValidationError(f"step {step.id!r}: {problem}", step_id=step.id)
+        if step.tool == ANSWER_TOOL:  # the session's answer: text and data
+            problem = answer_step_problem(step)
             if problem:
                 yield PlanValidationError(f"step {step.id!r}: {problem}", step_id=step.id)
         calls = [("", step.tool, step.params)]

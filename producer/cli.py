@@ -3,36 +3,92 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from config.settings import Settings
 from core.errors import ConfigError, PlanloopError
-from core.masking import install_log_masking
 from core.models import SessionOptions
+from producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
-EXIT_INVALID = 2
+if TYPE_CHECKING:
+    from core.lessons import LessonStore, Thresholds
+
+DEFAULT_WAIT_FOR_WORKERS_S = 60.0
 
 
 def _settings() -> Settings:
     try:
         return Settings()
     except ValueError as exc:
-        raise click.ClickException(f"invalid PLANLOOP_* settings: {exc}") from exc
+        from core.masking import error_text
+
+        _fail(f"invalid PLANLOOP_* settings: {' '.join(error_text(exc).split())}")
+        raise  # not reached: _fail exits
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    install_log_masking()  # log lines pass the one masker too (core/masking.py)
+def _service_urls() -> tuple[str, str]:
+    """The Redis and database URLs this command used (the defaults if settings are broken)."""
+    try:
+        settings = Settings()
+    except ValueError:
+        settings = Settings.model_construct()
+    return settings.redis_url, settings.database_url
+
+
+class PlanloopGroup(click.Group):
+    """The ``planloop`` group: an unreachable Redis or database ends any command with one line
+    naming the URL and what to do, and exit code 3 (producer/exits.py), not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            seen: BaseException | None = exc
+            while seen is not None:  # the fault may be the cause of a wrapping error
+                found = unreachable(seen, *_service_urls())
+                if found is not None:
+                    click.echo(f"error: {found.message()}", err=True)
+                    sys.exit(EXIT_UNREACHABLE)
+                seen = seen.__cause__ or seen.__context__
+            raise
+
+
+class SubmitCommand(click.Command):
+    """``submit``: a bare ``--wait-for-workers`` followed by the plan file means the default
+    wait (click would take the file name as the option's value)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        fixed: list[str] = []
+        for i, arg in enumerate(args):
+            following = args[i + 1] if i + 1 < len(args) else None
+            if arg == "--wait-for-workers" and not _is_number(following):
+                arg = f"--wait-for-workers={DEFAULT_WAIT_FOR_WORKERS_S:g}"
+            fixed.append(arg)
+        return super().parse_args(ctx, fixed)
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
+
+
+def _exit_for(status: str) -> None:
+    """Exit 0 for a session that ended completed, 1 for any other end."""
+    sys.exit(0 if status == "completed" else EXIT_SESSION_FAILED)
+
+
+def _setup_logging(level: str, settings: Settings) -> None:
+    from core.logs import setup_logging
+
+    setup_logging(level, settings.log_format)  # masked, human or JSON lines (core/logs.py)
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
@@ -40,13 +96,18 @@ def _fail(message: str, code: int = EXIT_INVALID) -> None:
     sys.exit(code)
 
 
-@click.group()
+@click.group(cls=PlanloopGroup)
 @click.version_option(package_name="planloop")
 def cli() -> None:
-    """Planloop: plan-and-execute sessions on a Celery worker pool."""
+    """Planloop: plan-and-execute sessions on a Celery worker pool.
+
+    \b
+    Exit codes: 0 success; 1 the session ended failed, aborted or cancelled;
+    2 bad input (plan, tool, options, settings); 3 Redis or the database unreachable.
+    """
 
 
-@cli.command()
+@cli.command(cls=SubmitCommand)
 @click.argument("plan_file", type=click.Path(path_type=Path), required=False)
 @click.option("--goal", default=None, help="Plan this goal with the LLM instead of a file.")
 @click.option("--tools", "toolsets", default="", help="Toolsets for --goal, e.g. ecommerce.")
@@ -96,6 +157,24 @@ def cli() -> None:
     show_default=True,
     help="For --goal: a plan, one agent step (ReAct), or as the router decides.",
 )
+@click.option(
+    "--wait-for-workers",
+    "wait_for_workers_s",
+    type=click.FloatRange(min=0),
+    is_flag=False,
+    flag_value=DEFAULT_WAIT_FOR_WORKERS_S,
+    default=0.0,
+    metavar="[SECONDS]",
+    help="When no live worker serves a tool of the plan, wait for one (default "
+    f"{DEFAULT_WAIT_FOR_WORKERS_S:g}s) instead of refusing the plan.",
+)
+@click.option(
+    "--worker-check/--no-worker-check",
+    default=True,
+    show_default=True,
+    help="Refuse a plan whose tools no live worker serves (--no-worker-check: submit now, "
+    "start the workers later).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session id as JSON.")
 def submit(
     plan_file: Path | None,
@@ -111,6 +190,8 @@ def submit(
     max_rounds: int | None,
     answer_schema_file: Path | None,
     mode: Literal["plan", "react", "auto"],
+    wait_for_workers_s: float,
+    worker_check: bool,
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
@@ -140,12 +221,24 @@ def submit(
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
             sid = producer.submit_goal(
-                goal, tools=tools, constraints=list(constraints), options=options
+                goal,
+                tools=tools,
+                constraints=list(constraints),
+                options=options,
+                check_workers=worker_check,
+                wait_for_workers_s=wait_for_workers_s,
+                on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
             )
         else:
             assert plan_file is not None
             plan = load_plan(plan_file, limits=InputLimits.from_settings(settings))
-            sid = producer.submit(plan, options)
+            sid = producer.submit(
+                plan,
+                options,
+                check_workers=worker_check,
+                wait_for_workers_s=wait_for_workers_s,
+                on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
+            )
     except PlanloopError as exc:
         _fail(f"{exc}\n(nothing was submitted)")
         return
@@ -153,8 +246,13 @@ def submit(
     if wait:
         from producer.watch import watch_session
 
-        status = watch_session(producer, sid)
-        sys.exit(0 if status == "completed" else 1)
+        _exit_for(watch_session(producer, sid))
+
+
+def _say_waiting(missing: list[str], wait_s: float) -> None:
+    click.echo(
+        f"waiting up to {wait_s:g}s for a live worker serving {', '.join(missing)}", err=True
+    )
 
 
 def read_answer_schema(path: Path) -> dict[str, Any]:
@@ -204,14 +302,18 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
 )
-def status(session_id: str | None, limit: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(session_id: str | None, limit: int, as_json: bool) -> None:
     """Show one session (or the newest ones)."""
     from producer.client import Producer
-    from producer.views import print_status
+    from producer.views import print_status, status_doc
 
     producer = Producer.from_settings(_settings())
     try:
-        print_status(producer, session_id, limit)
+        if as_json:
+            print(json.dumps(status_doc(producer, session_id, limit), indent=2, default=str))
+        else:
+            print_status(producer, session_id, limit)
     except PlanloopError as exc:
         _fail(str(exc))
 
@@ -229,7 +331,7 @@ def watch(session_id: str) -> None:
     except PlanloopError as exc:
         _fail(str(exc))
         return
-    sys.exit(0 if result == "completed" else 1)
+    _exit_for(result)
 
 
 @cli.command()
@@ -282,6 +384,103 @@ def signal(session_id: str, text: str, plain: bool) -> None:
     click.echo(f"signal sent to {session_id}")
 
 
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the lessons as JSON.")
+@click.pass_context
+def lessons(ctx: click.Context, as_json: bool) -> None:
+    """Lessons from earlier sessions, with uses and the success rates with and without."""
+    if ctx.invoked_subcommand is None:
+        from producer.lesson_views import print_lessons
+
+        store, thresholds = _lesson_store()
+        print_lessons(store, thresholds, as_json=as_json)
+
+
+@lessons.command("show")
+@click.argument("lesson_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the lesson as JSON.")
+def lessons_show(lesson_id: int, as_json: bool) -> None:
+    """One lesson in full, with its measured effect."""
+    from producer.lesson_views import print_lesson
+
+    store, thresholds = _lesson_store()
+    if not print_lesson(store, lesson_id, thresholds, as_json=as_json):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+
+
+@lessons.command("disable")
+@click.argument("lesson_id", type=int)
+@click.option("--reason", default="disabled by a person", help="Why, for the record.")
+def lessons_disable(lesson_id: int, reason: str) -> None:
+    """Stop giving a lesson to prompts (kept, with its record; `enable` undoes it)."""
+    store, _ = _lesson_store()
+    if not store.disable(lesson_id, reason):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} disabled")
+
+
+@lessons.command("enable")
+@click.argument("lesson_id", type=int)
+def lessons_enable(lesson_id: int) -> None:
+    """Give a disabled lesson to prompts again."""
+    store, _ = _lesson_store()
+    if not store.enable(lesson_id):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} enabled")
+
+
+@lessons.command("delete")
+@click.argument("lesson_id", type=int)
+def lessons_delete(lesson_id: int) -> None:
+    """Delete a lesson and its uses."""
+    store, _ = _lesson_store()
+    if not store.delete(lesson_id):
+        _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
+    click.echo(f"lesson {lesson_id} deleted")
+
+
+def _lesson_store() -> tuple[LessonStore, Thresholds]:
+    """The lessons store on ``PLANLOOP_DATABASE_URL`` and the similarity thresholds."""
+    from core.lessons import LessonStore, Thresholds
+    from core.record import make_engine
+
+    settings = _settings()
+    thresholds = Thresholds(
+        settings.lessons_min_similarity, settings.lessons_min_lexical_similarity
+    )
+    return LessonStore(make_engine(settings.database_url)), thresholds
+
+
+@cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def retry(session_id: str, step_id: str, note: str) -> None:
+    """Run a step that failed for good once more; its skipped dependents wait for it again."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"retry of {step_id} sent to {session_id}")
+
+
+@cli.command()
+@click.argument("session_id")
+@click.argument("step_id")
+@click.option("--note", default="", help="Why, for the record.")
+def skip(session_id: str, step_id: str, note: str) -> None:
+    """Give up a failed (or not yet started) step: it and its dependents end skipped."""
+    from producer.client import Producer
+
+    try:
+        Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
+    except PlanloopError as exc:
+        _fail(str(exc))
+    click.echo(f"skip of {step_id} sent to {session_id}")
+
+
 @cli.command()
 @click.option(
     "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
@@ -297,9 +496,15 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
     """Start a Celery worker for step tasks."""
     settings = _settings()
+    chosen_pool = pool or settings.worker_pool
+    metrics_dir = ""
+    if settings.metrics_port and chosen_pool == "prefork":
+        from core.metrics_dir import prepare_multiprocess_dir
+
+        # Before the worker's modules import prometheus_client: its mode is chosen then.
+        metrics_dir = prepare_multiprocess_dir(settings.metrics_dir)
     from workers.app import create_app, run_worker
 
-    chosen_pool = pool or settings.worker_pool
     # solo runs one task at a time in the consumer's own thread, whatever -c says.
     slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
     # Celery reads "-P prefork" as "no -P given" and falls back to the configured pool;
@@ -324,7 +529,12 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     # Threads pass the GIL between the consumer and the pool: a shorter slice than the
     # default 5 ms keeps a received task from waiting on it.
     sys.setswitchinterval(0.0005)
-    sys.exit(run_worker(app, argv))
+    code = run_worker(app, argv)
+    if metrics_dir and not settings.metrics_dir:  # our own temporary directory
+        import shutil
+
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    sys.exit(code)
 
 
 @cli.command()
@@ -333,8 +543,12 @@ def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
     from supervisor.service import serve
 
-    _setup_logging(loglevel)
-    serve(_settings())
+    settings = _settings()
+    _setup_logging(loglevel, settings)
+    try:
+        serve(settings)
+    except ConfigError as exc:  # e.g. the record's schema is behind: say what to run
+        _fail(str(exc), code=1)
 
 
 @cli.command()
@@ -342,20 +556,38 @@ def supervisor(loglevel: str) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option(
+    "--console/--no-console",
+    "with_console",
+    default=True,
+    show_default=True,
+    help="Also start the web console (PLANLOOP_CONSOLE_PORT).",
+)
+@click.option(
     "--plan",
     "plan_file",
     type=click.Path(path_type=Path),
     default=None,
     help="Plan the demo submits (default: examples/ecommerce.yaml).",
 )
-def up(demo: bool, workers: int, concurrency: int, plan_file: Path | None) -> None:
+def up(
+    demo: bool, workers: int, concurrency: int, with_console: bool, plan_file: Path | None
+) -> None:
     """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
-    from core.errors import PlanError
+    from core.errors import NoLiveWorkerError, PlanError
     from producer.up import UpOptions, run_up
 
-    options = UpOptions(demo=demo, workers=workers, concurrency=concurrency, plan_file=plan_file)
+    options = UpOptions(
+        demo=demo,
+        workers=workers,
+        concurrency=concurrency,
+        plan_file=plan_file,
+        console=with_console,
+    )
     try:
         code = run_up(_settings(), options)
+    except NoLiveWorkerError as exc:  # the stack ran, its workers never served the plan
+        _fail(f"{exc} (the stack was stopped)", code=1)
+        return
     except PlanError as exc:
         _fail(f"{exc} (nothing was started)")
         return
@@ -378,6 +610,83 @@ def flower(port: int | None, address: str) -> None:
     from producer.up import run_flower
 
     run_flower(_settings(), port=port, address=address)
+
+
+@cli.command()
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port (default: PLANLOOP_CONSOLE_PORT, 8765).",
+)
+@click.option(
+    "--address", default=None, help="Address to bind (default: PLANLOOP_CONSOLE_ADDRESS)."
+)
+@click.option("--loglevel", default="WARNING", show_default=True)
+def console(port: int | None, address: str | None, loglevel: str) -> None:
+    """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    from console.serve import run_console
+
+    settings = _settings()
+    _setup_logging(loglevel, settings)
+    run_console(settings, port=port, address=address, loglevel=loglevel)
+
+
+@cli.group()
+def db() -> None:
+    """The SQL record's schema (Alembic migrations shipped with Planloop)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def db_upgrade(revision: str) -> None:
+    """Upgrade the record at PLANLOOP_DATABASE_URL (run once before supervisors start)."""
+    from core.migrate import upgrade
+    from core.record import make_engine
+    from core.redis_faults import redact_url
+
+    settings = _settings()
+    engine = make_engine(settings.database_url)
+    try:
+        reached = upgrade(engine, revision)
+    finally:
+        engine.dispose()
+    click.echo(f"record at {redact_url(settings.database_url)} is at revision {reached}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the record's revision and the newest one; exit 1 when it is behind."""
+    from core.migrate import current_revision, head_revision
+    from core.record import make_engine
+
+    engine = make_engine(_settings().database_url)
+    try:
+        current, head = current_revision(engine), head_revision()
+    finally:
+        engine.dispose()
+    click.echo(f"current {current or '(none)'}, head {head}")
+    sys.exit(0 if current == head else 1)
+
+
+@cli.command()
+@click.argument("role", type=click.Choice(["worker", "supervisor", "flower", "console"]))
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="flower/console port.")
+def health(role: str, port: int | None) -> None:
+    """Exit 0 when the ROLE process of this host serves, 1 otherwise (for healthchecks)."""
+    from producer.health import console_health, flower_health, supervisor_health, worker_health
+
+    settings = _settings()
+    if role == "worker":
+        result = worker_health(settings)
+    elif role == "supervisor":
+        result = supervisor_health(settings)
+    elif role == "flower":
+        result = flower_health(settings, port)
+    else:
+        result = console_health(port or 8765)
+    click.echo(result.detail)
+    sys.exit(0 if result.ok else 1)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -26,6 +27,8 @@ from core.tools import ToolRegistry, load_tools
 from planner.plan import Plan, describe
 from planner.validation import validate_plan
 
+CONNECT_TIMEOUT_S = 5.0
+
 
 def new_session_id() -> str:
     """Sortable, unique, short: creation time then randomness."""
@@ -42,21 +45,47 @@ class Producer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Producer:
-        state = HotState(connect(settings.redis_url), Keys(settings.key_prefix))
+        # a person waits on this: an unreachable host is reported in seconds (exit 3)
+        client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
+        state = HotState(client, Keys(settings.key_prefix))
         return cls(settings, state, load_tools(settings.tool_modules))
 
-    def submit(self, plan: Plan, options: SessionOptions | None = None) -> str:
+    def submit(
+        self,
+        plan: Plan,
+        options: SessionOptions | None = None,
+        *,
+        check_workers: bool = False,
+        wait_for_workers_s: float = 0.0,
+        on_wait: Callable[[list[str]], None] | None = None,
+    ) -> str:
         """Validate ``plan`` and hand it to the supervisors; returns the session id.
 
         The plan is checked as the supervisor will read it (its stored JSON through
-        ``Plan.model_validate_json``) under this deployment's input limits.
+        ``Plan.model_validate_json``) under this deployment's input limits. With
+        ``check_workers`` (or a ``wait_for_workers_s``), every tool it uses must also be
+        served by a live worker on the queue (their heartbeats, core/heartbeat.py), waiting
+        up to ``wait_for_workers_s`` for one; ``on_wait`` is told the missing tools when
+        waiting starts.
 
         Raises:
             PlanValidationError: the plan cannot run or breaks an input limit; nothing was
                 enqueued.
+            NoLiveWorkerError: a tool no live worker serves (in time); nothing was enqueued.
         """
         plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
+        if check_workers or wait_for_workers_s > 0:
+            from producer.liveness import required_tools, wait_for_workers
+
+            wait_for_workers(
+                self.state.r,
+                self.state.keys,
+                self.settings.queue,
+                required_tools(plan),
+                wait_s=wait_for_workers_s,
+                on_wait=on_wait,
+            )
         sid = new_session_id()
         self.state.create_session(
             sid,
@@ -73,12 +102,19 @@ class Producer:
         tools: list[str] | None = None,
         constraints: list[str] | None = None,
         options: SessionOptions | None = None,
+        check_workers: bool = False,
+        wait_for_workers_s: float = 0.0,
+        on_wait: Callable[[list[str]], None] | None = None,
     ) -> str:
         """Hand a goal to the supervisors, whose LLM planner writes the plan.
+
+        ``check_workers`` / ``wait_for_workers_s`` / ``on_wait`` as for :meth:`submit`: a live
+        worker must serve some tool of each toolset in ``tools`` (any tool when none).
 
         Raises:
             ConfigError: no LLM endpoint is configured (the message says how to set one).
             UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
+            NoLiveWorkerError: no live worker serves a toolset (in time); nothing was enqueued.
         """
         self._check_text("goal", goal)
         for constraint in constraints or []:
@@ -91,6 +127,17 @@ class Producer:
         for prefix in prefixes:
             if not self.tools.subset([prefix]).names():
                 raise UnknownToolError(prefix, self.tools.names())
+        if check_workers or wait_for_workers_s > 0:
+            from producer.liveness import goal_tools, wait_for_workers
+
+            wait_for_workers(
+                self.state.r,
+                self.state.keys,
+                self.settings.queue,
+                goal_tools(prefixes),
+                wait_s=wait_for_workers_s,
+                on_wait=on_wait,
+            )
         base = options or SessionOptions()
         sid = new_session_id()
         self.state.create_session(
@@ -119,6 +166,27 @@ class Producer:
                 severity=Severity.INFO,
                 description=note,
                 payload=payload,
+            ),
+        )
+
+    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+        """Run a step that failed for good once more (its skipped dependents wait for it
+        again); the session's owner carries it out like an approval."""
+        return self._step_command(sid, "retry", step, note)
+
+    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+        """Give up a failed step, or one that has not started (an approval rejected): it
+        and its dependents end skipped."""
+        return self._step_command(sid, "skip", step, note)
+
+    def _step_command(self, sid: str, command: str, step: str, note: str) -> str:
+        return self._tell(
+            sid,
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.INFO,
+                description=note,
+                payload={"command": command, "step": step},
             ),
         )
 

@@ -26,6 +26,23 @@ from core.errors import ConfigError
 from core.redis_version import MIN_REDIS_VERSION, parse_redis_version
 
 
+def source_root() -> Path:
+    """The directory that holds the ``planloop`` package: a checkout's root, or site-packages.
+
+    Child processes get it on their path, so they import the code this process runs; it is
+    never a directory inside the package, whose sub-packages would then shadow an
+    application's own top-level names.
+    """
+    import planloop
+
+    return Path(planloop.__file__).resolve().parent.parent
+
+
+def with_source_root(pythonpath: str) -> str:
+    """``pythonpath`` with :func:`source_root` in front."""
+    return os.pathsep.join(p for p in [str(source_root()), pythonpath] if p)
+
+
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
     """True when a Redis server answers PING at ``url``."""
     try:
@@ -213,6 +230,9 @@ class Stack:
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
 
+    def start_console(self, port: int) -> subprocess.Popen[bytes]:
+        return self._spawn("console", ["console", "--port", str(port)])
+
     def restart_dead(self, now: float | None = None) -> list[str]:
         """Start again each child that exited, once its back-off has passed.
 
@@ -277,9 +297,7 @@ def local_stack(
     ``overrides`` are ``PLANLOOP_*`` variables on top of this process's environment.
     """
     env = {**os.environ, **(overrides or {})}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")] if p
-    )
+    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
     url = env.get("PLANLOOP_REDIS_URL", "redis://127.0.0.1:6379/0")
     embedded = None
     if not redis_answers(url):

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from types import FrameType
 from typing import cast
@@ -26,20 +28,25 @@ from rich.console import Console
 from config.settings import Settings
 from core.errors import ConfigError, SessionEndedError
 from core.keys import INBOX_GROUP, Keys
+from core.models import SessionOptions
 from core.redis_faults import redact_url
 from core.tools import load_tools
 from planner.plan import Plan, load_plan
 from planner.validation import validate_plan
 from producer.client import Producer
-from producer.stack import Stack, describe_redis, local_stack, wait_until
+from producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
 from producer.views import make_console
 from producer.watch import watch_session
 from workers.toolsets import BENCH_TOOLS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEMO_PLAN = REPO_ROOT / "examples" / "ecommerce.yaml"
+# The examples ship inside the package (planloop/examples), so the demo runs after a plain
+# `pip install` as well as from a checkout.
+EXAMPLES = Path(str(files("planloop").joinpath("examples")))
+DEMO_PLAN = EXAMPLES / "ecommerce.yaml"
+DEMO_ANSWER_SCHEMA = EXAMPLES / "ecommerce_answer.json"
 STATE_DIR = Path(".planloop")
 READY_TIMEOUT_S = 60.0
+WORKERS_WAIT_S = 60.0  # the demo waits this long for its workers to serve its tools
 LOG_TAIL_LINES = 30
 LIVENESS_INTERVAL_S = 0.5  # how often `up` looks for children that died
 EXIT_INTERRUPTED = 130
@@ -53,6 +60,7 @@ class UpOptions:
     workers: int = 1
     concurrency: int = 8
     plan_file: Path | None = None
+    console: bool = True  # the web console on settings.console_port, when the port is free
     ready_timeout_s: float = READY_TIMEOUT_S
 
 
@@ -62,9 +70,29 @@ def load_demo_plan(settings: Settings, plan_file: Path | None) -> Plan:
     Raises:
         PlanError: the plan file is missing or invalid.
     """
-    plan = load_plan(plan_file or DEMO_PLAN)
+    plan = load_plan(example_path(plan_file) if plan_file else DEMO_PLAN)
     validate_plan(plan, load_tools(settings.tool_modules))
     return plan
+
+
+def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions | None:
+    """The options the demo submits with: with an LLM endpoint, the bundled e-commerce plan
+    ends with stock and pricing advice as its answer (``ecommerce_answer.json``); without
+    one, or for another plan, none (the report is the steps' outputs, as before)."""
+    if settings.llm_base_url is None or plan_file not in (None, DEMO_PLAN):
+        return None
+    from planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+
+    schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
+    check_answer_schema(schema)
+    return SessionOptions(answer_schema=schema)
+
+
+def example_path(path: Path) -> Path:
+    """``path``, or the shipped example of that name when ``path`` does not exist
+    (``--plan examples/supply_chain.yaml`` works outside a checkout too)."""
+    shipped = EXAMPLES / path.name
+    return path if path.exists() or not shipped.is_file() else shipped
 
 
 def with_bench_tools(settings: Settings) -> Settings:
@@ -175,6 +203,24 @@ def wait_ready(stack: Stack, settings: Settings, timeout_s: float) -> None:
         producer.state.r.close()
 
 
+def port_free(address: str, port: int) -> bool:
+    """Whether nothing listens on ``address:port`` yet."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((address, port)) != 0
+
+
+def start_console(stack: Stack, settings: Settings) -> str:
+    """Start the web console as a child of the stack; the line that tells the user where."""
+    port, address = settings.console_port, settings.console_address
+    if not port_free(address, port):
+        # another console (or anything else) has the port: the stack runs without one
+        return f"console not started: {address}:{port} is in use (set PLANLOOP_CONSOLE_PORT)"
+    stack.start_console(port)
+    user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
+    return f"console on http://{address}:{port}/ (user {user!r}, PLANLOOP_FLOWER_BASIC_AUTH)"
+
+
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -213,10 +259,13 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
             # A child that dies before the stack is ready is a setup error: reported, not
             # restarted. Once ready, dead children are started again.
             wait_ready(stack, running, options.ready_timeout_s)
+            if options.console:
+                console.print(start_console(stack, running), markup=False, highlight=False)
             console.print("stack ready")
             with restarting(stack, console):
                 if plan is not None:
-                    return _run_demo(running, plan, console)
+                    extra = demo_options(settings, options.plan_file)
+                    return _run_demo(running, plan, console, extra)
                 return _serve(running, console)
     except KeyboardInterrupt:
         console.print("stopped everything up started")
@@ -226,9 +275,19 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_demo(settings: Settings, plan: Plan, console: Console) -> int:
+def _run_demo(
+    settings: Settings, plan: Plan, console: Console, options: SessionOptions | None = None
+) -> int:
     producer = Producer.from_settings(settings)
-    sid = producer.submit(plan)
+    sid = producer.submit(
+        plan,
+        options,
+        check_workers=True,
+        wait_for_workers_s=WORKERS_WAIT_S,
+        on_wait=lambda missing: console.print(
+            f"waiting for the workers to serve {', '.join(missing)}"
+        ),
+    )
     console.print(f"submitted {sid}: {plan.goal}")
     try:
         status = watch_session(producer, sid, console=console)
@@ -278,7 +337,7 @@ def flower_command(
         f"--address={address}",
     ]
     env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
     return argv, env
 
 

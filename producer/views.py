@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -38,6 +38,7 @@ STATUS_COLOURS: dict[str, str] = {
 SEVERITY_COLOURS: dict[str, str] = {"INFO": "white", "WARNING": "yellow", "CRITICAL": "red"}
 
 SHORT_TEXT = 60
+EVENT_TEXT = 400  # an event's description in a plain line (watch wraps it; show keeps it)
 SHORT_OUTPUT = 50
 # Width of tables when stdout is a pipe or a CI log (rich would assume 80 columns).
 PLAIN_WIDTH = 160
@@ -88,7 +89,7 @@ def event_line(event: Event) -> str:
     step = f"{event.step_id}#{event.attempt}" if event.step_id else "-"
     return (
         f"{clock(event.occurred_at)} {event.type.value:<24} {event.severity.value:<8} "
-        f"{step:<20} {short(event.description, 100)}"
+        f"{step:<20} {short(event.description, EVENT_TEXT)}"
     ).rstrip()
 
 
@@ -179,7 +180,65 @@ def print_status(
         console.print(Text(f"WARNING      {warning}", style="bold yellow"))
 
 
+def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any]:
+    """What ``status --json`` prints (masked): one session with its step counts and any
+    no-consumer warning, or the newest ``limit`` sessions; the live workers either way.
+
+    Raises:
+        SessionNotFoundError: ``sid`` names no session.
+    """
+    from core.heartbeat import live_workers
+
+    workers = [
+        {"worker": hb.worker, "tools": hb.tools, "seen_at": hb.seen_at}
+        for hb in live_workers(producer.state.r, producer.state.keys, producer.settings.queue)
+    ]
+    if sid is None:
+        sessions = []
+        for listed in producer.state.session_ids(limit):
+            try:
+                record = producer.session(listed)
+            except SessionNotFoundError:
+                continue  # listed but already cleaned up
+            sessions.append(
+                record.model_dump(
+                    mode="json",
+                    include={"id", "status", "goal", "plan_version", "replans", "created_at"},
+                )
+            )
+        return cast(dict[str, Any], mask({"sessions": sessions, "workers": workers}))
+    record = producer.session(sid)
+    plan = load_session_plan(producer, record)
+    states = producer.state.steps(sid, plan.step_ids if plan else [])
+    counts: dict[str, int] = {}
+    for st in states.values():
+        counts[st.status.value] = counts.get(st.status.value, 0) + 1
+    warning = consumer_warning(n for _, n in producer.state.recent_progress(sid))
+    session = record.model_dump(mode="json", exclude={"report", "deliberation"})
+    doc = {
+        "session": session,
+        "steps": {i: st.status.value for i, st in states.items()},
+        "counts": counts,
+        "warning": None if record.status.ended else warning,
+        "workers": workers,
+    }
+    return cast(dict[str, Any], mask(doc))
+
+
+def workers_line(producer: Producer) -> str:
+    """The live workers on this queue and their toolsets, or what to do when there are none."""
+    from core.heartbeat import live_workers
+
+    queue = producer.settings.queue
+    workers = live_workers(producer.state.r, producer.state.keys, queue)
+    if not workers:
+        return f"no live worker on queue {queue}: start one with `planloop worker`"
+    listed = "; ".join(f"{hb.worker} ({', '.join(hb.toolsets())})" for hb in workers)
+    return f"live workers on queue {queue}: {listed}"
+
+
 def _print_sessions(producer: Producer, limit: int, console: Console) -> None:
+    console.print(workers_line(producer), markup=False, highlight=False)
     sids = producer.state.session_ids(limit)
     if not sids:
         console.print("no sessions yet: submit one with `planloop submit PLAN_FILE`")
@@ -217,7 +276,10 @@ def print_report(
         f"{report.get('replans', 0)} re-plans"
     )
     console.print(header)
-    if report.get("error"):
+    if report.get("error") and status == "completed":
+        # completed around failed steps (a fallback took over): a note, not an error
+        console.print(Text(f"note: {report['error']}", style="yellow"))
+    elif report.get("error"):
         console.print(f"error: {report['error']}")
     table = Table(show_lines=False)
     # the status and counts never wrap; names fold; error and output share what is left
@@ -264,7 +326,13 @@ def print_conclusion(console: Console, report: Mapping[str, Any]) -> None:
         console.print(Text(line, style="green" if passed else "yellow"))
     answer = report.get("answer")
     if isinstance(answer, Mapping):
-        console.print(Text("answer: ", style="bold").append(str(answer.get("text", ""))))
+        notes = []
+        if answer.get("partial"):  # the session did not complete: what it achieved, what not
+            notes.append("partial: the session did not complete")
+        if answer.get("source") == "planloop":
+            notes.append("written without the model")
+        label = f"answer ({'; '.join(notes)}): " if notes else "answer: "
+        console.print(Text(label, style="bold").append(str(answer.get("text", ""))))
         if answer.get("data") is not None:
             console.print(f"answer data: {json.dumps(answer['data'], default=str)}")
         if answer.get("schema_error"):

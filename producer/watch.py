@@ -6,13 +6,14 @@ pipe or CI log it prints one plain line per event and per step status change ins
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -34,6 +35,11 @@ from producer.views import (
 )
 
 RECENT_EVENTS = 8
+# Note fields that carry a person-readable text: shown whole (wrapped), never cut.
+LONG_FIELDS = frozenset({"reasoning", "reason", "error", "note", "feedback"})
+NOTE_VALUE_CHARS = 60
+# Width a plain note line wraps at when stdout is not a terminal (continuations indented).
+PLAIN_WRAP = 160
 # The supervisor notes a session's end just after marking it ended; wait this long for it.
 END_NOTE_GRACE_S = 2.0
 
@@ -132,10 +138,18 @@ def step_line(step_id: str, state: StepState, now: float) -> str:
 
 
 def note_line(note: dict[str, str]) -> str:
-    """One plain line for a progress note (``replan_required``, ``ended``, ...)."""
+    """One line for a progress note (``replan_required``, ``decision``, ``ended``, ...).
+
+    Reasoning, reasons and errors are whole (a view wraps them); other values are cut. A
+    session that ended completed around failed steps (a fallback took over) says so as a
+    ``note``, not an ``error``.
+    """
+    fields = dict(note)
+    if fields.get("kind") == "ended" and fields.get("status") == "completed":
+        fields["note"] = fields.pop("error", "")
     extra = " ".join(
-        f"{key}={short(value, 60)}"
-        for key, value in note.items()
+        f"{key}={short(value, 10_000 if key in LONG_FIELDS else NOTE_VALUE_CHARS)}"
+        for key, value in fields.items()
         if key not in ("kind", "at") and value
     )
     at = clock(float(note.get("at") or 0))
@@ -158,6 +172,14 @@ def plain_lines(changes: Changes, now: float) -> list[str]:
     if changes.budget:
         timed.append((now, changes.budget))
     return [line for _, line in sorted(timed, key=lambda pair: pair[0])]
+
+
+def wrap_line(line: str, width: int = PLAIN_WRAP) -> list[str]:
+    """A plain line as printed: a long one (a decision's reasoning) wrapped at ``width``,
+    its continuation lines indented, nothing cut."""
+    if len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False)
 
 
 # --- the live view ------------------------------------------------------------------------
@@ -186,13 +208,34 @@ def _header(view: WatchState) -> Text:
     return text
 
 
+def elapsed(record: SessionRecord | None, now: float) -> str:
+    """``H:MM:SS`` since the session started (was created, before a supervisor took it),
+    up to its end: a watch resumed later shows the session's own time, not the watch's."""
+    if record is None or not record.created_at:
+        return "-:--:--"
+    start = record.started_at or record.created_at
+    end = record.finished_at if record.status.ended and record.finished_at else now
+    total = max(0, int(end - start))
+    return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
 def _progress(view: WatchState) -> Progress:
+    # The view is rebuilt on every poll, so the bar's own clock would start at each render:
+    # the elapsed time is the session's, passed in as a field.
     bar = Progress(
-        TextColumn("steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), expand=False
+        TextColumn("steps"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[progress.elapsed]{task.fields[elapsed]}"),
+        expand=False,
     )
     total = len(view.plan.steps) if view.plan is not None else 0
-    task = bar.add_task("steps", total=total or None, completed=view.ended_steps)
-    bar.update(task, completed=view.ended_steps)
+    bar.add_task(
+        "steps",
+        total=total or None,
+        completed=view.ended_steps,
+        elapsed=elapsed(view.record, time.time()),
+    )
     return bar
 
 
@@ -219,15 +262,16 @@ def _steps_table(view: WatchState) -> Table:
 
 def _events_table(view: WatchState) -> Table:
     table = Table(title="latest events", title_justify="left", expand=False)
-    for column in ("time", "type", "severity", "step", "description"):
-        table.add_column(column)
+    for column in ("time", "type", "severity", "step"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold")
     for ev in view.events:
         table.add_row(
             clock(ev.occurred_at),
             ev.type.value,
             Text(ev.severity.value, style=SEVERITY_COLOURS.get(ev.severity.value, "")),
             f"{ev.step_id}#{ev.attempt}" if ev.step_id else "",
-            short(ev.description, 60),
+            short(ev.description, 400),
         )
     return table
 
@@ -308,7 +352,8 @@ def _watch_plain(
     changes = first
     while True:
         for line in plain_lines(changes, time.time()):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            for part in wrap_line(line):
+                console.print(part, markup=False, highlight=False, soft_wrap=True)
         if not _running(view, deadline):
             return
         time.sleep(poll_s)  # polling interval of the view, not a wait on state

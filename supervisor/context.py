@@ -16,6 +16,7 @@ from supervisor.admission import Admission
 from supervisor.dispatch import Dispatcher
 from supervisor.event_hub import EventHub
 from supervisor.group_commit import CheckpointWriter, ClaimBatcher
+from supervisor.lessons import LessonMemory
 from supervisor.state import SessionStore
 
 T = TypeVar("T")
@@ -32,6 +33,7 @@ class SupervisorContext:
     tools: ToolRegistry
     name: str
     chat: ChatModel | None = None
+    lessons: LessonMemory | None = None  # Reflexion lessons (issue 12); None: off or no LLM
     # One thread for SQL: SQLite allows one writer, and ordering keeps checkpoints simple.
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")

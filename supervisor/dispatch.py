@@ -29,7 +29,7 @@ from celery.events import Event as CeleryEvent
 from celery.utils.time import utcoffset
 from kombu.utils import json as kombu_json
 
-from config.celery import STEP_TASK, celery_config
+from config.celery import STEP_TASK, celery_config, step_task_name
 from config.settings import Settings
 from core.catalogue import SensitiveNames, catalogue_client
 from core.errors import DispatchError
@@ -37,6 +37,7 @@ from core.keys import Keys
 from core.masking import MASK, mask
 from core.models import StepTaskArgs
 from core.tools import ToolRegistry
+from core.tracing import step_headers
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,10 @@ class Dispatcher:
             create_sent_event=self.celery.conf.task_send_sent_event,
             argsrepr=_preview(self._shown(args)),
             kwargsrepr="{}",
+            shadow=step_task_name(args.tool),  # Flower and worker logs name the tool
             ignore_result=None,  # as send_task leaves it: the task itself ignores results
         )
+        headers.update(step_headers(args.session_id))  # the session's trace, when traced
         message = channel.prepare_message(
             dumps(body),
             0,

@@ -11,6 +11,7 @@ from typing import Any
 from core.catalogue import SensitiveNames
 from core.hot_state import dumps
 from core.masking import mask, mask_text
+from core.metrics import DEAD_LETTERS, count_session_end
 from core.models import (
     ErrorKind,
     Event,
@@ -21,8 +22,11 @@ from core.models import (
     StepTaskArgs,
 )
 from core.record import SessionRow
+from core.tracing import session_span
 from planner.plan import Plan, Step
+from planner.react_step import is_agent_step
 from planner.references import resolve_params
+from supervisor.agent_undo import AgentEffect, Undo, effect_undos, no_agent_effects
 from supervisor.plan_changes import PlanChanges
 from supervisor.report import build_report
 from supervisor.scheduling import TaskQueue
@@ -33,6 +37,8 @@ from supervisor.store_port import SessionStorePort
 log = logging.getLogger(__name__)
 
 COMPENSATE_SUFFIX = "~compensate"
+# What a session with an LLM adds to its report, given the compensations that ran.
+Conclude = Callable[[list[dict[str, Any]]], Awaitable[Mapping[str, Any]]]
 COMPENSATION_ATTEMPTS = 3
 
 
@@ -47,6 +53,8 @@ class Ending:
     queue: TaskQueue
     sensitive: SensitiveNames
     checkpoint: Callable[[], Awaitable[None]]
+    # The agent-step writes the effect ledger recorded for the session (see agent_undo).
+    agent_effects: Callable[[], Awaitable[list[AgentEffect]]] = no_agent_effects
 
     @property
     def state(self) -> SessionState:
@@ -59,12 +67,13 @@ async def finish_session(
     error: str,
     *,
     undo: bool | None = None,
-    conclusion: Mapping[str, Any] | None = None,
+    conclude: Conclude | None = None,
 ) -> None:
     """End the session: every step ends, compensations run if needed, the report is written.
 
-    ``undo`` (compensate completed writes) defaults to :func:`undoes`; ``conclusion`` (the
-    answer, the critic's verdict, the rounds of a session with an LLM) goes into the report.
+    ``undo`` (compensate completed writes) defaults to :func:`undoes`; ``conclude`` is
+    called with the compensations once they ran, and what it returns (the answer, the
+    critic's verdict, the rounds of a session with an LLM) goes into the report.
     """
     state, io = end.state, end.io
     if undo is None:
@@ -79,6 +88,7 @@ async def finish_session(
     failed = [c["step"] for c in compensations if c["status"] != "completed"]
     if failed:
         error = f"{error}; COMPENSATION FAILED for {', '.join(failed)}".lstrip("; ")
+    conclusion = await conclude(compensations) if conclude is not None else {}
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
     await io.load_outputs(
@@ -100,7 +110,7 @@ async def finish_session(
         sensitive=end.sensitive.of_tools(s.tool for s in plan.steps),
     )
     report["compensations"] = mask(compensations)
-    report.update(conclusion or {})
+    report.update(conclusion)
     state.batch.session.update(
         {
             "status": status.value,
@@ -128,6 +138,8 @@ async def finish_session(
         ],
     )
     await io.store.note_progress(io.sid, "ended", status=status.value, error=error)
+    count_session_end(status.value)
+    session_span(io.sid, status.value, state.info.started_at, now)
     log.info("session=%s ended %s%s", io.sid, status.value, f": {error}" if error else "")
 
 
@@ -247,6 +259,7 @@ async def _record_entry(end: Ending, entry_id: str, fields: dict[str, str]) -> E
     except (ValueError, KeyError) as exc:
         cause = f"unreadable event: {describe_error(exc)}"
         await io.store.dead_letter(io.sid, [(entry_id, fields)], cause=cause)
+        DEAD_LETTERS.inc()
         return None
     state.batch.events.append((entry_id, event))
     return event
@@ -274,21 +287,25 @@ def compensation_of(end: Ending, step: Step) -> tuple[str, dict[str, Any]] | Non
 
 
 async def compensate(end: Ending) -> list[dict[str, Any]]:
-    """Undo completed write steps in reverse completion order, each a Celery task with retries."""
+    """Undo completed write steps, and every write agent steps made, newest first; each
+    compensation is a Celery task with retries."""
     state, io = end.state, end.io
     if not state.steps:  # a plan that never loaded: nothing is known to undo
         return []
     done = [s for s in state.plan.steps if state.states[s.id].status == StepStatus.COMPLETED]
-    done.sort(key=lambda s: state.states[s.id].finished_at, reverse=True)
-    results = []
+    await io.load_outputs(sorted({i for s in done for i in (s.id, *s.dependencies)}))
+    todo: list[Undo] = []
     for step in done:
-        await io.load_outputs([step.id, *step.dependencies])
         call = compensation_of(end, step)
-        if call is None:
-            continue
-        tool, raw_params = call
+        if call is not None:
+            todo.append(Undo(state.states[step.id].finished_at or 0.0, step, *call))
+    todo.extend(await _agent_undos(end))
+    todo.sort(key=lambda u: u.at, reverse=True)
+    results = []
+    for undo in todo:
+        step, tool = undo.step, undo.tool
         try:
-            params = resolve_params(raw_params, state.outputs, step_id=step.id)
+            params = resolve_params(undo.params, state.outputs, step_id=step.id)
         except Exception as exc:  # a compensation we cannot even build is reported, not raised
             results.append(
                 {
@@ -300,15 +317,29 @@ async def compensate(end: Ending) -> list[dict[str, Any]]:
                 }
             )
             continue
-        results.append(await _run_compensation(end, step, tool, params))
+        results.append(await _run_compensation(end, undo, params))
     return results
 
 
-async def _run_compensation(
-    end: Ending, step: Step, tool: str, params: dict[str, Any]
-) -> dict[str, Any]:
-    io = end.io
-    pseudo = f"{step.id}{COMPENSATE_SUFFIX}"
+async def _agent_undos(end: Ending) -> list[Undo]:
+    """The compensations of the writes of agent steps that ran (completed or not) and have
+    no explicit ``compensate``."""
+    state = end.state
+    agents = [
+        s
+        for s in state.plan.steps
+        if is_agent_step(s)
+        and s.compensate is None
+        and state.states[s.id].attempt > 0  # it ran: its loop may have written
+    ]
+    if not agents:
+        return []
+    return effect_undos(end.io.tools, agents, await end.agent_effects())
+
+
+async def _run_compensation(end: Ending, undo: Undo, params: dict[str, Any]) -> dict[str, Any]:
+    io, step, tool = end.io, undo.step, undo.tool
+    pseudo = f"{step.id}{COMPENSATE_SUFFIX}{undo.suffix}"
     timeout = io.timeout(step)
     outcome: Event | None = None
     attempt = 0
@@ -321,7 +352,7 @@ async def _run_compensation(
             tool=tool,
             params=params,
             timeout_s=timeout,
-            idempotency_key=f"{io.sid}:{step.id}:compensate",
+            idempotency_key=f"{io.sid}:{undo.key}:compensate",
         )
         state = StepState(
             status=StepStatus.RUNNING,
@@ -344,7 +375,10 @@ async def _run_compensation(
             EventType.TASK_UNEXPECTED_RESULT,
         ):
             break
-        if outcome is not None and outcome.payload.get("error_kind") == ErrorKind.PERMANENT:
+        if outcome is not None and outcome.payload.get("error_kind") in (
+            ErrorKind.PERMANENT,
+            ErrorKind.UNSERVED,
+        ):
             break
     ok = outcome is not None and outcome.type in (
         EventType.TASK_COMPLETED,
@@ -352,6 +386,7 @@ async def _run_compensation(
     )
     result = {
         "step": step.id,
+        **({} if undo.turn is None else {"iteration": undo.turn}),
         "tool": tool,
         "status": "completed" if ok else "failed",
         "attempts": attempt,

@@ -1,7 +1,8 @@
 """How a session with a goal and no plan gets its first plan: routed, planned, or an agent.
 
 1. The mode (``SessionOptions.mode``): ``plan`` and ``react`` are the submitter's choice;
-   ``auto`` asks the router role (a cheap model), and plans when the router fails.
+   ``auto`` asks the router role (a cheap model), and plans when the router fails. The
+   router's ``answer`` (no tool needed) ends the session with a direct answer, no plan.
 2. ``react``: a one-step plan, an agent step with the goal as its instruction and the
    session's tools.
 3. ``plan``: the LLM planner, with its repairs. A planner that still fails (an unusable
@@ -15,6 +16,7 @@ Synchronous (LLM calls): the session runs these on a thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.errors import LLMError, LLMUnavailableError, PlanError
@@ -22,7 +24,7 @@ from core.tools import ToolRegistry
 from planner.agents import Planner
 from planner.llm import ChatModel, Usage
 from planner.plan import Plan
-from planner.routing import Mode, Router, agent_plan
+from planner.routing import Mode, RouteMode, Router, agent_plan
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ REACT_FALLBACK = "react_fallback"  # the notice and progress kind of a fallback 
 class RouteChoice:
     """Where a goal goes, why, and the router call it took (if any)."""
 
-    mode: Mode
+    mode: RouteMode
     reason: str
     usages: list[Usage] = field(default_factory=list)
 
@@ -48,12 +50,14 @@ class FirstPlan:
     fallback_error: str = ""  # the planning failure an agent step stands in for
 
 
-def route_goal(chat: ChatModel, tools: ToolRegistry, goal: str, mode: Mode) -> RouteChoice:
+def route_goal(
+    chat: ChatModel, tools: ToolRegistry, goal: str, mode: Mode, lessons: Sequence[str] = ()
+) -> RouteChoice:
     """The mode a goal runs in: the submitter's, else the router's (``plan`` if it fails)."""
     if mode != "auto":
         return RouteChoice(mode, f"mode {mode} chosen at submit")
     try:
-        route, usage = Router(chat, tools).route(goal)
+        route, usage = Router(chat, tools).route(goal, lessons)
     except LLMError as exc:
         log.warning("router failed, planning the goal: %s", exc)
         return RouteChoice("plan", f"router failed ({exc}); planning")
@@ -66,8 +70,9 @@ def first_plan(
     goal: str,
     constraints: list[str],
     *,
-    mode: Mode,
+    mode: RouteMode,
     max_repairs: int,
+    lessons: Sequence[str] = (),
 ) -> FirstPlan:
     """The plan for ``goal`` in ``mode`` (``plan`` or ``react``).
 
@@ -79,7 +84,7 @@ def first_plan(
         return FirstPlan(plan, "one agent step (react mode)")
     planner = Planner(chat, tools, max_repairs=max_repairs)
     try:
-        plan, usages = planner.plan(goal, constraints)
+        plan, usages = planner.plan(goal, constraints, lessons)
     except LLMUnavailableError:
         raise
     except (PlanError, LLMError) as exc:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from core.errors import LLMError, PlanError
+from core.metrics import REPLANS
 from core.models import Event, EventType, SessionStatus, Severity, StepState, StepStatus
 from planner.dag import descendants
 from planner.decision import ReplanAction
@@ -31,10 +32,13 @@ def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
     """The plan with the declared fallback of each of ``failed`` injected, validated."""
     state = io.state
     plan = state.plan
+    injected: dict[str, list[str]] = {}
     for step_id in failed:
         if state.steps[step_id].fallback:
+            injected[step_id] = [f.id for f in state.steps[step_id].fallback]
             plan = inject_fallback(plan, step_id)
     validate_plan(plan, io.tools, completed=state.completed())
+    state.fallbacks.update(injected)  # the ending says whose fallback took over
     return plan
 
 
@@ -72,6 +76,26 @@ class PlanChanges:
                 ),
             )
 
+    async def retry_step(self, step_id: str, note: str) -> None:
+        """Make a step that failed for good ready again, and the dependents skipped because of
+        it pending: they run when it completes (the next attempt is its last)."""
+        state, sid = self.state, self.io.sid
+        st = state.states[step_id]
+        st.status, st.note, st.not_before = StepStatus.READY, note, 0.0
+        revived = [
+            d
+            for d in sorted(descendants(state.plan, step_id))
+            if state.states[d].status == StepStatus.SKIPPED
+            and state.states[d].note.startswith("dependency ")
+        ]
+        for d in revived:
+            state.states[d].status, state.states[d].note = StepStatus.PENDING, ""
+        state.dirty.update([step_id, *revived])
+        state.candidates.add(step_id)
+        ops = [self.store.step_write(sid, step_id, status="ready", note=note, not_before=0.0)]
+        ops += [self.store.step_write(sid, d, status="pending", note="") for d in revived]
+        await self.store.write(sid, self.io.epoch, ops)
+
     async def cancel_steps(
         self, step_ids: list[str], reason: str = "cancelled by a re-plan"
     ) -> None:
@@ -101,6 +125,7 @@ class PlanChanges:
         state.info = state.info.model_copy(update={"replans": state.info.replans + 1})
         await self.io.write_session("replans", state.info.replans)
         state.batch.session["replans"] = state.info.replans
+        REPLANS.inc()
 
     async def install_plan(self, plan: Plan, *, reason: str, replan: bool) -> None:
         """Store ``plan`` as the next version and run it from here on.
@@ -133,6 +158,8 @@ class PlanChanges:
         replans = state.info.replans + (1 if replan else 0)
         ops.append(("HSET", keys.session(sid), ["plan_version", version, "replans", replans]))
         await self.store.write(sid, self.io.epoch, ops)
+        if replan:
+            REPLANS.inc()
         state.use_plan(plan)
         state.reindex()
         state.info = state.info.model_copy(update={"plan_version": version, "replans": replans})

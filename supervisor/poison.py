@@ -26,6 +26,7 @@ from sqlalchemy.exc import OperationalError
 from core.errors import FencedOutError, SessionEndedError
 from core.hot_state import dumps
 from core.lua import CountCrash
+from core.metrics import DEAD_LETTERS
 from core.models import SessionRecord, SessionStatus, StepState
 from core.record import Checkpoint
 from planner.plan import Plan
@@ -69,6 +70,7 @@ async def end_crashed_session(
     """End a session whose loop cannot run, from what still loads; compensate its writes."""
     if cause is not None:
         await ctx.store.dead_letter(sid, [cause], cause=error)
+        DEAD_LETTERS.inc()
     runner = SessionRunner(ctx, sid, epoch)
     try:
         await _load_what_can(runner)

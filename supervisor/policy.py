@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
-from core.models import ErrorKind, Event, EventType
+from core.models import RETRYABLE, Event, EventType
 from planner.decision import ReplanAction, ReplanDecision
 from planner.plan import Step
 from supervisor.verdict import Verdict
 
-RETRYABLE = frozenset({ErrorKind.TRANSIENT, ErrorKind.TIMEOUT, ErrorKind.LOST})
 FAILURES = (EventType.TASK_FAILED, EventType.TASK_INTERRUPTED)
 RULE = "rule policy (no LLM configured)"
 

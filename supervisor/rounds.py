@@ -5,6 +5,12 @@ the results against the goal. Not passed with rounds left: the next round is pla
 feedback through the re-plan merge path (completed steps frozen, a new plan version), counted
 apart from the re-plan budget. Otherwise the session ends, and the summarizer writes its
 answer from the goal, the results and the critic's last verdict.
+
+Every session with an LLM ends with an answer, whatever its status: a completed plan whose
+answer step stated one (fitting the ``answer_schema``) needs no summarizer; a failed or
+aborted session gets a partial answer (what was achieved, what failed); when no model call
+may or can be made (a cancel, a spent budget, a failing endpoint) Planloop writes its own
+account of the steps instead, marked ``source: planloop``.
 """
 
 from __future__ import annotations
@@ -13,16 +19,18 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from core.errors import LLMError, PlanError
 from core.masking import mask, mask_text
+from core.metrics import ROUNDS
 from core.models import SessionStatus, StepStatus
 from core.values import preview
+from planner.answer_step import is_answer_step
 from planner.critic import Critic, Critique
 from planner.decision import ReplanAction, ReplanDecision
-from planner.summarizer import Summarizer
+from planner.summarizer import SessionAnswer, Summarizer, schema_problem
 from supervisor.deadline import short_of_time
 from supervisor.plan_changes import PlanChanges
 from supervisor.session_base import SessionIO
@@ -88,6 +96,9 @@ class Rounds:
         self.brain = brain
         self.critique: Critique | None = None
         self._judged_version = -1  # the plan version the critic last judged
+        self.critic_failed = False  # a round was not passed (a reason to reflect)
+        self.direct = ""  # why the goal was answered with no plan (none: it was planned)
+        self.ready: SessionAnswer | None = None  # the answer a passing critic wrote
 
     @property
     def state(self) -> SessionState:
@@ -118,20 +129,32 @@ class Rounds:
         self._judged_version = state.info.plan_version
         await self.io.load_outputs(sorted(state.completed()))
         rounds_done = state.info.rounds
+        schema = state.info.options.answer_schema
+        with_answer = looks_complete(state) and stated_answer(state) is None
         try:
-            critique, usage = await asyncio.to_thread(
+            reply, usage = await asyncio.to_thread(
                 Critic(chat).judge,
                 state.plan.goal or state.info.goal,
                 [*state.plan.constraints, *self.brain.constraints],
                 results_text(state, self._sensitive()),
                 round_number=rounds_done + 1,
                 max_rounds=self.max_rounds,
+                with_answer=with_answer,
+                answer_schema=schema,
             )
         except LLMError as exc:
             log.warning("session=%s critic failed, the round stands: %s", self.io.sid, exc)
             return
         record_usage(state.batch, [usage])
+        critique = reply.verdict()
         self.critique = critique
+        self.critic_failed = self.critic_failed or not critique.passed
+        self.ready = None
+        if reply.passed and reply.answer is not None and with_answer:
+            fits = schema is None or schema_problem(reply.answer.data, schema) is None
+            if fits:  # else the summarizer writes it, with the schema's repairs
+                data = reply.answer.data if schema else None
+                self.ready = SessionAnswer(text=reply.answer.text, data=data, source="critic")
         await self.io.write_session("critique", critique.model_dump_json())
         await self.io.store.note_progress(
             self.io.sid,
@@ -177,6 +200,7 @@ class Rounds:
         await self.changes.install_plan(
             plan, reason=f"round {number + 1}: {feedback}", replan=False
         )
+        ROUNDS.inc()
         rounds = number
         state.info = state.info.model_copy(update={"rounds": rounds})
         await self.io.write_session("rounds", rounds)
@@ -186,47 +210,143 @@ class Rounds:
     def answer_directly(self, reason: str) -> None:
         """End a goal that needs no tool without a plan: the summarizer answers it from the
         goal alone (the caller, say a router that found no tool needed, gives ``reason``)."""
+        self.direct = reason
         self.state.end(SessionStatus.COMPLETED, "")
         log.info("session=%s answered with no plan: %s", self.io.sid, reason)
 
-    async def conclusion(self, status: SessionStatus) -> dict[str, Any]:
-        """What the report adds for a session with an LLM: the answer (completed sessions),
-        the critic's last verdict and the rounds run; empty without an LLM."""
+    async def conclusion(
+        self,
+        status: SessionStatus,
+        reason: str = "",
+        compensations: Sequence[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """What the report adds for a session with an LLM: the answer (how it ended,
+        ``reason`` for an end other than completed, and the ``compensations`` that ran), the
+        critic's last verdict and the rounds run; empty without an LLM."""
         if self.brain.chat is None:
             return {}
-        out = await self._conclude(status)
+        undone = compensations_text(compensations)
+        out = await self._conclude(status, "; ".join(filter(None, [reason, undone])))
         # The loop has stopped: the critic's and summarizer's tokens reach the hash here.
         await self.io.write_session("llm_usage", self.state.fold_usage())
         return out
 
-    async def _conclude(self, status: SessionStatus) -> dict[str, Any]:
-        state, chat = self.state, self.brain.chat
-        assert chat is not None
+    async def _conclude(self, status: SessionStatus, reason: str) -> dict[str, Any]:
+        state = self.state
         out: dict[str, Any] = {"rounds": state.info.rounds + 1}
         if self.critique is None:  # judged before a takeover: the hash kept the verdict
             stored = await self.io.store.session_field(self.io.sid, "critique")
             self.critique = Critique.model_validate_json(stored) if stored else None
         if self.critique is not None:
             out["critique"] = mask(self.critique.model_dump())
-        if status != SessionStatus.COMPLETED:
-            return out
-        blocked = self._blocked()
-        if blocked:
-            log.info("session=%s no answer written: %s", self.io.sid, blocked)
-            return out
+        if self.direct:
+            out["answered_directly"] = mask_text(self.direct)
         await self.io.load_outputs(sorted(state.completed()))
-        summarizer = Summarizer(chat, max_repairs=self.io.settings.plan_max_repairs)
-        try:
-            answer, usages = await asyncio.to_thread(
-                summarizer.answer,
-                state.plan.goal or state.info.goal,
-                results_text(state, self._sensitive()),
-                critique_text(self.critique),
-                state.info.options.answer_schema,
-            )
-        except LLMError as exc:
-            log.warning("session=%s summarizer failed: no answer: %s", self.io.sid, exc)
-            return out
-        record_usage(state.batch, usages)
-        out["answer"] = mask(answer.model_dump())
+        out["answer"] = mask((await self._answer(status, reason)).model_dump())
         return out
+
+    async def _answer(self, status: SessionStatus, reason: str) -> SessionAnswer:
+        """The session's answer: the plan's answer step when it fits, else the summarizer's
+        (a partial one for a session that did not complete), else Planloop's own account
+        when no LLM call may or can be made (a cancel, a spent budget, a failing endpoint)."""
+        state, chat = self.state, self.brain.chat
+        assert chat is not None
+        schema = state.info.options.answer_schema
+        completed = status == SessionStatus.COMPLETED
+        outcome = "completed" if completed else ended_text(status, reason)
+        stated = stated_answer(state) if completed else None
+        if completed and self.ready is not None and stated is None:
+            return self.ready
+        if stated is not None:
+            problem = schema_problem(stated.data, schema) if schema else None
+            if problem is None:
+                return stated
+            outcome = (
+                f"completed; the plan's answer step stated data that does not fit the "
+                f"answer schema ({problem}): write the answer again so that it fits"
+            )
+        blocked = "cancelled by the user" if status == SessionStatus.CANCELLED else ""
+        blocked = blocked or self._blocked()
+        if not blocked:
+            summarizer = Summarizer(chat, max_repairs=self.io.settings.plan_max_repairs)
+            try:
+                answer, usages = await asyncio.to_thread(
+                    summarizer.answer,
+                    state.plan.goal or state.info.goal,
+                    results_text(state, self._sensitive()),
+                    critique_text(self.critique),
+                    schema if completed else None,
+                    outcome=outcome,
+                    partial=not completed,
+                )
+            except LLMError as exc:
+                log.warning("session=%s summarizer failed: %s", self.io.sid, exc)
+                blocked = f"the summarizer failed: {exc}"
+            else:
+                record_usage(state.batch, usages)
+                return answer
+        log.info("session=%s answer written without the summarizer: %s", self.io.sid, blocked)
+        if stated is not None:
+            return stated.model_copy(update={"schema_error": problem})
+        return SessionAnswer(
+            text=account_text(state, outcome), partial=not completed, source="planloop"
+        )
+
+
+def compensations_text(compensations: Sequence[Mapping[str, Any]]) -> str:
+    """The compensations that ran, for the answer of a session that did not complete."""
+    if not compensations:
+        return ""
+    done = [
+        f"{c['step']}{'' if c.get('iteration') is None else ' turn ' + str(c['iteration'])} "
+        f"{'undone' if c.get('status') == 'completed' else 'NOT undone'}"
+        for c in compensations
+    ]
+    return "compensations: " + ", ".join(done)
+
+
+def looks_complete(state: SessionState) -> bool:
+    """Whether every step of the round completed (none failed, skipped or cancelled): the
+    critic may then write the answer along with its verdict."""
+    steps = state.plan.steps if state.steps else []
+    return bool(steps) and all(
+        (st := state.states.get(s.id)) is not None and st.status == StepStatus.COMPLETED
+        for s in steps
+    )
+
+
+def ended_text(status: SessionStatus, reason: str) -> str:
+    """How a session that did not complete ended, for the summarizer and the account."""
+    return f"{status.value.upper()}: {mask_text(reason) or 'no reason given'}"
+
+
+def stated_answer(state: SessionState) -> SessionAnswer | None:
+    """The answer the plan's completed answer step stated, if it has one."""
+    for step in reversed(state.plan.steps if state.steps else []):
+        st = state.states.get(step.id)
+        if is_answer_step(step) and st is not None and st.status == StepStatus.COMPLETED:
+            output = state.outputs.get(step.id)
+            if isinstance(output, dict) and output.get("text"):
+                return SessionAnswer(
+                    text=str(output["text"]), data=output.get("data"), source="answer_step"
+                )
+    return None
+
+
+def account_text(state: SessionState, outcome: str) -> str:
+    """Planloop's own account of a session, when no model may write its answer: how it
+    ended, which steps completed, which failed (and why) and which did not run."""
+    by_status: dict[str, list[str]] = {}
+    errors: list[str] = []
+    for step in state.plan.steps if state.steps else []:
+        st = state.states.get(step.id)
+        status = st.status.value if st else "pending"
+        by_status.setdefault(status, []).append(step.id)
+        if st is not None and st.error and st.status in DEAD:
+            errors.append(f"{step.id}: {mask_text(st.error)}")
+    parts = [f"The session ended {outcome}."]
+    for status, ids in by_status.items():
+        parts.append(f"{status.capitalize()}: {', '.join(ids)}.")
+    if errors:
+        parts.append("Errors: " + "; ".join(errors) + ".")
+    return " ".join(parts)

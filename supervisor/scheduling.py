@@ -109,7 +109,8 @@ class Scheduling:
             return False
         args = self._task_args(step_id, st.attempt, await self._params(step_id))
         st.dispatched_at, st.resent = time.time(), st.attempt
-        queue = self.queue.commands(args.model_copy(update={"epoch": st.epoch}))
+        sent = {"epoch": st.epoch, "dispatched_at": st.dispatched_at}
+        queue = self.queue.commands(args.model_copy(update=sent))
         await io.write_step(step_id, along=queue, dispatched_at=st.dispatched_at, resent=st.resent)
         return True
 
@@ -142,6 +143,8 @@ class Scheduling:
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
             instruction=step.instruction if step.tool == REACT_TOOL else "",
+            max_retries=self.io.max_retries(step),
+            dispatched_at=time.time(),
         )
 
     async def watchdog(self) -> None:

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import redis
 
 from config.settings import Settings
+from core import metrics, tracing
+from core.hot_state import connect
 from core.keys import Keys
+from core.logs import bind
 from core.models import SessionStatus
 from core.record import SqlRecord
 from core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
@@ -25,6 +28,7 @@ from planner.llm import build_chat_model
 from supervisor.context import SupervisorContext
 from supervisor.dispatch import Dispatcher
 from supervisor.lease_keeper import LeaseKeeper
+from supervisor.lessons import build_lesson_memory
 from supervisor.poison import count_crash, end_crashed_session
 from supervisor.rebuild import rebuild_lost_sessions
 from supervisor.session import SessionRunner
@@ -37,6 +41,7 @@ REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
+HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
 
 
 @dataclass
@@ -58,14 +63,17 @@ class Supervisor:
         self.settings = settings
         self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tools = load_tools(settings.tool_modules)
+        record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
+        chat = build_chat_model(settings) if settings.llm_base_url else None
         self.ctx = SupervisorContext(
             settings=settings,
             store=SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix)),
-            record=SqlRecord.from_url(settings.database_url),
+            record=record,
             dispatcher=Dispatcher(settings, tools),
             tools=tools,
             name=self.name,
-            chat=build_chat_model(settings) if settings.llm_base_url else None,
+            chat=chat,
+            lessons=build_lesson_memory(settings, chat, record.engine),
         )
         self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
@@ -75,6 +83,7 @@ class Supervisor:
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
         self._inbox_ready = False
         self._keeper: LeaseKeeper | None = None
+        self._next_heartbeat = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -162,10 +171,19 @@ class Supervisor:
             await self.store.ensure_inbox()
             self._inbox_ready = True
         await self._reclaim()
+        await self._heartbeat()
         block_ms = int(self.settings.reclaim_interval_s * 1000)
         entries = await self.store.read_inbox(self.name, block_ms, count=INBOX_BATCH)
         await self._take([sid for _entry, sid in entries])
         await self.store.ack_inbox([entry for entry, _ in entries])
+
+    async def _heartbeat(self) -> None:
+        """Say when this supervisor last served (a healthcheck reads it), every few seconds."""
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+        await self.store.r.zadd(self.store.keys.supervisors, {self.name: time.time()})
 
     async def _reclaim(self) -> None:
         """Take over active sessions nobody holds (their owner died or never came), once
@@ -225,6 +243,7 @@ class Supervisor:
             await self.store.r.srem(self.store.keys.active, *ended)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
+        bind(runner.sid)  # this task's own context: its log lines name the session
         try:
             await self._drive_loop(runner, token)
         finally:
@@ -356,7 +375,39 @@ def serve(settings: Settings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Supervisor(settings).run(stop)
 
+    serve_metrics(settings)
+    tracing.configure(settings, "planloop-supervisor")
     # The SQL thread must not hold the event loop off for the default 5 ms GIL slice: a
     # step's dependents are dispatched from the loop.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(main())
+
+
+def serve_metrics(settings: Settings) -> None:
+    """Serve the supervisor's ``/metrics`` (when its port is set), pricing LLM calls by the
+    settings' prices."""
+    metrics.PRICES.update(settings.llm_prices)
+    if not settings.supervisor_metrics_port:
+        return
+    client = connect(settings.redis_url)
+    depth = metrics.QueueDepth(metrics.redis_queue_lengths(client, [settings.queue]))
+    active_key = Keys(settings.key_prefix).active
+    active = metrics.ActiveSessions(lambda: int(client.scard(active_key)))
+    try:
+        metrics.serve(
+            settings.supervisor_metrics_port, settings.metrics_address, extra=[depth, active]
+        )
+    except OSError as exc:
+        log.warning(
+            "metrics: cannot listen on %s:%d (%s); this supervisor serves no /metrics, give "
+            "each supervisor on a host its own PLANLOOP_SUPERVISOR_METRICS_PORT",
+            settings.metrics_address,
+            settings.supervisor_metrics_port,
+            exc,
+        )
+        return
+    log.info(
+        "metrics on http://%s:%d/metrics",
+        settings.metrics_address,
+        settings.supervisor_metrics_port,
+    )

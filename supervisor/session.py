@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 import redis
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.errors import (
     FencedOutError,
@@ -17,6 +19,7 @@ from core.errors import (
     SessionEndedError,
     SessionError,
 )
+from core.metrics import LEASE_TAKEOVERS
 from core.models import (
     ErrorKind,
     Event,
@@ -29,8 +32,10 @@ from core.models import (
 )
 from core.record import Claim
 from core.redis_faults import is_redis_fault
+from core.tracing import SESSION
 from planner.plan import Plan, Step
 from planner.react import usages_of
+from supervisor.agent_undo import AgentEffect, agent_effects
 from supervisor.broken import dependency_broken
 from supervisor.checkpointer import Checkpointer
 from supervisor.consumers import ConsumerMonitor
@@ -38,6 +43,8 @@ from supervisor.context import SupervisorContext
 from supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from supervisor.failures import settle_failure
 from supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
+from supervisor.lesson_story import ended_session
+from supervisor.lessons import BAD_ENDINGS, advice
 from supervisor.plan_changes import PlanChanges
 from supervisor.rounds import Rounds
 from supervisor.scheduler import wait_ms
@@ -118,8 +125,11 @@ class SessionRunner:
             ctx.dispatcher,
             ctx.dispatcher.sensitive,
             self._checkpoint_in_round,
+            self._agent_effects,
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
+        if ctx.lessons is not None:
+            self.brain.fetch_lessons = self._fetch_lessons
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
         self._next_cancel_check = 0.0
@@ -151,6 +161,7 @@ class SessionRunner:
            watchdog, and let the trigger policy decide whether to deliberate.
         5. Stop what runs, compensate if aborted or cancelled, write the report.
         """
+        SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
         state = self.state
         try:
             # Up to its first dispatch, a session taken with its plan holds a start slot:
@@ -188,10 +199,7 @@ class SessionRunner:
                 await self._check_llm_budget()
                 self._check_end()
                 await self.rounds.review()  # with an LLM, a completed round is judged
-            await self._started()
-            await self.ctx.admission.defer()
-            conclusion = await self.rounds.conclusion(state.outcome[0])
-            await finish_session(self.ending, *state.outcome, conclusion=conclusion)
+            await self._finish(*state.outcome)
         except SessionEndedError as exc:
             log.info("session=%s epoch=%d not taken: %s", self.sid, self.epoch, exc)
         except FencedOutError:
@@ -225,6 +233,22 @@ class SessionRunner:
         return await self.io.read_events(
             count=self.settings.event_batch, block_ms=wait_ms(self.state, time.time())
         )
+
+    async def _finish(self, status: SessionStatus, reason: str) -> None:
+        """Stop what runs, compensate, answer, write the report, then reflect (lessons)."""
+        await self._started()
+        await self.ctx.admission.defer()
+
+        async def conclude(compensations: list[dict[str, Any]]) -> dict[str, Any]:
+            return await self.rounds.conclusion(status, reason, compensations)
+
+        await finish_session(self.ending, status, reason, conclude=conclude)
+        await self._conclude_lessons()
+
+    async def _agent_effects(self) -> list[AgentEffect]:
+        """The writes agent steps made, from the effect ledger's SQL rows (to undo them)."""
+        rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
+        return agent_effects(self.sid, rows)
 
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
@@ -281,6 +305,7 @@ class SessionRunner:
             assert raw is not None  # checked before the claim
             state.use_plan(Plan.model_validate_json(raw))
             if info.started_at:  # taken before: read what happened so far
+                LEASE_TAKEOVERS.inc()
                 state.states = await store.steps(self.sid, state.steps)
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
@@ -352,7 +377,8 @@ class SessionRunner:
             self.state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
 
     async def _plan_goal(self) -> None:
-        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone)."""
+        """A goal without a plan: the LLM planner writes version 1 (recorded, never redone),
+        or, when the router finds that no tool is needed, the session ends answered."""
         state = self.state
         if self.ctx.chat is None:
             state.outcome = (
@@ -366,8 +392,13 @@ class SessionRunner:
             return
         options, chat, goal = state.info.options, self.ctx.chat, state.info.goal
         tools = self.ctx.tools.subset(options.tools) if options.tools else self.ctx.tools
-        route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode)
+        lessons = await self.brain.advice()
+        route = await asyncio.to_thread(route_goal, chat, tools, goal, options.mode, lessons)
         record_usage(state.batch, route.usages)
+        if route.mode == "answer":  # no tool needed: the summarizer answers, no plan
+            await self.store.note_progress(self.sid, "answer_directly", reason=route.reason)
+            self.rounds.answer_directly(route.reason)
+            return
         spent = self.brain.llm_budget_spent() if route.mode == "plan" else None
         if spent is not None:
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
@@ -381,6 +412,7 @@ class SessionRunner:
                 list(self.brain.constraints),
                 mode=route.mode,
                 max_repairs=self.settings.plan_max_repairs,
+                lessons=lessons,
             )
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
@@ -389,6 +421,43 @@ class SessionRunner:
         if first.fallback_error:
             await self._announce_fallback(first.fallback_error)
         await self.changes.install_plan(first.plan, reason=first.reason, replan=False)
+
+    async def _fetch_lessons(self) -> list[str]:
+        """Search the lessons for this session's goal (once; see Deliberation.advice)."""
+        lessons, info = self.ctx.lessons, self.state.info
+        if lessons is None:
+            return []
+        tools = self.ctx.tools.subset(info.options.tools) if info.options.tools else self.ctx.tools
+        goal = info.goal or (self.state.plan.goal if self.state.steps else "")
+        try:
+            found = await asyncio.to_thread(lessons.retrieve, self.sid, goal, tools.names())
+        except SQLAlchemyError as exc:
+            log.warning("session=%s lessons not searched: %s", self.sid, exc)
+            return []
+        return advice(found)
+
+    async def _conclude_lessons(self) -> None:
+        """The ended session's outcome onto its lessons' uses, and a reflection when it went
+        wrong (after the end is recorded: a reflection never delays or changes the end)."""
+        lessons, state = self.ctx.lessons, self.state
+        if lessons is None or state.outcome is None:
+            return
+        searched = self.brain.lessons is not None
+        wrong = state.outcome[0] in BAD_ENDINGS or state.info.replans or self.rounds.critic_failed
+        if not searched and not wrong:
+            return  # never searched and nothing to learn: no row to write
+        ended = ended_session(self.state, self.brain, self.rounds.critic_failed)
+        spent = self.brain.llm_budget_spent()
+        if spent is not None:  # the outcome is still recorded; no reflection past the budget
+            log.info("session=%s no reflection: %s", self.sid, spent)
+            lessons = lessons.without_reflection()
+        try:
+            written, _ = await asyncio.to_thread(lessons.conclude, ended, ended.story.goal)
+        except (SQLAlchemyError, LLMError) as exc:
+            log.warning("session=%s lessons not concluded: %s", self.sid, exc)
+            return
+        if written:
+            log.info("session=%s reflection wrote lesson(s) %s", self.sid, written)
 
     async def _announce_fallback(self, error: str) -> None:
         """Say on the event and progress streams that an agent step replaces a failed plan."""
@@ -474,6 +543,8 @@ class SessionRunner:
             await self._approve_step(str(event.payload["step"]), event.description)
         elif command == "approve":
             await self._approve(event)
+        elif command in ("retry", "skip"):
+            await self._step_command(str(command), str(event.payload.get("step")), event)
         elif event.payload.get("notice"):
             return  # the supervisor's own notice (no worker consumes): shown, never deliberated
         elif event.type in USER_CHANGES:
@@ -490,6 +561,27 @@ class SessionRunner:
         state.states[step_id].note = f"approved{': ' + note if note else ''}"
         await self.io.write_step(step_id, note=state.states[step_id].note)
         log.info("session=%s step=%s approved by a person", self.sid, step_id)
+
+    async def _step_command(self, command: str, step_id: str, event: Event) -> None:
+        """A person retries a step that failed for good, or skips one that failed or has
+        not started (an approval rejected); ignored (and logged) where it does not apply."""
+        st = self.state.states.get(step_id)
+        ended = (StepStatus.FAILED, StepStatus.INTERRUPTED)
+        skippable = (*ended, StepStatus.PENDING, StepStatus.READY)
+        if st is None or st.status not in (ended if command == "retry" else skippable):
+            status = st.status.value if st is not None else "no such step"
+            log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, status)
+            return
+        by = f"{command} by a person{': ' + event.description if event.description else ''}"
+        if command == "skip":
+            st.status, st.note = StepStatus.SKIPPED, by
+            self.state.candidates.discard(step_id)
+            self.state.dirty.add(step_id)
+            await self.io.write_step(step_id, status=st.status, note=st.note)
+            await self.changes.skip_descendants(step_id)
+        else:
+            await self.changes.retry_step(step_id, by)
+        log.info("session=%s step=%s %s", self.sid, step_id, by)
 
     async def _approve(self, event: Event) -> None:
         """A person chose what to do about the changes parked for them."""

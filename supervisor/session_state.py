@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.llm_budget import UsageByModel, add_calls
-from core.models import SessionRecord, SessionStatus, StepState, StepStatus
+from core.models import ErrorKind, SessionRecord, SessionStatus, StepState, StepStatus
 from core.record import Checkpoint
 from planner.plan import Plan, Step
 from supervisor.candidates import Candidates
@@ -66,6 +66,9 @@ class SessionState:
     # calls still in the batch are added by fold_usage.
     llm_usage: UsageByModel = field(default_factory=dict)
     folded_calls: int = 0  # how many of batch.llm_calls llm_usage already counts
+    # failed step -> the ids of the fallback steps injected in its place (by this owner;
+    # a takeover forgets it, and the ending then only says the session went around it)
+    fallbacks: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.info = SessionRecord(id=self.sid)
@@ -154,10 +157,35 @@ def session_end(
         for i, s in state.states.items()
         if s.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
     ]
-    return (
-        SessionStatus.COMPLETED,
-        f"completed around failed steps: {', '.join(failed)}" if failed else "",
-    )
+    unserved = [i for i in failed if state.states[i].error_kind == ErrorKind.UNSERVED]
+    if unserved:  # a tool no worker serves is the deployment's gap, not a finished session
+        steps = state.plan.by_id
+        tools = sorted({steps[i].tool for i in unserved if i in steps})
+        return (
+            SessionStatus.FAILED,
+            f"no worker serves {', '.join(tools) or 'the tool'} (steps {', '.join(unserved)}); "
+            "start a worker whose PLANLOOP_TOOL_MODULES provides it and submit again",
+        )
+    return (SessionStatus.COMPLETED, completed_note(state, failed))
+
+
+def completed_note(state: SessionState, failed: list[str]) -> str:
+    """What a completed session says about its failed steps: whose fallback took over
+    (every fallback step completed), and which were only worked around."""
+    covered = [
+        i
+        for i in failed
+        if state.fallbacks.get(i)
+        and all(
+            f in state.states and state.states[f].status == StepStatus.COMPLETED
+            for f in state.fallbacks[i]
+        )
+    ]
+    others = [i for i in failed if i not in covered]
+    parts = [f"completed around failed steps: {', '.join(others)}"] if others else []
+    if covered:
+        parts.append(f"the fallback of {', '.join(covered)} took over")
+    return "; ".join(parts)
 
 
 def attempt_row(step_id: str, st: StepState) -> dict[str, Any]:

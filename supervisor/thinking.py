@@ -18,9 +18,11 @@ from config.settings import Settings
 from core.catalogue import SensitiveNames
 from core.errors import LLMError
 from core.llm_budget import Budget, spend_of
+from core.metrics import count_decision, count_llm_call
 from core.models import Event, EventType, Severity, StepStatus
 from core.record import Checkpoint
 from core.tools import ToolRegistry
+from core.tracing import llm_span
 from planner.agents import Decider, Planner
 from planner.decision import ReplanAction, ReplanDecision
 from planner.llm import ChatModel, Usage
@@ -58,6 +60,7 @@ def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
         }
     )
     record_usage(batch, verdict.usages)
+    count_decision(d.action.value, verdict.source)
     log.info(
         "session=%s decision %s (%s) on %s: %s",
         sid,
@@ -71,6 +74,8 @@ def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
 def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
     """Put LLM calls into the session's next checkpoint."""
     for u in usages:
+        count_llm_call(str(u.role), u.model, u.prompt_tokens, u.completion_tokens)
+        llm_span(str(u.role), u.model, u.prompt_tokens, u.completion_tokens, u.latency_s)
         batch.llm_calls.append(
             {
                 "created_at": time.time(),
@@ -108,6 +113,10 @@ class Deliberation:
         self.failed_fingerprints: set[str] = set()
         self.subgraphs: list[tuple[str, frozenset[str]]] = []
         self.awaiting: list[Event] = []  # changes parked until a person approves an action
+        # Advice from earlier sessions' lessons for every planning prompt; None until the
+        # session has searched (then kept in memory(), so a takeover does not search again).
+        self.lessons: list[str] | None = None
+        self.fetch_lessons: Callable[[], Awaitable[list[str]]] | None = None
 
     @property
     def config(self) -> TriggerConfig:
@@ -274,6 +283,7 @@ class Deliberation:
         planner = Planner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
         completed = state.completed()
         await self.load_outputs(sorted(completed))
+        lessons = await self.advice()
         situation = self.situation(f"{decision.action.value}: {decision.reasoning}")
         if decision.action == ReplanAction.REPLAN_FULL:
             new_plan, usages = await asyncio.to_thread(
@@ -282,6 +292,7 @@ class Deliberation:
                 state.plan,
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
+                lessons=lessons,
             )
             merged = replace_remaining(state.plan, completed, new_plan)
             new_ids = frozenset(s.id for s in new_plan.steps) - completed
@@ -293,6 +304,7 @@ class Deliberation:
                 completed,
                 failed_fingerprints=self.failed_fingerprints,
                 cancel=cancel,
+                lessons=lessons,
             )
             merged = merge_remaining(state.plan, completed, cancel, subgraph.steps)
             new_ids = frozenset(s.id for s in subgraph.steps)
@@ -300,6 +312,12 @@ class Deliberation:
             (Plan(steps=[s for s in merged.steps if s.id in new_ids]).fingerprint(), new_ids)
         )
         return merged, usages
+
+    async def advice(self) -> list[str]:
+        """The lessons' advice for planning prompts, searched once per session."""
+        if self.lessons is None and self.fetch_lessons is not None:
+            self.lessons = await self.fetch_lessons()
+        return list(self.lessons or [])
 
     # --- the situation report -------------------------------------------------------------
     def situation(self, trigger: str) -> Situation:
@@ -346,6 +364,7 @@ class Deliberation:
             "constraints": self.constraints,
             "hints": self.hints,
             "failed_fingerprints": sorted(self.failed_fingerprints),
+            "lessons": self.lessons,
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -354,3 +373,5 @@ class Deliberation:
         self.constraints = list(data.get("constraints", []))
         self.hints = list(data.get("hints", []))
         self.failed_fingerprints = set(data.get("failed_fingerprints", []))
+        lessons = data.get("lessons")
+        self.lessons = list(lessons) if isinstance(lessons, list) else None

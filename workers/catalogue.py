@@ -1,8 +1,10 @@
-"""A worker publishes the tools it serves to ``pl:tools`` while it runs (core/catalogue.py).
+"""A worker publishes the tools it serves while it runs: the catalogue ``pl:tools``
+(core/catalogue.py) and its heartbeat in ``pl:workers`` (core/heartbeat.py).
 
-Published when the worker is ready and again every ``catalogue_refresh_s`` from a daemon
-thread of the worker's main process, so an entry's ``published_at`` says the tool still has
-a live worker. A Redis fault skips a round (logged once per outage); the next one catches up.
+Both are written when the worker is ready, from a daemon thread of the worker's main process:
+the heartbeat every ``worker_heartbeat_s`` (so ``submit`` can tell which tools a live worker
+serves), the catalogue every ``catalogue_refresh_s``. A worker that shuts down removes its
+heartbeat. A Redis fault skips a round (logged once per outage); the next one catches up.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 import redis
@@ -19,15 +22,16 @@ from celery.signals import worker_ready, worker_shutdown
 
 from config.settings import Settings
 from core.catalogue import publish_catalogue
+from core.heartbeat import beat, forget
 from core.hot_state import connect
 from core.keys import Keys
-from core.tools import load_tools
+from core.tools import ToolRegistry, load_tools
 
 log = logging.getLogger(__name__)
 
 
 class CataloguePublisher:
-    """Publishes this worker's tool catalogue now and every refresh period until stopped."""
+    """Publishes this worker's heartbeat and tool catalogue now and periodically until stopped."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -35,13 +39,30 @@ class CataloguePublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._published = True  # the last round's fate: log only when it changes
+        self._catalogue_due = 0.0  # monotonic time of the next catalogue round
+        self._tools: ToolRegistry | None = None
 
     def publish(self) -> bool:
-        """One round; False when Redis did not take it."""
+        """One round (the heartbeat, and the catalogue when it is due); False when Redis did
+        not take it."""
         client = connect(self.settings.redis_url)
+        keys = Keys(self.settings.key_prefix)
+        count = 0
         try:
-            tools = load_tools(self.settings.tool_modules)
-            count = publish_catalogue(client, Keys(self.settings.key_prefix), tools, self.worker)
+            if self._tools is None:  # imported once: the modules do not change while serving
+                self._tools = load_tools(self.settings.tool_modules)
+            tools = self._tools
+            beat(
+                client,
+                keys,
+                worker=self.worker,
+                queue=self.settings.queue,
+                tools=tools.names(),
+                period_s=self.settings.worker_heartbeat_s,
+            )
+            if time.monotonic() >= self._catalogue_due:
+                count = publish_catalogue(client, keys, tools, self.worker)
+                self._catalogue_due = time.monotonic() + self.settings.catalogue_refresh_s
         except redis.RedisError as exc:
             if self._published:
                 log.warning("worker %s: tool catalogue not published (%s)", self.worker, exc)
@@ -49,7 +70,7 @@ class CataloguePublisher:
             return False
         finally:
             client.close()
-        if not self._published or self._thread is None:
+        if count and (not self._published or self._thread is None):
             log.info("worker %s published %d tools to the catalogue", self.worker, count)
         self._published = True
         return True
@@ -60,10 +81,18 @@ class CataloguePublisher:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop beating and remove the heartbeat: the worker no longer serves anything."""
         self._stop.set()
+        client = connect(self.settings.redis_url)
+        try:
+            forget(client, Keys(self.settings.key_prefix), self.worker)
+        except redis.RedisError as exc:  # it expires by itself after a few periods
+            log.warning("worker %s: heartbeat not removed (%s)", self.worker, exc)
+        finally:
+            client.close()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.settings.catalogue_refresh_s):
+        while not self._stop.wait(self.settings.worker_heartbeat_s):
             self.publish()
 
 
@@ -77,6 +106,8 @@ def publish_while_serving(celery_app: Celery, settings: Settings) -> None:
 
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is celery_app:
+            # the Celery node name (planloop-123@host) is the name people see elsewhere
+            publisher.worker = str(getattr(sender, "hostname", "") or publisher.worker)
             publisher.start()
 
     def shutdown(sender: Any = None, **_: Any) -> None:

@@ -26,10 +26,13 @@ from core.errors import (
     TransientToolError,
 )
 from core.hot_state import BreakerPolicy, HotState, dumps
+from core.logs import bound
 from core.masking import error_text, mask_text
+from core.metrics import count_breaker, count_step
 from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from core.values import ValueLimits, walk
+from planner.answer_step import ANSWER_TOOL, AnswerParams
 from planner.expect import check_expectations
 from planner.plan import Expectation
 from planner.react import ReactResult, ReactStopped, usage_payload
@@ -51,6 +54,23 @@ class Outcome:
     error_kind: str = ""
     encoded: str | None = None  # the output's stored JSON, encoded once
     payload: dict[str, Any] = field(default_factory=dict)  # more for the event (LLM usage)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What :meth:`StepExecutor.execute` did with an attempt, for the task's Celery state."""
+
+    result: str  # a StepStatus value, or "dropped" (stale, duplicate, or outcome fenced off)
+    error: str = ""  # the outcome's masked error text
+    error_kind: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """The attempt ran and did not complete (failed or interrupted)."""
+        return self.result in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+
+
+DROPPED = Attempt("dropped")
 
 
 class AgentSteps(Protocol):
@@ -126,8 +146,8 @@ class StepExecutor:
         self.breaker = breaker
         self.threads = ToolThreads()
 
-    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> str:
-        """Run one attempt end to end; returns what happened, for the task's result line.
+    def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> Attempt:
+        """Run one attempt end to end; returns what happened, for the task's Celery state.
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
            stale or duplicate delivery stops here; an open breaker fails fast).
@@ -140,6 +160,10 @@ class StepExecutor:
         broker's unacked entries by the claim and acknowledged by the outcome, inside the
         same two calls (core/broker.py).
         """
+        with bound(args.session_id, args.step_id):  # JSON log lines name session and step
+            return self._execute(args, delivery_tag)
+
+    def _execute(self, args: StepTaskArgs, delivery_tag: str | None) -> Attempt:
         sid, step = args.session_id, args.step_id
         receipt = receipts.parked(delivery_tag) if delivery_tag else None
         claim = self.state.start_attempt(
@@ -157,7 +181,7 @@ class StepExecutor:
         if claim not in (CLAIMED, BREAKER_OPEN):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
-            return "dropped"
+            return DROPPED
         started = time.time()
         outcome = self._unavailable(args) if claim == BREAKER_OPEN else self._run(args)
         finished = time.time()
@@ -196,6 +220,10 @@ class StepExecutor:
         )
         if receipt:
             receipts.settle(receipt.tag)
+        overhead = started - args.dispatched_at if args.dispatched_at else None
+        count_step(args.tool, outcome.status.value, finished - started, overhead)
+        if claim == BREAKER_OPEN or outcome.status == StepStatus.COMPLETED:
+            count_breaker(args.tool, claim == BREAKER_OPEN)
         log.info(
             "session=%s step=%s attempt=%d %s in %.3fs%s",
             sid,
@@ -205,15 +233,20 @@ class StepExecutor:
             finished - started,
             "" if recorded else " (outcome dropped: attempt is stale)",
         )
-        return outcome.status.value if recorded else "dropped"
+        if not recorded:
+            return DROPPED
+        return Attempt(outcome.status.value, outcome.error, outcome.error_kind)
 
     def _run(self, args: StepTaskArgs) -> Outcome:
         if args.tool == REACT_TOOL:
             return self._run_agent(args)
+        if args.tool == ANSWER_TOOL:
+            return self._run_answer(args)
         try:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
-            return _failed(exc, ErrorKind.PERMANENT)
+            # not a bad attempt but a deployment gap: the session must not end "completed"
+            return _failed(exc, ErrorKind.UNSERVED)
         try:
             params = self._params(args)
         except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
@@ -230,6 +263,16 @@ class StepExecutor:
                 args.attempt,
             )
             return _failed(exc, ErrorKind.PERMANENT)
+
+    def _run_answer(self, args: StepTaskArgs) -> Outcome:
+        """An answer step: its resolved params are its output (the session's answer)."""
+        try:
+            answer = AnswerParams.model_validate(self._params(args))
+        except ToolError as exc:  # params too big, or gone from Redis
+            return _failed(exc, classify_error(exc))
+        except ValueError as exc:  # a reference resolved to something that is not text
+            return _failed(exc, ErrorKind.PERMANENT)
+        return self._completed(args, answer.model_dump(mode="json"))
 
     def _run_agent(self, args: StepTaskArgs) -> Outcome:
         """An agent step: the ReAct loop (workers/react.py); its LLM usage rides on the
@@ -321,7 +364,7 @@ class StepExecutor:
 
 def _tool_health(outcome: Outcome) -> bool | None:
     """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
-    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE):
+    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE, ErrorKind.UNSERVED):
         return None
     return outcome.status == StepStatus.COMPLETED
 

@@ -20,6 +20,7 @@ import redis
 from config.settings import Settings
 from core.effects import SqlEffectLedger
 from core.errors import SessionNotFoundError
+from core.heartbeat import live_workers
 from core.hot_state import HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.models import SessionOptions, SessionRecord, StepState, StepStatus
@@ -57,9 +58,12 @@ def stack(
     env_overrides: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
-    """One worker (8 threads) and one supervisor for the whole test run."""
+    """One worker (8 threads) and one supervisor for the whole test run, the worker's
+    heartbeat written (``planloop submit`` refuses tools no live worker serves)."""
     log_dir: Path = tmp_path_factory.mktemp("logs")
     with local_stack(env_overrides, workers=1, supervisors=1, log_dir=log_dir) as running:
+        keys, queue = Keys(env_overrides["PLANLOOP_KEY_PREFIX"]), env_overrides["PLANLOOP_QUEUE"]
+        wait_for(lambda: live_workers(redis_client, keys, queue), 60, "the worker's heartbeat")
         yield running
 
 

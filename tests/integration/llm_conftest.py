@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from config.settings import Settings
 from core.effects import SqlEffectLedger
+from core.heartbeat import live_workers
 from core.hot_state import HotState, RedisEffectCache, connect
 from core.keys import Keys
 from core.models import SessionRecord, SessionStatus
@@ -78,6 +79,13 @@ def llm_stack(
         with local_stack(
             llm_settings.to_env(), workers=1, supervisors=1, log_dir=log_dir
         ) as running:
+            # `planloop submit` refuses toolsets no live worker serves: wait for its heartbeat
+            keys = Keys(llm_settings.key_prefix)
+            wait_for(
+                lambda: live_workers(redis_client, keys, llm_settings.queue),
+                60,
+                "the worker's heartbeat",
+            )
             yield running
     finally:
         client = connect(llm_settings.redis_url)

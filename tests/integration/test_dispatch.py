@@ -14,7 +14,7 @@ import pytest
 import redis
 from celery import Celery
 
-from config.celery import STEP_TASK, celery_config
+from config.celery import STEP_TASK, celery_config, step_task_name
 from config.settings import Settings
 from core.errors import FencedOutError
 from core.keys import Keys
@@ -114,6 +114,7 @@ def test_dispatch_commands_queue_what_send_task_would(
                 queue=settings.queue,
                 argsrepr=dispatcher._shown(args),
                 kwargsrepr="{}",
+                shadow=step_task_name(args.tool),
             )
 
     def run(ops: list[Op]) -> None:
@@ -140,6 +141,7 @@ def test_dispatch_commands_queue_what_send_task_would(
     assert ours[0]["body"][0] == [attempts[0].model_dump(mode="json")]
     shown = json.loads(ours[0]["headers"]["argsrepr"])[0]
     assert shown["params"]["api_token"] != "hunter2"  # masked for Flower
+    assert ours[1]["headers"]["shadow"] == "planloop.step:supply_chain.create_purchase_order"
 
     assert [e["body"]["type"] for e in our_events] == ["task-sent", "task-sent"]
     assert [_without(e, PER_SEND) for e in our_events] == [

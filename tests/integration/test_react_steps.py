@@ -22,6 +22,7 @@ from producer.client import Producer
 from tests.integration.conftest import RunPlan, report_steps
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_cli import planloop
+from tests.integration.test_planning_loop import decision
 from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.integration
@@ -183,3 +184,85 @@ def test_an_agent_step_on_workers_without_an_llm_fails_and_says_why(run_plan: Ru
     step = report_steps(session)["agent"]
     assert step["status"] == "failed"
     assert "agent steps need an LLM: set PLANLOOP_LLM_BASE_URL" in step["error"]
+
+
+AGENT_WRITES_THEN_FAIL = """
+goal: a write, an agent step that writes twice, then a critical step that fails for good
+steps:
+  - {id: w0, tool: bench.write, params: {label: before-the-agent}}
+  - id: agent
+    tool: agent.react
+    instruction: Record two writes, then report
+    params: {tools: [bench.write], max_iterations: 3}
+    dependencies: [w0]
+  - id: bad
+    tool: bench.sleep
+    params: {seconds: 0.01, simulate: {fail_attempts: [1], permanent: true}}
+    dependencies: [agent]
+    max_retries: 0
+    critical: true
+"""
+
+
+def test_an_abort_undoes_the_writes_of_an_agent_step_newest_first(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_effects: SqlEffectLedger,
+) -> None:
+    llm.script(
+        "react",
+        turn("bench.write", label="agent-first"),
+        turn("bench.write", label="agent-second"),
+        answer(wrote=2),
+    )
+    llm.script("decider", decision("ABORT", "the critical step cannot succeed"))
+
+    sid = llm_producer.submit(parse_plan(AGENT_WRITES_THEN_FAIL))
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.ABORTED, session.error
+    comps = (session.report or {})["compensations"]
+    assert [(c["step"], c.get("iteration"), c["tool"], c["status"]) for c in comps] == [
+        ("agent", 2, "bench.undo_write", "completed"),
+        ("agent", 1, "bench.undo_write", "completed"),
+        ("w0", None, "bench.undo_write", "completed"),
+    ], comps
+    for turn_number in (1, 2):  # each write undone once, under a key of its own
+        assert llm_effects.count(f"{sid}:agent:react:{turn_number}") == 1
+        assert llm_effects.count(f"{sid}:agent:react:{turn_number}:compensate:undo") == 1
+    assert llm_effects.count(f"{sid}:w0:compensate:undo") == 1
+
+
+def test_the_writes_of_an_agent_step_that_failed_are_undone_too(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_effects: SqlEffectLedger,
+) -> None:
+    # two writes, then a third call in the last turn (never run): the loop ends without an
+    # answer and the step fails
+    llm.script(
+        "react",
+        turn("bench.write", label="agent-first"),
+        turn("bench.write", label="agent-second"),
+        turn("bench.write", label="agent-third"),
+    )
+    llm.script("decider", decision("ABORT", "the agent could not finish"))
+    plan = AGENT_WRITES_THEN_FAIL.replace(
+        "dependencies: [w0]", "dependencies: [w0]\n    critical: true\n    max_retries: 0"
+    )
+
+    sid = llm_producer.submit(parse_plan(plan))
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.ABORTED, session.error
+    assert report_steps(session)["agent"]["status"] == "failed"
+    comps = (session.report or {})["compensations"]
+    assert [(c["step"], c.get("iteration")) for c in comps] == [
+        ("agent", 2),
+        ("agent", 1),
+        ("w0", None),
+    ], comps
+    assert llm_effects.count(f"{sid}:agent:react:2:compensate:undo") == 1
+    assert llm_effects.count(f"{sid}:agent:react:3") == 0  # the last turn's call never ran

@@ -23,7 +23,7 @@ import pytest
 
 from core.models import SessionStatus
 from planner.plan import Plan
-from producer.stack import EmbeddedRedis
+from producer.stack import EmbeddedRedis, free_port
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
@@ -226,7 +226,8 @@ def test_up_restarts_dead_children(
     with out.open("wb") as sink:
         up = subprocess.Popen(
             [sys.executable, "-m", "producer.cli", "up"],
-            env=ps.stack.env,
+            # the web console is a child too; on a port of its own
+            env={**ps.stack.env, "PLANLOOP_CONSOLE_PORT": str(free_port())},
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -234,11 +235,11 @@ def test_up_restarts_dead_children(
     try:
         wait_for(lambda: "stack ready" in out.read_text(), 60, "planloop up to be ready")
         old = children_of(up.pid)
-        assert len(old) == 2, old
+        assert len(old) == 3, old  # a worker, a supervisor, the console
         for pid in old:
             os.kill(pid, signal.SIGKILL)
         wait_for(
-            lambda: out.read_text().count("restarted as pid") == 2,
+            lambda: out.read_text().count("restarted as pid") == 3,
             30,
             f"planloop up to restart its children; output:\n{out.read_text()}",
         )

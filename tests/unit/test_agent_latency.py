@@ -11,7 +11,7 @@ from bench.agent_latency import critical_path_s
 from bench.qa_questions import TEMPLATES, Question, questions
 from bench.token_llm import reply_for, reply_latency_s
 from core.tools import ToolContext, load_tools
-from planner.plan import Plan
+from planner.compact_plan import CompactPlan
 from planner.validation import validate_plan
 from workers.toolsets.qa import QA_TOOLS, RELATIONS, fact
 
@@ -28,11 +28,14 @@ def test_there_are_at_least_twenty_distinct_questions_over_every_template() -> N
 @pytest.mark.parametrize("question", QUESTIONS, ids=lambda q: q.qid)
 def test_each_plan_reply_is_a_valid_plan_of_the_questions_lookups(question: Question) -> None:
     tools = load_tools([QA_TOOLS])
-    plan = Plan.model_validate_json(question.plan_reply())
+    reply = CompactPlan.model_validate_json(question.plan_reply())
+    plan = reply.to_plan(question.tagged, [])
 
     validate_plan(plan, tools)
     assert [s.id for s in plan.steps] == [x.id for x in question.lookups]
-    assert plan.goal == question.tagged
+    assert plan == question.plan().model_copy(
+        update={"steps": [s.model_copy(update={"title": ""}) for s in question.plan().steps]}
+    )
 
 
 def test_comparison_plans_have_parallel_branches() -> None:
@@ -94,6 +97,8 @@ def test_the_scripted_model_answers_by_role_and_turn() -> None:
     observed = [{"role": "user", "content": "Observation: {}"}] * 2
 
     assert reply_for("planner", q, []) == q.plan_reply()
+    asked = [{"role": "user", "content": "... also write the final answer ..."}]
+    assert json.loads(reply_for("critic", q, asked))["answer"]["text"] == q.joiner_reply()
     assert reply_for("react", q, observed) == q.react_reply(2)
     assert json.loads(reply_for("summarizer", q, []))["text"] == q.joiner_reply()
     assert json.loads(reply_for("critic", q, []))["passed"] is True

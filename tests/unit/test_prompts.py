@@ -31,12 +31,16 @@ TEMPLATES = {
     "planner": ("planner", ["goal", "constraints", "lessons", "catalogue"]),
     "replanner_remaining": (
         "replanner",
-        ["situation", "plan_outline", "completed", "removed", "kept", "catalogue"],
+        ["situation", "plan_outline", "completed", "removed", "kept", "lessons", "catalogue"],
     ),
-    "replanner_full": ("replanner", ["situation", "plan_outline", "completed", "catalogue"]),
+    "replanner_full": (
+        "replanner",
+        ["situation", "plan_outline", "completed", "lessons", "catalogue"],
+    ),
     "decider": ("decider", ["situation", "cancellable", "replans_left", "max_replans"]),
     "react": ("react", ["instruction", "context", "catalogue", "max_iterations"]),
-    "router": ("router", ["goal", "catalogue"]),
+    "router": ("router", ["goal", "lessons", "catalogue"]),
+    "reflector": ("reflector", ["max_lessons", "goal", "outcome", "what_happened", "steps"]),
 }
 
 

@@ -238,6 +238,13 @@ def test_auto_asks_the_router_and_react_gives_one_agent_step() -> None:
     validate_plan(first.plan, TOOLS)
 
 
+def test_the_router_may_find_that_no_tool_is_needed() -> None:
+    chat = ScriptedChat({"mode": "answer", "reasoning": "general knowledge"})
+    route = route_goal(chat, TOOLS, "what is the capital of France?", "auto")
+    assert (route.mode, route.reason) == ("answer", "router: general knowledge")
+    assert '"answer"' in chat.calls[0][1][0]["content"]  # the prompt offers the choice
+
+
 def test_a_chosen_mode_skips_the_router_and_a_failing_router_means_plan() -> None:
     silent = ScriptedChat()
     assert route_goal(silent, TOOLS, "g", "react").mode == "react"

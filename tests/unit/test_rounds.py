@@ -12,7 +12,9 @@ import pytest
 from pydantic import BaseModel
 from rich.console import Console
 
-from core.models import SessionOptions, SessionStatus, StepStatus
+from core.errors import LLMUnavailableError
+from core.models import SessionOptions, SessionStatus, StepState, StepStatus
+from planner.answer_step import ANSWER_TOOL
 from planner.critic import Critique
 from planner.llm import Role, Usage
 from planner.plan import Plan
@@ -108,9 +110,10 @@ def test_out_of_rounds_the_session_ends_completed_with_the_verdict_not_passed() 
     status, note = loop.state.outcome or (None, "")
     assert status == SessionStatus.COMPLETED
     assert "did not pass the results after 1 round(s)" in note
-    conclusion = run(rounds.conclusion(SessionStatus.ABORTED))  # no answer unless completed
+    rounds.brain.chat = ScriptedChat(summarizer=[{"text": "a done, b not", "data": None}])
+    conclusion = run(rounds.conclusion(SessionStatus.ABORTED, "decider chose to abort"))
     assert conclusion["critique"]["passed"] is False
-    assert "answer" not in conclusion
+    assert conclusion["answer"]["partial"] is True  # an aborted session gets an answer too
 
 
 def test_without_an_llm_nothing_is_judged_or_answered() -> None:
@@ -131,7 +134,13 @@ def test_the_answer_is_repaired_until_it_fits_the_schema() -> None:
 
     conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
 
-    assert conclusion["answer"] == {"text": "seven", "data": {"n": 7}, "schema_error": None}
+    assert conclusion["answer"] == {
+        "text": "seven",
+        "data": {"n": 7},
+        "schema_error": None,
+        "partial": False,
+        "source": "summarizer",
+    }
     assert conclusion["rounds"] == 1
     repair = chat.asked[1][1][-1]["content"]
     assert "data at n: '7' is not of type 'integer'" in repair
@@ -193,6 +202,22 @@ def test_the_report_view_shows_the_verdict_and_the_answer(tmp_path: Path) -> Non
     assert 'answer data: {"n": 7}' in text
 
 
+def test_the_report_view_marks_a_partial_answer_and_one_written_without_the_model() -> None:
+    console = Console(record=True, width=160, color_system=None)
+    partial = {"text": "a ran; b failed", "partial": True, "source": "summarizer"}
+    account = {"text": "The session ended", "partial": True, "source": "planloop"}
+
+    print_conclusion(console, {"answer": partial})
+    print_conclusion(console, {"answer": account})
+
+    text = console.export_text()
+    assert "answer (partial: the session did not complete): a ran; b failed" in text
+    assert (
+        "answer (partial: the session did not complete; written without the model): The "
+        "session ended"
+    ) in text
+
+
 def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
     from core.errors import ConfigError
 
@@ -206,7 +231,8 @@ def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
 
 
 def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
-    loop, rounds = ended_round(ScriptedChat(critic=[critique(False, "b")]), max_rounds=1)
+    chat = ScriptedChat(critic=[critique(False, "b")], summarizer=[{"text": "t", "data": None}])
+    loop, rounds = ended_round(chat, max_rounds=1)
     run(rounds.review())
     taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover: nothing in memory
 
@@ -257,3 +283,138 @@ def test_a_round_replaces_a_step_that_failed_for_good() -> None:
     assert [s.id for s in state.plan.steps] == ["a", "b2"]
     assert state.states["b2"].status == StepStatus.PENDING
     assert "b2" in state.candidates
+
+
+# --- answers: an answer step, and the answer of a session that did not complete -------------
+def answered_plan(chat: ScriptedChat, answer: dict[str, Any], **options: Any) -> Rounds:
+    """A completed two-step session whose last step is an answer step that stated ``answer``."""
+    plan = Plan(
+        goal="how many?",
+        steps=[step("a"), step("answer", "a", tool=ANSWER_TOOL, params={"text": "x"})],
+    )
+    loop = Loop(plan, a=StepStatus.COMPLETED, answer=StepStatus.COMPLETED)
+    loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions(**options)})
+    loop.state.outputs.update({"a": {"n": 7}, "answer": answer})
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "")
+    return Rounds(loop.io, loop.changes, loop.brain)
+
+
+def test_an_answer_step_is_the_answer_and_the_summarizer_is_not_asked() -> None:
+    chat = ScriptedChat()
+    rounds = answered_plan(chat, {"text": "seven", "data": {"n": 7}}, answer_schema=SCHEMA)
+
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert answer == {
+        "text": "seven",
+        "data": {"n": 7},
+        "schema_error": None,
+        "partial": False,
+        "source": "answer_step",
+    }
+    assert chat.asked == []
+
+
+def test_an_answer_step_that_breaks_the_schema_is_repaired_by_the_summarizer() -> None:
+    chat = ScriptedChat(summarizer=[{"text": "seven", "data": {"n": 7}}])
+    rounds = answered_plan(chat, {"text": "seven", "data": {"n": "7"}}, answer_schema=SCHEMA)
+
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert (answer["data"], answer["source"]) == ({"n": 7}, "summarizer")
+    asked = chat.asked[0][1][1]["content"]
+    assert "the plan's answer step stated data that does not fit" in asked
+    assert "'7' is not of type 'integer'" in asked
+
+
+def test_a_failed_session_gets_a_partial_answer_saying_what_failed() -> None:
+    chat = ScriptedChat(summarizer=[{"text": "a ran; b failed", "data": {"n": 1}}])
+    loop = Loop(Plan(goal="get a and b", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
+    loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
+    loop.state.info = loop.state.info.model_copy(
+        update={"options": SessionOptions(answer_schema=SCHEMA)}
+    )
+    loop.brain.chat = chat
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    undone = [{"step": "a", "status": "completed"}, {"step": "r", "iteration": 2, "status": "x"}]
+    answer = run(rounds.conclusion(SessionStatus.FAILED, "critical step b failed", undone))[
+        "answer"
+    ]
+
+    assert (answer["text"], answer["partial"], answer["source"]) == (
+        "a ran; b failed",
+        True,
+        "summarizer",
+    )
+    assert answer["schema_error"] is None  # a partial answer is not held to the schema
+    asked = chat.asked[0][1][1]["content"]
+    assert "FAILED: critical step b failed; compensations: a undone, r turn 2 NOT undone" in asked
+    assert "error: boom" in asked
+
+
+def test_without_a_model_call_planloop_writes_its_own_account() -> None:
+    class Down(ScriptedChat):
+        def complete_json(self, role: Role, messages: Any, schema: Any) -> Any:
+            raise LLMUnavailableError("endpoint down", base_url="http://x")
+
+    loop = Loop(Plan(goal="g", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
+    loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
+    loop.brain.chat = Down()
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    failed = run(rounds.conclusion(SessionStatus.FAILED, "b failed"))["answer"]
+
+    assert (failed["partial"], failed["source"]) == (True, "planloop")
+    assert failed["text"].startswith("The session ended FAILED: b failed.")
+    assert "Completed: a." in failed["text"]
+    assert "Errors: b: boom." in failed["text"]
+
+    cancelled_chat = ScriptedChat()
+    loop.brain.chat = cancelled_chat
+    cancelled = run(rounds.conclusion(SessionStatus.CANCELLED, "stop"))["answer"]
+    assert cancelled["source"] == "planloop"  # a cancel spends no more tokens
+    assert cancelled_chat.asked == []
+
+
+def test_a_passing_critic_of_a_complete_round_writes_the_answer_in_the_same_call() -> None:
+    passed = {**critique(True), "answer": {"text": "seven", "data": {"n": 7}}}
+    chat = ScriptedChat(critic=[passed])
+    _loop, rounds = ended_round(chat, answer_schema=SCHEMA)
+
+    run(rounds.review())
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert conclusion["answer"]["text"] == "seven"
+    assert (conclusion["answer"]["data"], conclusion["answer"]["source"]) == ({"n": 7}, "critic")
+    assert "answer" not in conclusion["critique"]  # the verdict is stored alone
+    assert [role for role, _ in chat.asked] == ["critic"]  # no summarizer call
+    assert "also write the final answer" in chat.asked[0][1][1]["content"]
+    assert '"n"' in chat.asked[0][1][1]["content"]  # with the schema the data must fit
+
+
+def test_a_critics_answer_that_breaks_the_schema_leaves_it_to_the_summarizer() -> None:
+    passed = {**critique(True), "answer": {"text": "seven", "data": {"n": "7"}}}
+    chat = ScriptedChat(critic=[passed], summarizer=[{"text": "seven", "data": {"n": 7}}])
+    _loop, rounds = ended_round(chat, answer_schema=SCHEMA)
+
+    run(rounds.review())
+    answer = run(rounds.conclusion(SessionStatus.COMPLETED))["answer"]
+
+    assert (answer["data"], answer["source"]) == ({"n": 7}, "summarizer")
+
+
+def test_a_round_with_a_failed_step_is_judged_without_asking_for_the_answer() -> None:
+    chat = ScriptedChat(critic=[critique(True)], summarizer=[{"text": "t", "data": None}])
+    loop = Loop(Plan(goal="g", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
+    loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
+    loop.brain.chat = chat
+    loop.state.outcome = (SessionStatus.COMPLETED, "")
+    rounds = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(rounds.review())
+    run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert "(not asked: judge only)" in chat.asked[0][1][1]["content"]
+    assert [role for role, _ in chat.asked] == ["critic", "summarizer"]

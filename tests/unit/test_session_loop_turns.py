@@ -123,3 +123,18 @@ def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None
     assert run(loop.take_over_pending()) == []
     assert [cause for _, _, cause in store.dead] == ["delivered more than 2 times"]
     assert [e.description for _, e in loop.state.batch.events] == ["late"]
+
+
+def test_a_step_whose_worker_lacks_the_tool_fails_the_session() -> None:
+    # issue 13: it used to end "completed" around the failed step, exit 0
+    loop, store = runner(Plan(steps=[step("a"), step("b", "a"), step("c")]))
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "c")
+    outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.UNSERVED)
+    run(loop._think())
+    loop._check_end()
+    assert loop.state.outcome is not None
+    status, error = loop.state.outcome
+    assert status == SessionStatus.FAILED
+    assert error.startswith("no worker serves t.a (steps a)")
+    assert "PLANLOOP_TOOL_MODULES" in error

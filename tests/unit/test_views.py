@@ -14,6 +14,7 @@ from core.models import (
     EventType,
     SessionOptions,
     SessionRecord,
+    SessionStatus,
     Severity,
     StepState,
     StepStatus,
@@ -224,3 +225,74 @@ def test_watch_shows_llm_tokens_and_cost_against_the_budget() -> None:
     console = Console(width=120, record=True)
     console.print(render(view))
     assert line in console.export_text()
+
+
+# --- issue 13, item 7: watch ----------------------------------------------------------------
+LONG_REASONING = (
+    "verify_primary failed for good (the primary supplier cannot deliver) and declares a "
+    "fallback; injecting it keeps the restock going with the best rated alternative supplier, "
+    "whose order still needs an approval of its amount before anything is bought"
+)
+
+
+def test_watch_elapsed_counts_from_the_session_start_until_its_end() -> None:
+    from producer.watch import elapsed
+
+    record = SessionRecord(id="s", status=SessionStatus.RUNNING, created_at=100.0)
+    assert elapsed(record, now=100.0 + 3725) == "1:02:05"
+    started = record.model_copy(update={"started_at": 160.0})
+    assert elapsed(started, now=225.0) == "0:01:05"
+    ended = started.model_copy(update={"status": SessionStatus.COMPLETED, "finished_at": 190.0})
+    assert elapsed(ended, now=10_000.0) == "0:00:30"
+    assert elapsed(None, now=1.0) == "-:--:--"
+
+
+def test_live_view_shows_the_session_elapsed_time_and_whole_reasoning() -> None:
+    view = WatchState(
+        "s",
+        record=SessionRecord(
+            id="s", status=SessionStatus.RUNNING, created_at=time.time() - 65, goal="g"
+        ),
+        plan=PLAN,
+    )
+    view.notes.append(
+        {"kind": "decision", "at": "0", "action": "REPLAN_REMAINING", "reasoning": LONG_REASONING}
+    )
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(render(view))
+    text = console.export_text()
+    assert "0:01:0" in text  # 65 s and counting, not 0:00:00
+    assert " ".join(LONG_REASONING.split()) in " ".join(text.replace("│", " ").split())
+    assert "…" not in text
+
+
+def test_note_line_keeps_reasoning_whole_and_plain_lines_wrap_it() -> None:
+    from producer.watch import wrap_line
+
+    line = note_line({"kind": "decision", "at": "0", "reasoning": LONG_REASONING})
+    assert line.endswith(LONG_REASONING)
+    parts = wrap_line(line, width=80)
+    assert len(parts) > 1
+    assert all(len(p) <= 80 for p in parts)
+    assert all(p.startswith("    ") for p in parts[1:])
+    assert " ".join(p.strip() for p in parts) == line
+
+
+def test_a_completed_session_around_failed_steps_reads_as_a_note() -> None:
+    ended = note_line(
+        {
+            "kind": "ended",
+            "at": "0",
+            "status": "completed",
+            "error": "completed around failed steps: verify_primary",
+        }
+    )
+    assert ended == "note ended status=completed note=completed around failed steps: verify_primary"
+    console = Console(width=160, record=True)
+    print_report(
+        console,
+        {**REPORT, "status": "completed", "error": "completed around failed steps: store"},
+    )
+    text = console.export_text()
+    assert "note: completed around failed steps: store" in text
+    assert "error: completed" not in text

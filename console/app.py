@@ -1,0 +1,182 @@
+"""The console's ASGI app: pages, JSON endpoints, the live stream and the actions.
+
+Reads go through :mod:`console.data` (the producer's own views); actions through
+:class:`producer.client.Producer`, exactly what the CLI sends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from config.settings import Settings
+from console import data, live
+from console.guard import BasicAuth, action_refused
+from core import metrics
+from core.errors import PlanloopError, SessionEndedError, SessionNotFoundError
+from core.hot_state import HotState
+from producer.client import Producer
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).with_name("static")
+MAX_LIST = 200
+ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
+
+
+def error_response(exc: Exception) -> JSONResponse:
+    """A PlanloopError (or Redis being away) as JSON with the status that fits."""
+    if isinstance(exc, SessionNotFoundError):
+        return JSONResponse({"error": str(exc)}, status_code=404)
+    if isinstance(exc, SessionEndedError):
+        return JSONResponse({"error": str(exc)}, status_code=409)
+    if isinstance(exc, redis.RedisError):
+        return JSONResponse({"error": f"Redis is unreachable: {exc}"}, status_code=503)
+    return JSONResponse({"error": str(exc)}, status_code=400)
+
+
+def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
+    """``/metrics``: this process's metrics plus what the whole deployment shows in Redis
+    (step queue depth, sessions not yet ended), read when scraped."""
+    lengths = metrics.redis_queue_lengths(state.r, [settings.queue])
+    active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
+    app = metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active])
+    return [Mount("/metrics", app=app)]
+
+
+class Endpoints:
+    """The console's endpoints over one producer."""
+
+    def __init__(self, client: Producer) -> None:
+        self.client = client
+
+    @staticmethod
+    def page(name: str) -> Callable[[Request], Response]:
+        def serve(_request: Request) -> Response:
+            return FileResponse(STATIC / name, headers={"Cache-Control": "no-store"})
+
+        return serve
+
+    @staticmethod
+    def reading(read: Callable[[Request], Any]) -> Callable[[Request], Response]:
+        """A JSON endpoint (run in a thread by Starlette: it blocks on Redis and SQL)."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                return JSONResponse(read(request))
+            except (PlanloopError, redis.RedisError) as exc:
+                return error_response(exc)
+
+        return endpoint
+
+    def list_sessions(self, request: Request) -> Any:
+        try:
+            limit = int(request.query_params.get("limit") or 50)
+        except ValueError:
+            limit = 50
+        return {"sessions": data.sessions(self.client, max(1, min(MAX_LIST, limit)))}
+
+    def one_session(self, request: Request) -> Any:
+        return data.session_detail(self.client, request.path_params["sid"])
+
+    async def stream(self, request: Request) -> Response:
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(
+            live.stream(self.client, request.path_params["sid"]),
+            media_type="text/event-stream",
+            headers=headers,
+        )
+
+    async def action(self, request: Request) -> Response:
+        refused = action_refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
+        sid, name = request.path_params["sid"], request.path_params["action"]
+        try:
+            result = await _run_action(self.client, sid, name, body)
+        except (PlanloopError, redis.RedisError) as exc:
+            return error_response(exc)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        log.info("console action %s on session %s: %s", name, sid, result)
+        return JSONResponse({"ok": True, "result": result})
+
+    @staticmethod
+    def health(_request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+
+def create_app(settings: Settings, producer: Producer | None = None) -> Starlette:
+    """The console for ``settings`` (basic auth: ``flower_basic_auth``)."""
+    api = Endpoints(producer or Producer.from_settings(settings))
+    routes: list[BaseRoute] = [
+        Route("/", api.page("index.html")),
+        Route("/sessions/{sid}", api.page("session.html")),
+        Route("/healthz", api.health),
+        Route("/api/sessions", api.reading(api.list_sessions)),
+        Route("/api/sessions/{sid}", api.reading(api.one_session)),
+        Route("/api/sessions/{sid}/stream", api.stream),
+        Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        *metrics_routes(settings, api.client.state),
+    ]
+    secret = settings.flower_basic_auth.get_secret_value()
+    return Starlette(routes=routes, middleware=[Middleware(BasicAuth, credentials=secret)])
+
+
+async def _run_action(client: Producer, sid: str, name: str, body: dict[str, Any]) -> str:
+    """Carry out action ``name`` through the producer (in a thread: it blocks on Redis).
+
+    Raises:
+        ValueError: an unknown action or a missing field.
+        PlanloopError: what the producer raises (no such session, ended, input limits).
+    """
+    import anyio
+
+    note = str(body.get("note") or "")
+    step = str(body.get("step") or "")
+    call: Callable[[], object]
+    if name == "approve":
+        choice = str(body.get("action") or "").lower()
+        if bool(step) == bool(choice) or (choice and choice not in ACTIONS):
+            raise ValueError(f"approve takes a step or an action ({', '.join(ACTIONS)})")
+        call = lambda: client.approve(sid, choice or None, note, step=step or None)  # noqa: E731
+    elif name == "reject":
+        # a step waiting for approval is skipped; a session waiting on its spent re-plan
+        # budget aborts
+        if step:
+            call = lambda: client.skip_step(sid, step, note or "approval rejected")  # noqa: E731
+        else:
+            call = lambda: client.approve(sid, "abort", note or "rejected")  # noqa: E731
+    elif name == "signal":
+        text = str(body.get("text") or "").strip()
+        if not text:
+            raise ValueError("signal needs a text")
+        constraint = bool(body.get("constraint", True))
+        call = lambda: client.signal(sid, text, constraint=constraint)  # noqa: E731
+    elif name == "cancel":
+        call = lambda: client.cancel(sid, note or "cancelled from the console")  # noqa: E731
+    elif name in ("retry", "skip"):
+        if not step:
+            raise ValueError(f"{name} needs a step")
+        method = client.retry_step if name == "retry" else client.skip_step
+        call = lambda: method(sid, step, note)  # noqa: E731
+    else:
+        raise ValueError(f"unknown action {name!r}")
+    return str(await anyio.to_thread.run_sync(call))

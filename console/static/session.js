@@ -1,0 +1,217 @@
+// One session: the live DAG (server-sent events), plan versions and their diffs, the event
+// timeline, decisions, LLM calls, the answer, and the actions a person takes.
+"use strict";
+const sid = decodeURIComponent(location.pathname.split("/").pop());
+const base = "/api/sessions/" + encodeURIComponent(sid);
+const page = { detail: null, steps: {}, status: "", awaiting: "", shown: 0, events: new Set() };
+const $ = (id) => document.getElementById(id);
+
+function ended() {
+  return ["completed", "failed", "aborted", "cancelled"].includes(page.status);
+}
+
+function awaitingSteps() {
+  return Object.entries(page.steps)
+    .filter(([, s]) => s.note === "awaiting approval" && ["pending", "ready"].includes(s.status))
+    .map(([id]) => id).sort();
+}
+
+async function act(name, body) {
+  const out = $("action-result");
+  try {
+    await postJSON(base + "/" + name, body);
+    out.className = "";
+    out.textContent = name + " sent";
+  } catch (exc) {
+    out.className = "error";
+    out.textContent = name + " refused: " + exc.message;
+  }
+}
+
+function renderActions() {
+  const box = $("approvals");
+  const items = [];
+  if (!ended()) {
+    for (const step of awaitingSteps()) {
+      items.push(el("span", { class: "approval", "data-approval": step },
+        "step " + step + " waits for approval",
+        el("button", { "data-action": "approve", "data-step": step,
+          onclick: () => act("approve", { step }) }, "Approve"),
+        el("button", { "data-action": "reject", "data-step": step,
+          onclick: () => act("reject", { step }) }, "Reject")));
+    }
+    if (page.awaiting === "approval") {
+      items.push(el("span", { class: "approval", "data-approval": "budget" },
+        "the re-plan budget is spent: ",
+        ...["continue", "replan_remaining", "replan_full"].map((action) =>
+          el("button", { "data-action": "approve", "data-choice": action,
+            onclick: () => act("approve", { action }) }, action.replace("_", " "))),
+        el("button", { "data-action": "reject", onclick: () => act("reject", {}) }, "abort")));
+    }
+  }
+  box.replaceChildren(...items);
+  $("cancel").disabled = ended();
+  $("signal").disabled = ended();
+}
+
+function renderStatus() {
+  $("status").textContent = page.status + (page.awaiting ? " (awaiting " + page.awaiting + ")" : "");
+  $("status").className = "badge s-" + page.status;
+  $("status").dataset.status = page.status;
+}
+
+function renderSteps() {
+  const version = page.detail.versions[page.detail.versions.length - 1];
+  const body = $("steps").querySelector("tbody");
+  if (!version) { body.replaceChildren(); return; }
+  body.replaceChildren(...Object.keys(version.steps).map((id) => {
+    const s = page.steps[id] || { status: "pending", attempt: 0 };
+    const buttons = [];
+    if (!ended() && ["failed", "interrupted"].includes(s.status)) {
+      buttons.push(el("button", { "data-action": "retry", "data-step": id,
+        onclick: () => act("retry", { step: id }) }, "Retry"));
+    }
+    if (!ended() && ["failed", "interrupted", "pending", "ready"].includes(s.status)) {
+      buttons.push(el("button", { "data-action": "skip", "data-step": id,
+        onclick: () => act("skip", { step: id }) }, "Skip"));
+    }
+    return el("tr", { "data-step": id },
+      el("td", {}, id), el("td", { class: "mono" }, version.steps[id].tool),
+      el("td", {}, badge(s.status)), el("td", {}, s.attempt),
+      el("td", {}, s.duration_s == null ? "" : s.duration_s.toFixed(2) + "s"),
+      el("td", { class: "mono" }, s.worker || ""),
+      el("td", {}, s.error || s.note || ""), el("td", {}, ...buttons));
+  }));
+}
+
+function renderDag() {
+  const versions = page.detail.versions;
+  const version = versions[page.shown - 1];
+  if (!version) return;
+  drawDag($("dag"), version, page.steps, showStep);
+  colourDag($("dag"), page.steps);
+  const diff = $("diff");
+  const parts = [version.reason ? version.reason + " " : ""];
+  diff.replaceChildren(...parts,
+    ...version.added.map((i) => el("span", { class: "added" }, " +" + i)),
+    ...version.removed.map((i) => el("span", { class: "removed" }, " -" + i)),
+    ...version.changed.map((i) => el("span", { class: "changed" }, " ~" + i)));
+}
+
+function showStep(id) {
+  const version = page.detail.versions[page.shown - 1];
+  const step = version.steps[id] || {};
+  const live = page.steps[id] || {};
+  $("step-detail").textContent = `${id} (${step.tool})  status ${live.status || "?"}, ` +
+    `attempt ${live.attempt || 0}\nparams ${JSON.stringify(step.params)}\n` +
+    (live.error ? "error " + live.error : "") + (live.note ? " note " + live.note : "");
+}
+
+function renderVersions() {
+  const select = $("version");
+  select.replaceChildren(...page.detail.versions.map((v) =>
+    el("option", { value: v.version }, "v" + v.version)));
+  select.value = String(page.shown);
+}
+
+function eventRow(ev) {
+  return el("tr", { class: "sev-" + ev.severity, "data-event": ev.id },
+    el("td", { class: "mono" }, clock(ev.occurred_at)), el("td", {}, ev.type),
+    el("td", {}, ev.severity), el("td", {}, ev.step_id ? ev.step_id + "#" + ev.attempt : ""),
+    el("td", {}, ev.description));
+}
+
+function addEvents(events) {
+  const body = $("events").querySelector("tbody");
+  for (const ev of events) {
+    if (page.events.has(ev.id)) continue;
+    page.events.add(ev.id);
+    body.append(eventRow(ev));
+  }
+}
+
+function renderHistory() {
+  const d = page.detail;
+  $("decisions").replaceChildren(...(d.decisions.length ? d.decisions.map((x) =>
+    el("div", { class: "decision" },
+      el("strong", {}, x.action), ` (${x.source}` +
+      (x.confidence != null ? `, confidence ${x.confidence}` : "") +
+      (x.prompt_tokens + x.completion_tokens ? `, ${x.prompt_tokens}+${x.completion_tokens} tokens` : "") +
+      ")\n" + x.reasoning)) : ["(none: nothing needed deciding)"]));
+  const b = d.llm_budget;
+  const calls = d.llm_calls.length ? el("table", {},
+    el("thead", {}, el("tr", {}, ...["time", "role", "model", "prompt", "completion", "latency"]
+      .map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...d.llm_calls.map((c) => el("tr", {}, el("td", {}, clock(c.at)),
+      el("td", {}, c.role), el("td", {}, c.model), el("td", {}, c.prompt_tokens),
+      el("td", {}, c.completion_tokens), el("td", {}, c.latency_s + "s"))))) : "(none)";
+  $("llm").replaceChildren(el("div", {}, `${d.llm.calls} calls, tokens ${b.tokens}` +
+    (b.max_tokens != null ? "/" + b.max_tokens : "") + `, cost $${Number(b.cost_usd).toFixed(4)}` +
+    (b.max_cost_usd != null ? "/$" + b.max_cost_usd : "")), calls);
+  const answer = d.answer;
+  $("answer").textContent = answer ? answer.text + (answer.data != null ?
+    "\n\ndata: " + JSON.stringify(answer.data, null, 2) : "") :
+    (d.report ? "(no answer: a session without an LLM)" : "(none yet)");
+  const s = d.session;
+  $("summary").textContent = `goal: ${s.goal || "-"}  ·  plan v${s.plan_version}, ` +
+    `${s.replans} re-plans  ·  owner ${s.owner || "-"} (epoch ${s.epoch})` +
+    (s.error ? "  ·  " + s.error : "");
+}
+
+async function load(followNewest) {
+  const detail = await getJSON(base);
+  const latest = detail.versions.length;
+  page.detail = detail;
+  // a reply that left Redis before the stream's latest change must not undo it
+  const rank = (st) => ({ pending: 0, ready: 1, running: 2 })[st] ?? 3;
+  for (const [id, s] of Object.entries(detail.steps)) {
+    const mine = page.steps[id];
+    if (!mine || s.attempt > mine.attempt ||
+        (s.attempt === mine.attempt && rank(s.status) >= rank(mine.status))) page.steps[id] = s;
+  }
+  page.status = detail.session.status;
+  page.awaiting = detail.session.awaiting || "";
+  if (followNewest || !page.shown || page.shown > latest) page.shown = latest;
+  $("sid").textContent = sid;
+  renderStatus(); renderVersions(); renderDag(); renderSteps(); renderHistory(); renderActions();
+  addEvents(detail.events);
+}
+
+function follow() {
+  const source = new EventSource(base + "/stream");
+  $("live").textContent = "● live";
+  source.addEventListener("steps", (msg) => {
+    Object.assign(page.steps, JSON.parse(msg.data));
+    colourDag($("dag"), page.steps);
+    renderSteps(); renderActions();
+  });
+  source.addEventListener("events", (msg) => addEvents(JSON.parse(msg.data).events));
+  source.addEventListener("session", (msg) => {
+    const data = JSON.parse(msg.data);
+    page.status = data.status; page.awaiting = data.awaiting;
+    renderStatus(); renderActions();
+    load(false).catch(() => {});
+  });
+  source.addEventListener("plan", () => load(true).catch(() => {}));
+  source.addEventListener("end", () => {
+    source.close();
+    $("live").textContent = "";
+    load(false).catch(() => {});
+  });
+  source.onerror = () => { $("live").textContent = "○ reconnecting"; };
+}
+
+$("version").addEventListener("change", (e) => { page.shown = Number(e.target.value); renderDag(); });
+$("cancel").addEventListener("click", () => {
+  if (confirm("Cancel session " + sid + "?")) act("cancel", {});
+});
+$("signal-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = $("signal-text").value.trim();
+  if (text) act("signal", { text }).then(() => { $("signal-text").value = ""; });
+});
+$("legend").replaceChildren(...STATUSES.map((s) => el("span", { class: "s-" + s }, s)));
+
+load(true).then(() => { if (!ended()) follow(); }).catch((exc) => {
+  $("summary").replaceChildren(el("span", { class: "error" }, "cannot load the session: " + exc.message));
+});

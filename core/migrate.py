@@ -1,0 +1,97 @@
+"""Migrations of the SQL record (Alembic): upgrade it, or check it is current.
+
+The revisions live in ``core/migrations/versions`` and ship in the package. A new table or
+column is a new revision there (``down_revision`` = the current head); the test suite fails
+while the models in :mod:`core.record` and the revisions disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from core.errors import ConfigError
+from core.redis_faults import redact_url
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+UPGRADE_HINT = "run `planloop db upgrade` (with the same PLANLOOP_DATABASE_URL)"
+
+
+class SchemaBehindError(ConfigError):
+    """The record's schema is older than this version of Planloop needs."""
+
+    def __init__(self, url: str, current: str | None, head: str) -> None:
+        self.current, self.head = current, head
+        where = redact_url(url)
+        have = f"revision {current}" if current else "no schema"
+        super().__init__(
+            f"the SQL record at {where} has {have}; this Planloop needs revision {head}: "
+            f"{UPGRADE_HINT}, or set PLANLOOP_DB_AUTO_MIGRATE=true"
+        )
+
+
+def alembic_config() -> Config:
+    """Alembic's configuration without an ini file: the revisions shipped in the package."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision this version of Planloop ships."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "no migrations shipped"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database at ``engine`` is at; None before the first upgrade."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str | None:
+    """Bring the record to ``revision`` (the newest by default); the revision it is at now.
+
+    Two processes upgrading at once are fine: PostgreSQL takes turns (an advisory lock in
+    ``env.py``); on SQLite the loser's failure is forgiven when the winner reached the head.
+    """
+    config = alembic_config()
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+    except DBAPIError:
+        if revision != "head" or current_revision(engine) != head_revision():
+            raise
+    return current_revision(engine)
+
+
+def check(engine: Engine) -> None:
+    """Raise unless the record is at the head revision.
+
+    Raises:
+        SchemaBehindError: the schema is missing or behind; the message says what to run.
+    """
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaBehindError(engine.url.render_as_string(hide_password=False), current, head)
+
+
+def prepare(engine: Engine, *, auto_migrate: bool) -> None:
+    """Upgrade the record when ``auto_migrate``, else check that it is current.
+
+    Raises:
+        SchemaBehindError: not ``auto_migrate`` and the schema is behind.
+    """
+    if auto_migrate:
+        if current_revision(engine) != head_revision():
+            upgrade(engine)
+        return
+    check(engine)

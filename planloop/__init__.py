@@ -1,0 +1,117 @@
+"""Planloop's public Python API: the client, the plan models and the ``@tool`` decorator.
+
+::
+
+    import planloop
+
+    with planloop.Client() as client:
+        sid = client.submit(planloop.Plan(goal="...", steps=[planloop.Step(id="a", tool="...")]))
+        report = client.wait(sid)
+
+Everything importable from here is the supported surface; other modules are internal.
+
+The names load on first use (PEP 562): every Planloop process imports this package first
+(the CLI, workers, supervisors), and none of them should pay for the client's imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+    from core.errors import (
+        ConfigError,
+        PlanError,
+        PlanloopError,
+        SessionEndedError,
+        SessionError,
+        SessionNotFoundError,
+        UnknownToolError,
+    )
+    from core.models import (
+        Event,
+        EventType,
+        SessionOptions,
+        SessionRecord,
+        SessionStatus,
+        Severity,
+    )
+    from core.tools import ToolContext, tool
+    from planloop.aio import AsyncClient
+    from planloop.client import Client, PlanLike, SessionEvent, WaitTimeoutError
+    from planloop.report import Answer, Report, StepResult
+    from planner.plan import Compensation, Expectation, Plan, Step, load_plan
+
+# public name -> the module that defines it
+_HOMES = {
+    "Settings": "config.settings",
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "PlanError",
+            "PlanloopError",
+            "SessionEndedError",
+            "SessionError",
+            "SessionNotFoundError",
+            "UnknownToolError",
+        ),
+        "core.errors",
+    ),
+    **dict.fromkeys(
+        ("Event", "EventType", "SessionOptions", "SessionRecord", "SessionStatus", "Severity"),
+        "core.models",
+    ),
+    "ToolContext": "core.tools",
+    "tool": "core.tools",
+    "AsyncClient": "planloop.aio",
+    **dict.fromkeys(("Client", "PlanLike", "SessionEvent", "WaitTimeoutError"), "planloop.client"),
+    **dict.fromkeys(("Answer", "Report", "StepResult"), "planloop.report"),
+    **dict.fromkeys(("Compensation", "Expectation", "Plan", "Step", "load_plan"), "planner.plan"),
+}
+
+__all__ = [
+    "Answer",
+    "AsyncClient",
+    "Client",
+    "Compensation",
+    "ConfigError",
+    "Event",
+    "EventType",
+    "Expectation",
+    "Plan",
+    "PlanError",
+    "PlanLike",
+    "PlanloopError",
+    "Report",
+    "SessionEndedError",
+    "SessionError",
+    "SessionEvent",
+    "SessionNotFoundError",
+    "SessionOptions",
+    "SessionRecord",
+    "SessionStatus",
+    "Settings",
+    "Severity",
+    "Step",
+    "StepResult",
+    "ToolContext",
+    "UnknownToolError",
+    "WaitTimeoutError",
+    "load_plan",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'planloop' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,110 @@
+"""The asyncio client: :class:`planloop.Client`'s calls as coroutines.
+
+Each call runs the synchronous client in a worker thread (``asyncio.to_thread``), so an
+event loop never blocks on Redis and both clients validate and submit through the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Literal
+
+from config.settings import Settings
+from core.models import SessionOptions, SessionRecord, SessionStatus
+from planloop.client import Client, PlanLike, SessionEvent
+from planloop.report import Report
+
+
+class AsyncClient:
+    """``await``-able twin of :class:`planloop.Client`.
+
+    Example::
+
+        async with planloop.AsyncClient() as client:
+            sid = await client.submit("examples/diamond.yaml")
+            async for item in client.events(sid):
+                print(item.event.type, item.event.step_id)
+            report = await client.wait(sid)
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        self.sync = Client(settings, **overrides)
+
+    async def submit(
+        self, plan: PlanLike, options: SessionOptions | None = None, **option_fields: Any
+    ) -> str:
+        """See :meth:`Client.submit`."""
+        return await asyncio.to_thread(self.sync.submit, plan, options, **option_fields)
+
+    async def submit_goal(
+        self,
+        goal: str,
+        *,
+        tools: list[str] | None = None,
+        constraints: list[str] | None = None,
+        mode: Literal["plan", "react", "auto"] = "auto",
+        options: SessionOptions | None = None,
+        **option_fields: Any,
+    ) -> str:
+        """See :meth:`Client.submit_goal`."""
+        return await asyncio.to_thread(
+            self.sync.submit_goal,
+            goal,
+            tools=tools,
+            constraints=constraints,
+            mode=mode,
+            options=options,
+            **option_fields,
+        )
+
+    async def status(self, sid: str) -> SessionRecord:
+        """See :meth:`Client.status`."""
+        return await asyncio.to_thread(self.sync.status, sid)
+
+    async def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> Report:
+        """See :meth:`Client.wait`."""
+        return await asyncio.to_thread(self.sync.wait, sid, timeout_s, poll_s)
+
+    async def events(
+        self, sid: str, *, after: str = "-", follow: bool = True
+    ) -> AsyncIterator[SessionEvent]:
+        """See :meth:`Client.events`; each blocking read runs in a worker thread."""
+        iterator = self.sync.events(sid, after=after, follow=follow)
+        done = object()
+        while True:
+            item = await asyncio.to_thread(next, iterator, done)
+            if item is done:
+                return
+            assert isinstance(item, SessionEvent)
+            yield item
+
+    async def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+        """See :meth:`Client.cancel`."""
+        return await asyncio.to_thread(self.sync.cancel, sid, reason)
+
+    async def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+        """See :meth:`Client.signal`."""
+        return await asyncio.to_thread(self.sync.signal, sid, text, constraint=constraint)
+
+    async def approve(
+        self, sid: str, *, step: str | None = None, action: str | None = None, note: str = ""
+    ) -> str:
+        """See :meth:`Client.approve`."""
+        return await asyncio.to_thread(self.sync.approve, sid, step=step, action=action, note=note)
+
+    async def close(self) -> None:
+        """Close the Redis connections."""
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

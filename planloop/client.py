@@ -1,0 +1,246 @@
+"""The synchronous Python client: submit, wait, stream, status, cancel, signal, approve.
+
+A thin layer over :class:`producer.client.Producer` (what ``planloop submit`` uses): it
+talks to Redis only, never to a supervisor, and validates a plan exactly as the CLI does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, cast
+
+from config.settings import Settings
+from core.errors import PlanloopError
+from core.input_limits import InputLimits
+from core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.report import Report, build_report
+from planner.plan import Plan, load_plan
+from producer.client import Producer
+
+PlanLike = Plan | Mapping[str, Any] | str | Path
+"""A :class:`Plan`, its dict form, or the path of a YAML/JSON plan file."""
+
+EVENT_BLOCK_MS = 500  # one XREAD waits at most this long, so an ended session is noticed
+
+
+class WaitTimeoutError(PlanloopError):
+    """A session did not end within the time :meth:`Client.wait` was given."""
+
+    def __init__(self, sid: str, timeout_s: float, status: SessionStatus) -> None:
+        self.sid, self.timeout_s, self.status = sid, timeout_s, status
+        super().__init__(
+            f"session {sid} still {status.value} after {timeout_s:g}s; wait again, "
+            f"or stop it with Client.cancel({sid!r})"
+        )
+
+
+@dataclass(frozen=True)
+class SessionEvent:
+    """One entry of a session's event stream: its stream id and the event."""
+
+    id: str
+    event: Event
+
+
+class Client:
+    """A producer's handle on a Planloop deployment (Redis at ``settings.redis_url``).
+
+    Example::
+
+        with planloop.Client() as client:
+            sid = client.submit("examples/diamond.yaml")
+            report = client.wait(sid, timeout_s=60)
+            print(report.status, report.outputs)
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        """Settings come from ``PLANLOOP_*`` variables unless given; ``overrides`` replace
+        single fields (``Client(redis_url="redis://host:6379/0")``)."""
+        base = settings or Settings()
+        self.settings = base.model_copy(update=overrides) if overrides else base
+        self._producer = Producer.from_settings(self.settings)
+
+    # --- submitting -------------------------------------------------------------------
+    def submit(
+        self, plan: PlanLike, options: SessionOptions | None = None, **option_fields: Any
+    ) -> str:
+        """Validate ``plan`` and start a session running it; returns the session id.
+
+        ``option_fields`` are :class:`SessionOptions` fields (``concurrency=4``,
+        ``max_replans=1``, ...), merged over ``options``.
+
+        Raises:
+            PlanError: the plan cannot run (unknown tool, cycle, bad params, ...); nothing
+                was submitted.
+        """
+        return self._producer.submit(self._plan(plan), _options(options, option_fields))
+
+    def submit_goal(
+        self,
+        goal: str,
+        *,
+        tools: list[str] | None = None,
+        constraints: list[str] | None = None,
+        mode: Literal["plan", "react", "auto"] = "auto",
+        options: SessionOptions | None = None,
+        **option_fields: Any,
+    ) -> str:
+        """Start a session whose plan an LLM writes for ``goal``; returns the session id.
+
+        Raises:
+            ConfigError: no LLM endpoint is configured (``PLANLOOP_LLM_BASE_URL``).
+            UnknownToolError: a toolset prefix in ``tools`` matches no tool.
+        """
+        chosen = _options(options, {**option_fields, "mode": mode})
+        return self._producer.submit_goal(
+            goal, tools=tools, constraints=constraints, options=chosen
+        )
+
+    # --- following ----------------------------------------------------------------------
+    def status(self, sid: str) -> SessionRecord:
+        """The session as it is now (status, plan version, replans, owner, ...).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        return self._producer.session(sid)
+
+    def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> Report:
+        """Block until the session ends; its report, with full step outputs and the answer.
+
+        Raises:
+            WaitTimeoutError: still running after ``timeout_s`` (it keeps running).
+            SessionNotFoundError: no such session.
+        """
+        record = self._producer.wait(sid, timeout_s=timeout_s, poll_s=poll_s)
+        if not record.status.ended:
+            raise WaitTimeoutError(sid, timeout_s or 0.0, record.status)
+        return build_report(record, self._outputs(sid, record))
+
+    def events(self, sid: str, *, after: str = "-", follow: bool = True) -> Iterator[SessionEvent]:
+        """The session's events in order, from the one after ``after`` (a stream id).
+
+        With ``follow`` the iterator waits for new events and stops once the session has
+        ended and every event is read; without it, it stops at the last event there is.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        state = self._producer.state
+        key = state.keys.events(sid)
+        last = "0-0" if after == "-" else after
+        self.status(sid)  # raises SessionNotFoundError before anything is yielded
+        while True:
+            batch = cast(
+                list[tuple[str, list[tuple[str, dict[str, str]]]]],
+                state.r.xread({key: last}, count=500, block=EVENT_BLOCK_MS if follow else None),
+            )
+            entries = batch[0][1] if batch else []
+            for entry_id, fields in entries:
+                last = entry_id
+                yield SessionEvent(entry_id, Event.from_fields(fields))
+            if entries:
+                continue
+            if not follow or self.status(sid).status.ended:
+                return
+
+    # --- steering -----------------------------------------------------------------------
+    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+        """Stop the session (compensations of completed writes run); the status it had.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
+        """
+        return self._producer.cancel(sid, reason)
+
+    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+        """Tell a running session something new (a constraint unless ``constraint=False``);
+        the event's stream id."""
+        return self._producer.signal(sid, text, constraint=constraint)
+
+    def approve(
+        self,
+        sid: str,
+        *,
+        step: str | None = None,
+        action: str | None = None,
+        note: str = "",
+    ) -> str:
+        """Let ``step`` (marked ``requires_approval``) run, or choose the ``action``
+        (continue, replan_remaining, replan_full, abort) of a session whose re-plan budget
+        is spent; the event's stream id.
+
+        Raises:
+            ValueError: neither or both of ``step`` and ``action`` given.
+        """
+        if (step is None) == (action is None):
+            raise ValueError("give either step= or action=")
+        return self._producer.approve(sid, action, note, step=step)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the Redis connections."""
+        self._producer.state.r.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- inside -------------------------------------------------------------------------
+    def _plan(self, plan: PlanLike) -> Plan:
+        if isinstance(plan, Plan):
+            return plan
+        if isinstance(plan, str | Path):
+            return load_plan(plan, limits=InputLimits.from_settings(self.settings))
+        return Plan.model_validate(dict(plan))
+
+    def _outputs(self, sid: str, record: SessionRecord) -> dict[str, Any]:
+        """Full outputs of the completed steps: from Redis, else the SQL record."""
+        ids = [s["id"] for s in (record.report or {}).get("steps", [])]
+        state = self._producer.state
+        refs = {
+            step_id: st.output_ref
+            for step_id, st in state.steps(sid, ids).items()
+            if st.output_ref and st.status is StepStatus.COMPLETED
+        }
+        found: dict[str, Any] = {}
+        missing: dict[str, str] = {}
+        for step_id, ref in refs.items():
+            text = state.blob_text(ref)
+            if text is None:
+                missing[step_id] = ref
+            else:
+                found[step_id] = _json(text)
+        if missing:
+            from core.record import SqlRecord  # SQLAlchemy: only when Redis lost a value
+
+            record_db = SqlRecord.from_url(self.settings.database_url)
+            try:
+                stored = record_db.outputs(sid, list(missing.values()))
+            finally:
+                record_db.engine.dispose()
+            found.update(
+                {step: _json(stored[ref]) for step, ref in missing.items() if ref in stored}
+            )
+        return found
+
+
+def _json(text: str) -> Any:
+    return json.loads(text)
+
+
+def _options(options: SessionOptions | None, fields: Mapping[str, Any]) -> SessionOptions:
+    base = options or SessionOptions()
+    return SessionOptions.model_validate({**base.model_dump(exclude_unset=True), **fields})

@@ -1,0 +1,110 @@
+"""Text similarity for lessons: embeddings from the endpoint, or a lexical stand-in.
+
+:class:`OpenAIEmbedder` asks the OpenAI-compatible ``/embeddings`` endpoint through the
+``openai`` SDK (``PLANLOOP_LLM_EMBEDDING_MODEL``). An endpoint that has no embeddings (404,
+400, a model it does not serve) is remembered and the embedder answers ``None`` from then
+on, so lessons keep working on :func:`lexical_similarity`, a word-overlap cosine that is
+weaker: it misses synonyms and counts shared words whatever their meaning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import openai
+from openai import OpenAI
+
+from config.settings import Settings
+from core.similarity import cosine, cosine_many, lexical_similarity
+
+__all__ = [
+    "Embedder",
+    "NoEmbedder",
+    "OpenAIEmbedder",
+    "build_embedder",
+    "cosine",
+    "cosine_many",
+    "lexical_similarity",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Embedder(Protocol):
+    """Texts in, one vector per text out; ``None`` when no embeddings can be had."""
+
+    @property
+    def model(self) -> str:
+        """The embeddings model (vectors of different models are never compared)."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """The vectors of ``texts``, or ``None`` (no endpoint: use lexical similarity)."""
+        ...
+
+
+class OpenAIEmbedder:
+    """:class:`Embedder` on the endpoint's ``/embeddings``; gives up for good on a refusal."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._model = settings.llm_embedding_model or ""
+        self.available = bool(settings.llm_base_url and self._model)
+        self._client: OpenAI | None = None
+        if self.available:
+            key = settings.llm_api_key.get_secret_value() or "no-key"
+            self._client = OpenAI(
+                base_url=settings.llm_base_url,
+                api_key=key,
+                timeout=settings.llm_timeout_s,
+                max_retries=settings.llm_max_retries,
+            )
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
+        if not self.available or self._client is None or not texts:
+            return None
+        try:
+            response = self._client.embeddings.create(model=self._model, input=list(texts))
+        except openai.APIStatusError as exc:
+            if exc.status_code in (400, 404, 405, 501):
+                # The server has no embeddings (or not this model): lexical from now on.
+                log.warning(
+                    "embeddings endpoint refused model %s (HTTP %d); lessons fall back to "
+                    "lexical similarity",
+                    self._model,
+                    exc.status_code,
+                )
+                self.available = False
+            else:
+                log.warning("embeddings call failed (HTTP %d): lexical this time", exc.status_code)
+            return None
+        except openai.APIConnectionError as exc:
+            log.warning("embeddings endpoint unreachable (%s): lexical this time", exc)
+            return None
+        ordered = sorted(response.data, key=lambda d: d.index)
+        return [list(d.embedding) for d in ordered]
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class NoEmbedder:
+    """No embeddings at all: every search is lexical."""
+
+    model = ""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
+        return None
+
+
+def build_embedder(settings: Settings) -> OpenAIEmbedder | NoEmbedder:
+    """The endpoint's embedder when an endpoint and a model are set, else :class:`NoEmbedder`."""
+    if settings.llm_base_url and settings.llm_embedding_model:
+        return OpenAIEmbedder(settings)
+    return NoEmbedder()

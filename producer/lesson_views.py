@@ -1,0 +1,92 @@
+"""``planloop lessons``: the lessons with their measured effect, one lesson, disable, delete."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from core.lessons import LessonStats, LessonStore, Thresholds
+from core.record import LessonRow
+
+
+def stats_doc(s: LessonStats) -> dict[str, Any]:
+    """One lesson and its effect, as the JSON output and the table show it."""
+    row = s.row
+    return {
+        "id": row.id,
+        "enabled": bool(row.enabled),
+        "lesson": row.lesson,
+        "trigger": row.trigger,
+        "evidence": row.evidence,
+        "applies_to": {"toolsets": json.loads(row.toolsets), "tools": json.loads(row.tools)},
+        "source_session": row.source_session,
+        "goal": row.goal,
+        "merged": row.merged,
+        "uses": row.uses,
+        "with": {"sessions": s.used, "succeeded": s.used_ok, "rate": s.rate_with},
+        "without": {"sessions": s.without, "succeeded": s.without_ok, "rate": s.rate_without},
+        "replans_per_session": {"with": s.replans_used, "without": s.replans_without},
+        "disabled_reason": row.disabled_reason,
+        "embedding_model": row.embedding_model or "(lexical)",
+        "created_at": row.created_at,
+        "last_used_at": row.last_used_at,
+    }
+
+
+def _rate(ok: int, n: int) -> str:
+    return f"{ok}/{n} ({ok / n:.0%})" if n else "-"
+
+
+def print_lessons(
+    store: LessonStore, thresholds: Thresholds, *, as_json: bool, console: Console | None = None
+) -> None:
+    """Every lesson with its uses, the success rate of the sessions that used it and of
+    similar sessions (same toolsets, similar goals) that did not."""
+    stats = store.stats(thresholds=thresholds)
+    if as_json:
+        print(json.dumps([stats_doc(s) for s in stats], indent=2))
+        return
+    out = console or Console()
+    if not stats:
+        out.print("no lessons yet")
+        return
+    table = Table("id", "on", "uses", "with it", "similar without", "lesson")
+    for s in stats:
+        table.add_row(
+            str(s.row.id),
+            "yes" if s.row.enabled else "no",
+            str(s.row.uses),
+            _rate(s.used_ok, s.used),
+            _rate(s.without_ok, s.without),
+            s.row.lesson if len(s.row.lesson) <= 90 else s.row.lesson[:87] + "...",
+        )
+    out.print(table)
+
+
+def print_lesson(
+    store: LessonStore,
+    lesson_id: int,
+    thresholds: Thresholds,
+    *,
+    as_json: bool,
+    console: Console | None = None,
+) -> bool:
+    """One lesson in full; False when there is no such lesson."""
+    found = store.stats([lesson_id], thresholds=thresholds)
+    if not found:
+        return False
+    doc = stats_doc(found[0])
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return True
+    out = console or Console()
+    for key, value in doc.items():
+        shown = json.dumps(value) if isinstance(value, dict | list) else value
+        out.print(f"{key}: {shown}", highlight=False, markup=False, soft_wrap=True)
+    return True
+
+
+__all__ = ["LessonRow", "print_lesson", "print_lessons", "stats_doc"]

@@ -1,0 +1,213 @@
+"""The console in a real browser: Debian's chromium driven by playwright (executable_path).
+
+The live DAG must follow a running session without a reload (over server-sent events), and
+a step waiting for approval must go on when Approve is clicked on the page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from config.settings import Settings
+from core.models import SessionStatus
+from planner.plan import parse_plan
+from producer.client import Producer
+from producer.stack import Stack, free_port
+from tests.conftest import wait_for
+from tests.integration.conftest import report_steps, wait_ended
+from tests.integration.test_console_http import FALLBACK
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def chromium() -> str:
+    """The system chromium, or skip saying why (scripts/ensure-browser.sh installs it)."""
+    path = (
+        os.environ.get("PLANLOOP_TEST_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+    )
+    if not path:
+        pytest.skip(
+            "chromium is not installed and scripts/ensure-browser.sh could not install it "
+            "(needs root or sudo and apt-get): apt-get install -y chromium"
+        )
+    return path
+
+
+@dataclass
+class Console:
+    url: str
+    user: str
+    password: str
+
+
+@pytest.fixture(scope="module")
+def console(
+    stack: Stack, env_overrides: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Console]:
+    """`planloop console` as a process of its own, on a free port, for the test stack."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("console") / "console.log"
+    env = {**os.environ, **env_overrides, "PYTHONPATH": str(REPO)}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "producer.cli", "console", "--port", str(port)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            assert proc.poll() is None, log.read_text()
+            return False
+
+    try:
+        wait_for(healthy, 30, "the console to answer")
+        user, _, password = env_overrides["PLANLOOP_FLOWER_BASIC_AUTH"].partition(":")
+        yield Console(url, user, password)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def page(console: Console, tmp_path: Path) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=chromium(),
+            # root in a container: chromium's sandbox needs user namespaces it may not have
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
+        context = browser.new_context(
+            http_credentials={"username": console.user, "password": console.password},
+            viewport={"width": 1280, "height": 900},
+        )
+        tab = context.new_page()
+        try:
+            yield tab
+        finally:
+            tab.screenshot(path=str(tmp_path / "console.png"), full_page=True)
+            context.close()
+            browser.close()
+
+
+def node(step: str, status: str) -> str:
+    return f'svg#dag g.node[data-step="{step}"][data-status="{status}"]'
+
+
+CHAIN = """
+goal: a chain the page follows live
+steps:
+  - {id: fetch, tool: bench.sleep, params: {seconds: 1.5}}
+  - {id: enrich, tool: bench.sleep, params: {seconds: 1.5}, dependencies: [fetch]}
+  - {id: side, tool: bench.echo, params: {value: 1}, dependencies: [fetch]}
+  - {id: report, tool: bench.sleep, params: {seconds: 0.5}, dependencies: [enrich, side]}
+"""
+
+
+def test_the_dag_follows_a_running_session_without_a_reload(
+    page: object, console: Console, producer: Producer
+) -> None:
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    sid = producer.submit(parse_plan(CHAIN))
+    page.goto(f"{console.url}/sessions/{sid}")
+    page.wait_for_selector("svg#dag g.node", timeout=15_000)
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+    page.wait_for_selector(node("fetch", "running"), timeout=15_000)
+    running = page.eval_on_selector(
+        'g.node[data-step="fetch"] rect', "r => getComputedStyle(r).fill"
+    )
+    page.wait_for_selector(node("enrich", "running"), timeout=15_000)
+    assert page.locator(node("fetch", "completed")).count() == 1
+    done = page.eval_on_selector('g.node[data-step="fetch"] rect', "r => getComputedStyle(r).fill")
+    assert running != done  # the colour itself changed, not only an attribute
+    page.wait_for_selector(node("report", "completed"), timeout=20_000)
+    page.wait_for_selector('#status[data-status="completed"]', timeout=10_000)
+
+    assert page.evaluate("window.__sameDocument") is True
+    edges = page.locator("svg#dag path.edge").count()
+    assert edges == 4
+    # each completion was appended to the timeline as it came
+    assert page.locator("#events tbody tr", has_text="TASK_COMPLETED").count() == 4
+    assert wait_ended(producer, sid, 10).status == SessionStatus.COMPLETED
+
+    page.goto(f"{console.url}/")  # the sessions list links to it, with its progress
+    row = page.locator(f'#sessions tr[data-sid="{sid}"]')
+    row.wait_for(timeout=10_000)
+    assert "completed" in row.inner_text()
+    assert "4/4" in row.inner_text()
+    row.locator("a").click()
+    page.wait_for_selector(node("report", "completed"), timeout=10_000)
+
+
+def test_approve_from_the_page_lets_the_session_go_on(
+    page: object, console: Console, producer: Producer, test_settings: Settings
+) -> None:
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    plan = """
+goal: a write that needs a person's approval
+steps:
+  - {id: quote, tool: bench.echo, params: {value: 1}}
+  - {id: order, tool: bench.echo, params: {value: 2}, dependencies: [quote],
+     requires_approval: true}
+  - {id: confirm, tool: bench.echo, params: {value: 3}, dependencies: [order]}
+"""
+    sid = producer.submit(parse_plan(plan))
+    page.goto(f"{console.url}/sessions/{sid}")
+    approve = page.locator('button[data-action="approve"][data-step="order"]')
+    approve.wait_for(timeout=20_000)
+    assert page.locator(node("quote", "completed")).count() == 1
+    assert page.locator(node("order", "pending")).count() == 1
+    assert not producer.session(sid).status.ended  # it waits for the person
+
+    approve.click()
+    page.wait_for_selector(node("confirm", "completed"), timeout=20_000)
+    page.wait_for_selector('#status[data-status="completed"]', timeout=10_000)
+    record = wait_ended(producer, sid, 10)
+    assert record.status == SessionStatus.COMPLETED
+    assert report_steps(record)["order"]["status"] == "completed"
+    assert page.locator('button[data-action="approve"]').count() == 0
+
+
+def test_plan_versions_switch_on_the_page_with_the_diff_outlined(
+    page: object, console: Console, producer: Producer
+) -> None:
+    from playwright.sync_api import Page
+
+    assert isinstance(page, Page)
+    sid = producer.submit(parse_plan(FALLBACK))
+    wait_ended(producer, sid, 30)
+    page.goto(f"{console.url}/sessions/{sid}")
+    page.wait_for_selector('svg#dag g.node.added[data-step="alt"]', timeout=10_000)
+    assert page.locator("#version").input_value() == "2"  # the newest version first
+    assert "+alt" in page.locator("#diff").inner_text()
+
+    page.select_option("#version", "1")
+    page.wait_for_selector('svg#dag g.node[data-step="alt"]', state="detached", timeout=5_000)
+    assert page.locator("svg#dag g.node").count() == 2
+    assert page.locator("svg#dag g.node.added").count() == 0
+    assert page.locator(node("broken", "failed")).count() == 1

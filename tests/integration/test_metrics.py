@@ -1,0 +1,88 @@
+"""Prometheus metrics on the real stack: scrape a worker's and a supervisor's ``/metrics``
+after a session and find the counters moved (threads and prefork pools alike)."""
+
+from __future__ import annotations
+
+import urllib.request
+from contextlib import suppress
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core.models import SessionStatus
+from planner.plan import Plan
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack
+from tests.integration.test_flower import free_port
+
+pytestmark = pytest.mark.integration
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples | None:
+    """Every sample at ``/metrics``, by name and labels; None while nothing answers."""
+    with suppress(OSError):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+    return None
+
+
+PLAN = {
+    "goal": "one step fails for good, the others complete",
+    "steps": [
+        {"id": "a", "tool": "bench.echo", "params": {"value": 1}},
+        {"id": "b", "tool": "bench.echo", "params": {"value": 2}, "dependencies": ["a"]},
+        {
+            "id": "broken",
+            "tool": "bench.sleep",
+            "params": {"seconds": 0.01, "simulate": {"fail_attempts": [1], "permanent": True}},
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_worker_and_supervisor_metrics_move_with_a_session(
+    private_stack: MakeStack, pool: str
+) -> None:
+    worker_port, supervisor_port = free_port(), free_port()
+    stack = private_stack(
+        workers=0,
+        metrics_port=worker_port,
+        supervisor_metrics_port=supervisor_port,
+        metrics_address="127.0.0.1",
+    )
+    stack.start_worker(concurrency=2, pool=pool)
+    wait_for(lambda: scrape(worker_port), 30, "the worker's /metrics")
+    wait_for(lambda: scrape(supervisor_port), 30, "the supervisor's /metrics")
+
+    sid = stack.producer.submit(Plan.model_validate(PLAN))
+    record = stack.finish(sid, ["a", "b", "broken"])
+    assert record.status == SessionStatus.COMPLETED
+
+    worker = scrape(worker_port)
+    assert worker is not None
+    echo = (("status", "completed"), ("tool", "bench.echo"))
+    assert worker[("planloop_steps_total", echo)] == 2
+    broken = (("status", "failed"), ("tool", "bench.sleep"))
+    assert worker[("planloop_steps_total", broken)] == 1
+    assert worker[("planloop_step_duration_seconds_count", (("tool", "bench.echo"),))] == 2
+    assert worker[("planloop_dispatch_overhead_seconds_count", ())] == 3
+    assert worker[("planloop_queue_depth", (("queue", stack.settings.queue),))] == 0
+
+    def session_counted() -> Samples | None:
+        samples = scrape(supervisor_port) or {}
+        key = ("planloop_sessions_ended_total", (("status", "completed"),))
+        return samples if samples.get(key) == 1 else None
+
+    supervisor = wait_for(session_counted, 10, "the supervisor to count the session")
+    assert supervisor[("planloop_sessions_active", ())] == 0
+    assert supervisor[("planloop_queue_depth", (("queue", stack.settings.queue),))] == 0
+    decisions = {k: v for k, v in supervisor.items() if k[0] == "planloop_decisions_total"}
+    assert sum(decisions.values()) >= 1  # the rule policy's verdict on the failed step
