@@ -38,12 +38,12 @@ from pydantic import SecretStr
 from bench.common import bench_env, console, planloop_stack, print_table
 from bench.qa_questions import Question, by_tag, questions
 from bench.token_llm import CALL_S, TOKEN_S, Meter, TokenLatencyLLM
-from core.models import SessionStatus
-from core.tools import ToolContext, ToolRegistry, load_tools
-from planner.prompting import tool_catalogue
-from producer.client import Producer
-from workers.toolsets import BENCH_TOOLS
-from workers.toolsets.qa import QA_TOOLS, RELATIONS
+from planloop.core.models import SessionStatus
+from planloop.core.tools import ToolContext, ToolRegistry, load_tools
+from planloop.planner.prompting import tool_catalogue
+from planloop.producer.client import Producer
+from planloop.workers.toolsets import BENCH_TOOLS
+from planloop.workers.toolsets.qa import QA_TOOLS, RELATIONS
 
 TARGET = 1.8  # LLMCompiler: 1.8x (HotpotQA) to 3.7x (Movie Recommendation) over ReAct
 MAX_REACT_TURNS = 12

@@ -14,9 +14,9 @@ from typing import Any
 import redis
 from celery import Celery
 
-from config.celery import celery_config
-from config.settings import Settings
-from core.hot_state import connect
+from planloop.config.celery import celery_config
+from planloop.config.settings import Settings
+from planloop.core.hot_state import connect
 
 INCR_TASK = "bench.bare.incr"
 SLEEP_TASK = "bench.bare.sleep"

@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from sqlalchemy import create_engine, inspect, text
 
-from config.settings import Settings
-from core.hot_state import connect
-from core.record import SqlRecord
-from planner.plan import Plan
-from producer.client import Producer
-from producer.stack import EmbeddedRedis, Stack
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.core.hot_state import connect
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import EmbeddedRedis, Stack
+from planloop.workers.toolsets import BENCH_TOOLS
 
 MIB = 1024 * 1024
 

@@ -20,11 +20,11 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from config.settings import Settings
-from core.hot_state import connect
-from producer.client import Producer
-from producer.stack import EmbeddedRedis, Stack, local_stack, redis_answers
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.core.hot_state import connect
+from planloop.producer.client import Producer
+from planloop.producer.stack import EmbeddedRedis, Stack, local_stack, redis_answers
+from planloop.workers.toolsets import BENCH_TOOLS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Benchmarks use their own Redis database so they never touch a developer's or the tests' keys.

@@ -30,13 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
 from bench.common import BenchEnv, bench_env, console, median, percentile, print_table, wait_for
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.keys import Keys
-from core.models import SessionOptions, StepState, StepStatus
-from planner.plan import Plan, Step
-from producer.client import Producer
-from producer.stack import Stack, local_stack
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.keys import Keys
+from planloop.core.models import SessionOptions, StepState, StepStatus
+from planloop.planner.plan import Plan, Step
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, local_stack
 
 TARGET_S = 2.0
 STEPS = 150

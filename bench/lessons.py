@@ -34,16 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from pydantic import BaseModel
 
-from config.settings import Settings
-from core.lessons import LessonStore
-from core.models import SessionStatus
-from core.record import make_engine
-from core.tools import ToolRegistry, load_tools
-from planner.agents import Planner
-from planner.embedding import NoEmbedder
-from planner.llm import Role, Usage
-from planner.reflection import SessionStory
-from supervisor.lessons import Ended, LessonMemory, advice
+from planloop.config.settings import Settings
+from planloop.core.lessons import LessonStore
+from planloop.core.models import SessionStatus
+from planloop.core.record import make_engine
+from planloop.core.tools import ToolRegistry, load_tools
+from planloop.planner.agents import Planner
+from planloop.planner.embedding import NoEmbedder
+from planloop.planner.llm import Role, Usage
+from planloop.planner.reflection import SessionStory
+from planloop.supervisor.lessons import Ended, LessonMemory, advice
 from tests.llm_server import hashed_embedding
 
 T = TypeVar("T", bound=BaseModel)

@@ -29,9 +29,9 @@ from bench.common import (
     planloop_stack,
     print_table,
 )
-from core.models import SessionStatus
-from planner.plan import Plan, Step
-from producer.client import Producer
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan, Step
+from planloop.producer.client import Producer
 
 SHORT, LONG = 0.05, 1.0
 WIDTH = 8

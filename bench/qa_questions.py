@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from graphlib import TopologicalSorter
 
-from planner.plan import Plan, Step
-from workers.toolsets.qa import fact
+from planloop.planner.plan import Plan, Step
+from planloop.workers.toolsets.qa import fact
 
 COMPANIES = ("Acme", "Globex", "Initech", "Umbrella", "Hooli", "Vandelay", "Soylent", "Tyrell")
 COUNTRIES = ("Norland", "Estovia", "Valmora", "Kestria", "Ostrava", "Belmar", "Durnia", "Pelago")

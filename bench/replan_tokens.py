@@ -20,13 +20,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
-from config.settings import Settings
-from core.tools import ToolContext, ToolRegistry, load_tools
-from planner.agents import FULL_SITUATION_CHARS, INCREMENTAL_SITUATION_CHARS, Planner
-from planner.llm import OpenAIChatModel, Usage
-from planner.plan import Plan, Step
-from planner.prompting import plan_outline, tool_catalogue
-from planner.situation import EventView, Situation, StepView, render_situation
+from planloop.config.settings import Settings
+from planloop.core.tools import ToolContext, ToolRegistry, load_tools
+from planloop.planner.agents import FULL_SITUATION_CHARS, INCREMENTAL_SITUATION_CHARS, Planner
+from planloop.planner.llm import OpenAIChatModel, Usage
+from planloop.planner.plan import Plan, Step
+from planloop.planner.prompting import plan_outline, tool_catalogue
+from planloop.planner.situation import EventView, Situation, StepView, render_situation
 from tests.llm_server import ScriptedLLMServer, count_tokens
 
 TARGET = 0.5

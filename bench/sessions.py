@@ -40,10 +40,10 @@ from bench.common import (
     print_table,
     wait_for,
 )
-from core.keys import Keys
-from core.models import SessionStatus
-from planner.plan import Plan, Step
-from producer.client import Producer
+from planloop.core.keys import Keys
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan, Step
+from planloop.producer.client import Producer
 
 TARGET_RATIO, TARGET_P99_S = 0.8, 1.0
 WORKER_THREADS = 8

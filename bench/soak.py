@@ -73,14 +73,14 @@ from bench.soak_faults import (
     sql_sessions,
 )
 from bench.soak_stack import Fleet, SoakRedis, Watchman
-from config.settings import Settings
-from core.keys import Keys
-from core.models import EventType, SessionOptions
-from core.record import SqlRecord
-from planner.plan import Plan
-from producer.client import Producer
-from producer.stack import Stack, redis_server_binary
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.core.keys import Keys
+from planloop.core.models import EventType, SessionOptions
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, redis_server_binary
+from planloop.workers.toolsets import BENCH_TOOLS
 
 TARGET_FAULTS = 200
 # A fault's consequences (a death, a duplicate) are blamed on it for this long.

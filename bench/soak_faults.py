@@ -22,9 +22,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bench.soak_stack import Fleet, SoakRedis
-from core.keys import Keys
-from core.models import Event, EventType, Severity
-from core.record import SessionRow, SqlRecord
+from planloop.core.keys import Keys
+from planloop.core.models import Event, EventType, Severity
+from planloop.core.record import SessionRow, SqlRecord
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from producer.stack import EmbeddedRedis, Stack
+from planloop.producer.stack import EmbeddedRedis, Stack
 
 # Seconds between two looks at the processes for ones that died on their own.
 WATCH_INTERVAL_S = 0.25

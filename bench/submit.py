@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from bench.common import bench_env, print_table
 from bench.validation import build_plan
-from core.hot_state import HotState
-from core.input_limits import InputLimits
-from core.keys import Keys
-from core.tools import load_tools
-from planner.plan import Plan, load_plan
-from producer.client import Producer
+from planloop.core.hot_state import HotState
+from planloop.core.input_limits import InputLimits
+from planloop.core.keys import Keys
+from planloop.core.tools import load_tools
+from planloop.planner.plan import Plan, load_plan
+from planloop.producer.client import Producer
 
 CASES = ((10_000, False), (20_000, True))
 TARGET_S = 1.0
@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="Runs per case; the best counts.")
     args = parser.parse_args()
-    tools = load_tools(["workers.toolsets.bench"])
+    tools = load_tools(["planloop.workers.toolsets.bench"])
     rows: list[list[str]] = []
     summary: list[str] = []
     with bench_env("submit") as bench, tempfile.TemporaryDirectory() as tmp:

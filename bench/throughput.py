@@ -30,9 +30,9 @@ from bench.common import (
     redis_pid,
     wait_for,
 )
-from core.models import SessionStatus
-from planner.plan import Plan, Step
-from producer.client import Producer
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan, Step
+from planloop.producer.client import Producer
 
 TARGET_RATIO = 0.8
 WORKER_THREADS = 8

@@ -31,11 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
 from bench.common import print_table
-from core.tools import ToolRegistry, load_tools
-from planner.merge import merge_remaining
-from planner.merge_validation import validate_remaining_merge
-from planner.plan import Plan, Step
-from planner.validation import validate_merge, validate_plan
+from planloop.core.tools import ToolRegistry, load_tools
+from planloop.planner.merge import merge_remaining
+from planloop.planner.merge_validation import validate_remaining_merge
+from planloop.planner.plan import Plan, Step
+from planloop.planner.validation import validate_merge, validate_plan
 
 SIZES = (1_000, 10_000, 50_000)
 CHAIN = 20_000
@@ -145,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="Runs per case; the best counts.")
     args = parser.parse_args()
-    tools = load_tools(["workers.toolsets.bench"])
+    tools = load_tools(["planloop.workers.toolsets.bench"])
     rows, seconds_10k, ratio_10k = validation_rows(args.runs, tools)
     print_table(
         "validate_plan vs graphlib.TopologicalSorter(...).static_order() (CPU s, best of runs)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import Settings
+from planloop.config.settings import Settings
 
 STEP_TASK = "planloop.step"
 
@@ -22,7 +22,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.redis_url,
         # kombu's Redis transport, minus a client construction per publish and ack.
-        "broker_transport": "core.broker:Transport",  # core.broker.TRANSPORT
+        "broker_transport": "planloop.core.broker:Transport",  # core.broker.TRANSPORT
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -35,7 +35,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_pool": settings.worker_pool,
         "worker_send_task_events": True,
         # Celery's consumer, with task events published in batches (workers/consumer.py).
-        "worker_consumer": "workers.consumer:Consumer",
+        "worker_consumer": "planloop.workers.consumer:Consumer",
         "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
         # A lost broker connection is re-established with Celery's back-off (2 s more per

@@ -19,13 +19,13 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from config.settings import Settings
-from console import data, live
-from console.guard import BasicAuth, action_refused
-from core import metrics
-from core.errors import PlanloopError, SessionEndedError, SessionNotFoundError
-from core.hot_state import HotState
-from producer.client import Producer
+from planloop.config.settings import Settings
+from planloop.console import data, live
+from planloop.console.guard import BasicAuth, action_refused
+from planloop.core import metrics
+from planloop.core.errors import PlanloopError, SessionEndedError, SessionNotFoundError
+from planloop.core.hot_state import HotState
+from planloop.producer.client import Producer
 
 log = logging.getLogger(__name__)
 

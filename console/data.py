@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from console.layout import layout
-from core.errors import SessionNotFoundError
-from core.llm_budget import budget_view
-from core.masking import mask
-from core.models import Event, SessionRecord, StepState
-from core.record import SqlRecord
-from planner.plan import Plan
-from producer.client import Producer
-from producer.history import plan_diff, session_history
-from producer.views import _gather, llm_budget, masked_report, sensitive_params
+from planloop.console.layout import layout
+from planloop.core.errors import SessionNotFoundError
+from planloop.core.llm_budget import budget_view
+from planloop.core.masking import mask
+from planloop.core.models import Event, SessionRecord, StepState
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan
+from planloop.producer.client import Producer
+from planloop.producer.history import plan_diff, session_history
+from planloop.producer.views import _gather, llm_budget, masked_report, sensitive_params
 
 AWAITING_APPROVAL = "awaiting approval"  # the note supervisor/session.py writes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from planner.plan import Plan
+from planloop.planner.plan import Plan
 
 NODE_W = 170
 NODE_H = 46

@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 
-from console.data import event_view, load_plan, step_view
-from core.errors import SessionNotFoundError
-from producer.client import Producer
-from producer.views import sensitive_params
+from planloop.console.data import event_view, load_plan, step_view
+from planloop.core.errors import SessionNotFoundError
+from planloop.producer.client import Producer
+from planloop.producer.views import sensitive_params
 
 POLL_S = 0.3
 KEEPALIVE_POLLS = 50  # a comment line every ~15 s keeps proxies from closing the stream

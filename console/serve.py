@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uvicorn
 
-from config.settings import Settings
-from console.app import create_app
-from core.redis_faults import redact_url
+from planloop.config.settings import Settings
+from planloop.console.app import create_app
+from planloop.core.redis_faults import redact_url
 
 
 def console_url(settings: Settings, port: int | None = None, address: str | None = None) -> str:

@@ -35,7 +35,7 @@ from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from config.celery import STEP_TASK
+from planloop.config.celery import STEP_TASK
 
 # kombu's default names of its unacked hash and index (transport options can change them).
 KOMBU_UNACKED: str = kombu_redis.Channel.unacked_key

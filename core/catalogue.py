@@ -23,8 +23,8 @@ from typing import cast
 import redis
 from pydantic import BaseModel, Field, ValidationError
 
-from core.keys import Keys
-from core.tools import SideEffect, ToolRegistry, ToolSpec
+from planloop.core.keys import Keys
+from planloop.core.tools import SideEffect, ToolRegistry, ToolSpec
 
 log = logging.getLogger(__name__)
 

@@ -45,10 +45,10 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from config.settings import Settings
-from core.errors import EffectNotRecordedError
-from core.record import EffectRow, make_engine
-from core.tools import ToolContext
+from planloop.config.settings import Settings
+from planloop.core.errors import EffectNotRecordedError
+from planloop.core.record import EffectRow, make_engine
+from planloop.core.tools import ToolContext
 
 log = logging.getLogger(__name__)
 

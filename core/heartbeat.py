@@ -16,7 +16,7 @@ from typing import cast
 import redis
 from pydantic import BaseModel, Field, ValidationError
 
-from core.keys import Keys
+from planloop.core.keys import Keys
 
 log = logging.getLogger(__name__)
 

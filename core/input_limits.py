@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from config.settings import MAX_NESTING_DEPTH_CEILING, STEP_TIMEOUT_CEILING_S, Settings
+from planloop.config.settings import MAX_NESTING_DEPTH_CEILING, STEP_TIMEOUT_CEILING_S, Settings
 
 __all__ = [
     "CEILINGS",

@@ -30,8 +30,8 @@ from sqlalchemy import Table, delete, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.record import Base, LessonRow, LessonSessionRow, LessonUseRow
-from core.similarity import cosine, cosine_many, lexical_similarity
+from planloop.core.record import Base, LessonRow, LessonSessionRow, LessonUseRow
+from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from config.settings import ModelPrice, Settings
-from core.models import SessionOptions
+from planloop.config.settings import ModelPrice, Settings
+from planloop.core.models import SessionOptions
 
 log = logging.getLogger(__name__)
 

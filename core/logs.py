@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from core.masking import install_log_masking, mask_text
+from planloop.core.masking import install_log_masking, mask_text
 
 LogFormat = Literal["human", "json"]
 

@@ -51,8 +51,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from core.masking import mask_text
-from core.metrics_dir import MULTIPROC_ENV, multiprocess
+from planloop.core.masking import mask_text
+from planloop.core.metrics_dir import MULTIPROC_ENV, multiprocess
 
 LABEL_CHARS = 80
 # Steps run from milliseconds (bench.echo) to minutes (agent steps).
@@ -141,7 +141,7 @@ PRICES: dict[str, Any] = {}
 
 def count_llm_call(role: str, model: str, prompt: int, completion: int) -> None:
     """One LLM call; its cost priced by :data:`PRICES` (a model without a price costs 0)."""
-    from core.llm_budget import cost_usd as price_of
+    from planloop.core.llm_budget import cost_usd as price_of
 
     cost_usd = price_of(model, prompt, completion, PRICES) if model in PRICES else 0.0
     r, m = label(role), label(model)

@@ -16,8 +16,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from core.errors import ConfigError
-from core.redis_faults import redact_url
+from planloop.core.errors import ConfigError
+from planloop.core.redis_faults import redact_url
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 UPGRADE_HINT = "run `planloop db upgrade` (with the same PLANLOOP_DATABASE_URL)"

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.values import ValueRef
+from planloop.core.values import ValueRef
 
 
 class StepStatus(StrEnum):

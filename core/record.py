@@ -31,8 +31,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from core.errors import FencedOutError, SessionEndedError, SessionError
-from core.models import Event
+from planloop.core.errors import FencedOutError, SessionEndedError, SessionError
+from planloop.core.models import Event
 
 # A session in one of these statuses has ended: its row is never claimed or rewritten again.
 ENDED_STATUSES = ("completed", "failed", "aborted", "cancelled")
@@ -295,7 +295,7 @@ class SqlRecord:
 
     def ensure_schema(self, *, auto_migrate: bool = True) -> None:
         """Upgrade the schema to the newest migration, or check that it is there."""
-        from core.migrate import prepare  # Alembic: only where a record is opened
+        from planloop.core.migrate import prepare  # Alembic: only where a record is opened
 
         prepare(self.engine, auto_migrate=auto_migrate)
 

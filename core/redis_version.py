@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 
-from core.errors import ConfigError
+from planloop.core.errors import ConfigError
 
 MIN_REDIS_VERSION = (6, 2)
 

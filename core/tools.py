@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
-from core.errors import PermanentToolError, TransientToolError, UnknownToolError
-from core.masking import validation_summary
+from planloop.core.errors import PermanentToolError, TransientToolError, UnknownToolError
+from planloop.core.masking import validation_summary
 
 ENTRY_POINT_GROUP = "planloop.tools"
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from config.settings import Settings
+from planloop.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from config.settings import Settings
-from core.masking import mask, mask_text
+from planloop.config.settings import Settings
+from planloop.core.masking import mask, mask_text
 
 PREVIEW_CHARS = 2_000  # the start of a big value's JSON that a view shows
 

@@ -20,8 +20,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from config.settings import Settings
-    from core.errors import (
+    from planloop.aio import AsyncClient
+    from planloop.client import Client, PlanLike, SessionEvent, WaitTimeoutError
+    from planloop.config.settings import Settings
+    from planloop.core.errors import (
         ConfigError,
         PlanError,
         PlanloopError,
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
         SessionNotFoundError,
         UnknownToolError,
     )
-    from core.models import (
+    from planloop.core.models import (
         Event,
         EventType,
         SessionOptions,
@@ -38,15 +40,13 @@ if TYPE_CHECKING:
         SessionStatus,
         Severity,
     )
-    from core.tools import ToolContext, tool
-    from planloop.aio import AsyncClient
-    from planloop.client import Client, PlanLike, SessionEvent, WaitTimeoutError
+    from planloop.core.tools import ToolContext, tool
+    from planloop.planner.plan import Compensation, Expectation, Plan, Step, load_plan
     from planloop.report import Answer, Report, StepResult
-    from planner.plan import Compensation, Expectation, Plan, Step, load_plan
 
 # public name -> the module that defines it
 _HOMES = {
-    "Settings": "config.settings",
+    "Settings": "planloop.config.settings",
     **dict.fromkeys(
         (
             "ConfigError",
@@ -57,18 +57,20 @@ _HOMES = {
             "SessionNotFoundError",
             "UnknownToolError",
         ),
-        "core.errors",
+        "planloop.core.errors",
     ),
     **dict.fromkeys(
         ("Event", "EventType", "SessionOptions", "SessionRecord", "SessionStatus", "Severity"),
-        "core.models",
+        "planloop.core.models",
     ),
-    "ToolContext": "core.tools",
-    "tool": "core.tools",
+    "ToolContext": "planloop.core.tools",
+    "tool": "planloop.core.tools",
     "AsyncClient": "planloop.aio",
     **dict.fromkeys(("Client", "PlanLike", "SessionEvent", "WaitTimeoutError"), "planloop.client"),
     **dict.fromkeys(("Answer", "Report", "StepResult"), "planloop.report"),
-    **dict.fromkeys(("Compensation", "Expectation", "Plan", "Step", "load_plan"), "planner.plan"),
+    **dict.fromkeys(
+        ("Compensation", "Expectation", "Plan", "Step", "load_plan"), "planloop.planner.plan"
+    ),
 }
 
 __all__ = [

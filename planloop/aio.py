@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal
 
-from config.settings import Settings
-from core.models import SessionOptions, SessionRecord, SessionStatus
 from planloop.client import Client, PlanLike, SessionEvent
+from planloop.config.settings import Settings
+from planloop.core.models import SessionOptions, SessionRecord, SessionStatus
 from planloop.report import Report
 
 

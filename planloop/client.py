@@ -13,13 +13,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, cast
 
-from config.settings import Settings
-from core.errors import PlanloopError
-from core.input_limits import InputLimits
-from core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.config.settings import Settings
+from planloop.core.errors import PlanloopError
+from planloop.core.input_limits import InputLimits
+from planloop.core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.planner.plan import Plan, load_plan
+from planloop.producer.client import Producer
 from planloop.report import Report, build_report
-from planner.plan import Plan, load_plan
-from producer.client import Producer
 
 PlanLike = Plan | Mapping[str, Any] | str | Path
 """A :class:`Plan`, its dict form, or the path of a YAML/JSON plan file."""
@@ -224,7 +224,7 @@ class Client:
             else:
                 found[step_id] = _json(text)
         if missing:
-            from core.record import SqlRecord  # SQLAlchemy: only when Redis lost a value
+            from planloop.core.record import SqlRecord  # SQLAlchemy: only when Redis lost a value
 
             record_db = SqlRecord.from_url(self.settings.database_url)
             try:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.models import SessionRecord, SessionStatus
+from planloop.core.models import SessionRecord, SessionStatus
 
 
 @dataclass(frozen=True)

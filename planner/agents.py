@@ -17,17 +17,17 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from core.errors import PlanValidationError, RepeatedPlanError
-from core.tools import ToolRegistry
-from planner.compact_plan import CompactPlan
-from planner.decision import ReplanDecision, SubGraph
-from planner.llm import ChatModel, Role, Usage
-from planner.merge import merge_remaining, orphans, replace_remaining
-from planner.merge_validation import validate_remaining_merge
-from planner.plan import Plan, Step
-from planner.prompting import bullets, plan_outline, render_prompt, tool_catalogue
-from planner.situation import Situation, render_situation
-from planner.validation import validate_merge, validate_plan
+from planloop.core.errors import PlanValidationError, RepeatedPlanError
+from planloop.core.tools import ToolRegistry
+from planloop.planner.compact_plan import CompactPlan
+from planloop.planner.decision import ReplanDecision, SubGraph
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.merge import merge_remaining, orphans, replace_remaining
+from planloop.planner.merge_validation import validate_remaining_merge
+from planloop.planner.plan import Plan, Step
+from planloop.planner.prompting import bullets, plan_outline, render_prompt, tool_catalogue
+from planloop.planner.situation import Situation, render_situation
+from planloop.planner.validation import validate_merge, validate_plan
 
 logger = logging.getLogger(__name__)
 

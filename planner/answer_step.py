@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner.plan import Step
+from planloop.planner.plan import Step
 
 ANSWER_TOOL = "agent.answer"  # reserved: no registered tool may take this name
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner.plan import Plan, Step
-from planner.references import find_references
+from planloop.planner.plan import Plan, Step
+from planloop.planner.references import find_references
 
 POSITIONS = ("id", "tool", "params", "dependencies")
 

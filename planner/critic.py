@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from planner.llm import ChatModel, Role, Usage
-from planner.prompting import bullets, render_prompt
-from planner.summarizer import Answer
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.prompting import bullets, render_prompt
+from planloop.planner.summarizer import Answer
 
 
 class Critique(BaseModel):

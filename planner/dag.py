@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from graphlib import CycleError, TopologicalSorter
 
-from core.errors import PlanValidationError
-from planner.plan import Plan
+from planloop.core.errors import PlanValidationError
+from planloop.planner.plan import Plan
 
 # Mermaid classDef per step status; statuses not listed here get no class.
 STATUS_STYLES: dict[str, str] = {

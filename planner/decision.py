@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from planner.plan import Step
+from planloop.planner.plan import Step
 
 
 class ReplanAction(StrEnum):

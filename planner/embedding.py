@@ -16,8 +16,8 @@ from typing import Protocol
 import openai
 from openai import OpenAI
 
-from config.settings import Settings
-from core.similarity import cosine, cosine_many, lexical_similarity
+from planloop.config.settings import Settings
+from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 
 __all__ = [
     "Embedder",

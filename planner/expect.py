@@ -7,7 +7,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from planner.plan import Expectation
+from planloop.planner.plan import Expectation
 
 _MISSING = object()
 

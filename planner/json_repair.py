@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from core.errors import LLMResponseError
+from planloop.core.errors import LLMResponseError
 
 # ```json ... ``` or plain ``` ... ```; the body is taken lazily so two blocks stay two.
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\r?\n?(.*?)```", re.DOTALL)

@@ -27,9 +27,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from config.settings import Settings
-from core.errors import ConfigError, LLMResponseError, LLMUnavailableError
-from planner.json_repair import extract_json
+from planloop.config.settings import Settings
+from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
+from planloop.planner.json_repair import extract_json
 
 logger = logging.getLogger(__name__)
 

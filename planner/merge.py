@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from core.errors import PlanValidationError
-from planner.plan import Plan, Step
-from planner.plan_index import index_of, remember
+from planloop.core.errors import PlanValidationError
+from planloop.planner.plan import Plan, Step
+from planloop.planner.plan_index import index_of, remember
 
 
 def orphans(plan: Plan, removed: Collection[str], completed: Collection[str]) -> set[str]:

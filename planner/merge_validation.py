@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from core.errors import PlanValidationError
-from core.tools import ToolRegistry
-from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
-from planner.plan import Plan, Step
-from planner.plan_index import PlanIndex, index_of
-from planner.validation import (
+from planloop.core.errors import PlanValidationError
+from planloop.core.tools import ToolRegistry
+from planloop.planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
+from planloop.planner.plan import Plan, Step
+from planloop.planner.plan_index import PlanIndex, index_of
+from planloop.planner.validation import (
     fallback_errors,
     far_references,
     not_an_ancestor,

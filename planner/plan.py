@@ -21,8 +21,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from core.errors import PlanLoadError, PlanValidationError
-from core.input_limits import (
+from planloop.core.errors import PlanLoadError, PlanValidationError
+from planloop.core.input_limits import (
     CEILINGS,
     DEFAULTS,
     MAX_FALLBACK_DEPTH,
@@ -30,7 +30,7 @@ from core.input_limits import (
     clean,
     value_problem,
 )
-from planner.safe_yaml import YamlLimitError, load_yaml
+from planloop.planner.safe_yaml import YamlLimitError, load_yaml
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 

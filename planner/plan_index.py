@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from planner.plan import Plan, Step
+from planloop.planner.plan import Plan, Step
 
 # Plans whose index is kept: the plan in force and the merges being checked against it.
 _KEPT = 8

@@ -17,9 +17,9 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from core.errors import ConfigError
-from core.tools import ToolRegistry, ToolSpec
-from planner.plan import Plan
+from planloop.core.errors import ConfigError
+from planloop.core.tools import ToolRegistry, ToolSpec
+from planloop.planner.plan import Plan
 
 USER_MARKER = "<!-- user -->"
 # Params only tests and demos set; planners must never see them.

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from core.errors import AgentStepExhausted
-from core.tools import ToolRegistry, ToolSpec
-from planner.llm import ChatModel, Role, Usage
-from planner.prompting import render_prompt, tool_catalogue
+from planloop.core.errors import AgentStepExhausted
+from planloop.core.tools import ToolRegistry, ToolSpec
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.prompting import render_prompt, tool_catalogue
 
 OBSERVATION_CHARS = 4000  # of one observation's JSON shown to the model; the rest is cut
 

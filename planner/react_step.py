@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.tools import ToolRegistry
-from planner.plan import Step
+from planloop.core.tools import ToolRegistry
+from planloop.planner.plan import Step
 
 REACT_TOOL = "agent.react"  # reserved: no registered tool may take this name
 DEFAULT_MAX_ITERATIONS = 6

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import PlanReferenceError
+from planloop.core.errors import PlanReferenceError
 
 REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\.output((?:\.[A-Za-z0-9_-]+)*)\s*\}\}")
 # The same pattern with the step id as its only group, for ``findall``.

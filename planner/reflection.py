@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from core.masking import MASK, mask_text
-from planner.llm import ChatModel, Role, Usage
-from planner.prompting import bullets, render_prompt
+from planloop.core.masking import MASK, mask_text
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.prompting import bullets, render_prompt
 
 LESSON_CHARS = 600  # one lesson's text, at most
 FIELD_CHARS = 300  # trigger and evidence, each

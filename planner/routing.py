@@ -14,11 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.tools import ToolRegistry
-from planner.llm import ChatModel, Role, Usage
-from planner.plan import Plan, Step
-from planner.prompting import bullets, render_prompt, tool_catalogue
-from planner.react_step import DEFAULT_MAX_ITERATIONS, REACT_TOOL
+from planloop.core.tools import ToolRegistry
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.plan import Plan, Step
+from planloop.planner.prompting import bullets, render_prompt, tool_catalogue
+from planloop.planner.react_step import DEFAULT_MAX_ITERATIONS, REACT_TOOL
 
 Mode = Literal["plan", "react", "auto"]
 RouteMode = Literal["plan", "react", "answer"]  # "answer": no tool needed, no plan

@@ -15,9 +15,9 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, Field
 
-from core.errors import ConfigError
-from planner.llm import ChatModel, Role, Usage
-from planner.prompting import render_prompt
+from planloop.core.errors import ConfigError
+from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.prompting import render_prompt
 
 logger = logging.getLogger(__name__)
 

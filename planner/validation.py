@@ -20,13 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import PlanValidationError
-from core.tools import ToolRegistry, ToolSpec
-from planner.answer_step import ANSWER_TOOL, answer_plan_problems, answer_step_problem
-from planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
-from planner.plan import Plan, Step
-from planner.react_step import REACT_TOOL, agent_step_problem
-from planner.references import find_references, has_reference
+from planloop.core.errors import PlanValidationError
+from planloop.core.tools import ToolRegistry, ToolSpec
+from planloop.planner.answer_step import ANSWER_TOOL, answer_plan_problems, answer_step_problem
+from planloop.planner.dag import AncestorSet, BitIndex, ancestor_bits, find_cycle, reachable
+from planloop.planner.plan import Plan, Step
+from planloop.planner.react_step import REACT_TOOL, agent_step_problem
+from planloop.planner.references import find_references, has_reference
 
 Deps = Mapping[str, Sequence[str]]
 

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from config.settings import Settings
-from core.errors import ConfigError, PlanloopError
-from core.models import SessionOptions
-from producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
+from planloop.config.settings import Settings
+from planloop.core.errors import ConfigError, PlanloopError
+from planloop.core.models import SessionOptions
+from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
 if TYPE_CHECKING:
-    from core.lessons import LessonStore, Thresholds
+    from planloop.core.lessons import LessonStore, Thresholds
 
 DEFAULT_WAIT_FOR_WORKERS_S = 60.0
 
@@ -25,7 +25,7 @@ def _settings() -> Settings:
     try:
         return Settings()
     except ValueError as exc:
-        from core.masking import error_text
+        from planloop.core.masking import error_text
 
         _fail(f"invalid PLANLOOP_* settings: {' '.join(error_text(exc).split())}")
         raise  # not reached: _fail exits
@@ -86,7 +86,7 @@ def _exit_for(status: str) -> None:
 
 
 def _setup_logging(level: str, settings: Settings) -> None:
-    from core.logs import setup_logging
+    from planloop.core.logs import setup_logging
 
     setup_logging(level, settings.log_format)  # masked, human or JSON lines (core/logs.py)
 
@@ -195,9 +195,9 @@ def submit(
     as_json: bool,
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
-    from core.input_limits import InputLimits
-    from planner.plan import load_plan
-    from producer.client import Producer
+    from planloop.core.input_limits import InputLimits
+    from planloop.planner.plan import load_plan
+    from planloop.producer.client import Producer
 
     if (plan_file is None) == (goal is None):
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
@@ -244,7 +244,7 @@ def submit(
         return
     click.echo(json.dumps({"session_id": sid}) if as_json else sid)
     if wait:
-        from producer.watch import watch_session
+        from planloop.producer.watch import watch_session
 
         _exit_for(watch_session(producer, sid))
 
@@ -261,7 +261,7 @@ def read_answer_schema(path: Path) -> dict[str, Any]:
     Raises:
         ConfigError: the file is not JSON, not an object, or not a valid JSON schema.
     """
-    from planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
 
     try:
         schema = json.loads(path.read_text("utf-8"))
@@ -285,7 +285,7 @@ def read_answer_schema(path: Path) -> dict[str, Any]:
 @click.option("--note", default="", help="Why, for the record.")
 def approve(session_id: str, action: str | None, step: str | None, note: str) -> None:
     """Answer a session waiting for a person: approve a step, or choose an action."""
-    from producer.client import Producer
+    from planloop.producer.client import Producer
 
     if (action is None) == (step is None):
         _fail("give either --step STEP_ID or --action ACTION")
@@ -305,8 +305,8 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(session_id: str | None, limit: int, as_json: bool) -> None:
     """Show one session (or the newest ones)."""
-    from producer.client import Producer
-    from producer.views import print_status, status_doc
+    from planloop.producer.client import Producer
+    from planloop.producer.views import print_status, status_doc
 
     producer = Producer.from_settings(_settings())
     try:
@@ -322,8 +322,8 @@ def status(session_id: str | None, limit: int, as_json: bool) -> None:
 @click.argument("session_id")
 def watch(session_id: str) -> None:
     """Watch a session live until it ends."""
-    from producer.client import Producer
-    from producer.watch import watch_session
+    from planloop.producer.client import Producer
+    from planloop.producer.watch import watch_session
 
     producer = Producer.from_settings(_settings())
     try:
@@ -339,8 +339,8 @@ def watch(session_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def show(session_id: str, as_json: bool) -> None:
     """Show a session's event timeline, report and DAG (Mermaid)."""
-    from producer.client import Producer
-    from producer.views import print_show
+    from planloop.producer.client import Producer
+    from planloop.producer.views import print_show
 
     producer = Producer.from_settings(_settings())
     try:
@@ -354,7 +354,7 @@ def show(session_id: str, as_json: bool) -> None:
 @click.option("--reason", default="cancelled by user", help="Why, for the report.")
 def cancel(session_id: str, reason: str) -> None:
     """Cancel a session: running steps stop, nothing new starts."""
-    from producer.client import Producer
+    from planloop.producer.client import Producer
 
     try:
         before = Producer.from_settings(_settings()).cancel(session_id, reason)
@@ -375,7 +375,7 @@ def cancel(session_id: str, reason: str) -> None:
 @click.option("--signal", "plain", is_flag=True, help="A plain signal, not a constraint.")
 def signal(session_id: str, text: str, plain: bool) -> None:
     """Tell a running session something new, e.g. "budget is 5k"."""
-    from producer.client import Producer
+    from planloop.producer.client import Producer
 
     try:
         Producer.from_settings(_settings()).signal(session_id, text, constraint=not plain)
@@ -390,7 +390,7 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 def lessons(ctx: click.Context, as_json: bool) -> None:
     """Lessons from earlier sessions, with uses and the success rates with and without."""
     if ctx.invoked_subcommand is None:
-        from producer.lesson_views import print_lessons
+        from planloop.producer.lesson_views import print_lessons
 
         store, thresholds = _lesson_store()
         print_lessons(store, thresholds, as_json=as_json)
@@ -401,7 +401,7 @@ def lessons(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the lesson as JSON.")
 def lessons_show(lesson_id: int, as_json: bool) -> None:
     """One lesson in full, with its measured effect."""
-    from producer.lesson_views import print_lesson
+    from planloop.producer.lesson_views import print_lesson
 
     store, thresholds = _lesson_store()
     if not print_lesson(store, lesson_id, thresholds, as_json=as_json):
@@ -441,8 +441,8 @@ def lessons_delete(lesson_id: int) -> None:
 
 def _lesson_store() -> tuple[LessonStore, Thresholds]:
     """The lessons store on ``PLANLOOP_DATABASE_URL`` and the similarity thresholds."""
-    from core.lessons import LessonStore, Thresholds
-    from core.record import make_engine
+    from planloop.core.lessons import LessonStore, Thresholds
+    from planloop.core.record import make_engine
 
     settings = _settings()
     thresholds = Thresholds(
@@ -457,7 +457,7 @@ def _lesson_store() -> tuple[LessonStore, Thresholds]:
 @click.option("--note", default="", help="Why, for the record.")
 def retry(session_id: str, step_id: str, note: str) -> None:
     """Run a step that failed for good once more; its skipped dependents wait for it again."""
-    from producer.client import Producer
+    from planloop.producer.client import Producer
 
     try:
         Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
@@ -472,7 +472,7 @@ def retry(session_id: str, step_id: str, note: str) -> None:
 @click.option("--note", default="", help="Why, for the record.")
 def skip(session_id: str, step_id: str, note: str) -> None:
     """Give up a failed (or not yet started) step: it and its dependents end skipped."""
-    from producer.client import Producer
+    from planloop.producer.client import Producer
 
     try:
         Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
@@ -499,11 +499,11 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     chosen_pool = pool or settings.worker_pool
     metrics_dir = ""
     if settings.metrics_port and chosen_pool == "prefork":
-        from core.metrics_dir import prepare_multiprocess_dir
+        from planloop.core.metrics_dir import prepare_multiprocess_dir
 
         # Before the worker's modules import prometheus_client: its mode is chosen then.
         metrics_dir = prepare_multiprocess_dir(settings.metrics_dir)
-    from workers.app import create_app, run_worker
+    from planloop.workers.app import create_app, run_worker
 
     # solo runs one task at a time in the consumer's own thread, whatever -c says.
     slots = 1 if chosen_pool == "solo" else concurrency or settings.worker_concurrency
@@ -541,7 +541,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
 @click.option("--loglevel", default="INFO", show_default=True)
 def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
-    from supervisor.service import serve
+    from planloop.supervisor.service import serve
 
     settings = _settings()
     _setup_logging(loglevel, settings)
@@ -573,8 +573,8 @@ def up(
     demo: bool, workers: int, concurrency: int, with_console: bool, plan_file: Path | None
 ) -> None:
     """Start Redis (embedded if none answers), workers and a supervisor; --demo runs a plan."""
-    from core.errors import NoLiveWorkerError, PlanError
-    from producer.up import UpOptions, run_up
+    from planloop.core.errors import NoLiveWorkerError, PlanError
+    from planloop.producer.up import UpOptions, run_up
 
     options = UpOptions(
         demo=demo,
@@ -607,7 +607,7 @@ def up(
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 def flower(port: int | None, address: str) -> None:
     """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
-    from producer.up import run_flower
+    from planloop.producer.up import run_flower
 
     run_flower(_settings(), port=port, address=address)
 
@@ -625,7 +625,7 @@ def flower(port: int | None, address: str) -> None:
 @click.option("--loglevel", default="WARNING", show_default=True)
 def console(port: int | None, address: str | None, loglevel: str) -> None:
     """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
-    from console.serve import run_console
+    from planloop.console.serve import run_console
 
     settings = _settings()
     _setup_logging(loglevel, settings)
@@ -641,9 +641,9 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def db_upgrade(revision: str) -> None:
     """Upgrade the record at PLANLOOP_DATABASE_URL (run once before supervisors start)."""
-    from core.migrate import upgrade
-    from core.record import make_engine
-    from core.redis_faults import redact_url
+    from planloop.core.migrate import upgrade
+    from planloop.core.record import make_engine
+    from planloop.core.redis_faults import redact_url
 
     settings = _settings()
     engine = make_engine(settings.database_url)
@@ -657,8 +657,8 @@ def db_upgrade(revision: str) -> None:
 @db.command("current")
 def db_current() -> None:
     """Print the record's revision and the newest one; exit 1 when it is behind."""
-    from core.migrate import current_revision, head_revision
-    from core.record import make_engine
+    from planloop.core.migrate import current_revision, head_revision
+    from planloop.core.record import make_engine
 
     engine = make_engine(_settings().database_url)
     try:
@@ -674,7 +674,12 @@ def db_current() -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="flower/console port.")
 def health(role: str, port: int | None) -> None:
     """Exit 0 when the ROLE process of this host serves, 1 otherwise (for healthchecks)."""
-    from producer.health import console_health, flower_health, supervisor_health, worker_health
+    from planloop.producer.health import (
+        console_health,
+        flower_health,
+        supervisor_health,
+        worker_health,
+    )
 
     settings = _settings()
     if role == "worker":

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from config.settings import Settings
-from core.errors import (
+from planloop.config.settings import Settings
+from planloop.core.errors import (
     ConfigError,
     InputLimitError,
     PlanValidationError,
@@ -19,13 +19,20 @@ from core.errors import (
     SessionNotFoundError,
     UnknownToolError,
 )
-from core.hot_state import HotState, connect
-from core.input_limits import InputLimits, text_problem, value_problem
-from core.keys import Keys
-from core.models import Event, EventType, SessionOptions, SessionRecord, SessionStatus, Severity
-from core.tools import ToolRegistry, load_tools
-from planner.plan import Plan, describe
-from planner.validation import validate_plan
+from planloop.core.hot_state import HotState, connect
+from planloop.core.input_limits import InputLimits, text_problem, value_problem
+from planloop.core.keys import Keys
+from planloop.core.models import (
+    Event,
+    EventType,
+    SessionOptions,
+    SessionRecord,
+    SessionStatus,
+    Severity,
+)
+from planloop.core.tools import ToolRegistry, load_tools
+from planloop.planner.plan import Plan, describe
+from planloop.planner.validation import validate_plan
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -76,7 +83,7 @@ class Producer:
         plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
         if check_workers or wait_for_workers_s > 0:
-            from producer.liveness import required_tools, wait_for_workers
+            from planloop.producer.liveness import required_tools, wait_for_workers
 
             wait_for_workers(
                 self.state.r,
@@ -120,7 +127,7 @@ class Producer:
         for constraint in constraints or []:
             self._check_text("constraint", constraint)
         if not self.settings.llm_base_url:
-            from planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
+            from planloop.planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
 
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []
@@ -128,7 +135,7 @@ class Producer:
             if not self.tools.subset([prefix]).names():
                 raise UnknownToolError(prefix, self.tools.names())
         if check_workers or wait_for_workers_s > 0:
-            from producer.liveness import goal_tools, wait_for_workers
+            from planloop.producer.liveness import goal_tools, wait_for_workers
 
             wait_for_workers(
                 self.state.r,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import redis
 
-from core.redis_faults import redact_url
+from planloop.core.redis_faults import redact_url
 
 EXIT_OK = 0
 EXIT_SESSION_FAILED = 1

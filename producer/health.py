@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from config.settings import Settings
-from core.hot_state import connect
-from core.keys import Keys
+from planloop.config.settings import Settings
+from planloop.core.hot_state import connect
+from planloop.core.keys import Keys
 
 SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/service.py)
 
@@ -28,7 +28,7 @@ class Health:
 
 def worker_health(settings: Settings, host: str | None = None, timeout_s: float = 2.0) -> Health:
     """A worker named ``…@host`` (this host by default) answers a Celery ping."""
-    from workers.app import create_app
+    from planloop.workers.app import create_app
 
     host = host or socket.gethostname()
     app = create_app(settings)

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from core.masking import mask_text
-from core.record import SqlRecord
-from planner.plan import Plan
+from planloop.core.masking import mask_text
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan
 
 
 def plan_diff(old: Plan, new: Plan) -> list[str]:

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from core.lessons import LessonStats, LessonStore, Thresholds
-from core.record import LessonRow
+from planloop.core.lessons import LessonStats, LessonStore, Thresholds
+from planloop.core.record import LessonRow
 
 
 def stats_doc(s: LessonStats) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from core.errors import NoLiveWorkerError
-from core.heartbeat import Heartbeat, live_workers
-from core.keys import Keys
-from planner.plan import Plan, Step
-from planner.react_step import REACT_TOOL
+from planloop.core.errors import NoLiveWorkerError
+from planloop.core.heartbeat import Heartbeat, live_workers
+from planloop.core.keys import Keys
+from planloop.planner.plan import Plan, Step
+from planloop.planner.react_step import REACT_TOOL
 
 POLL_S = 0.25
 

@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 import redis
 
-from core.errors import ConfigError
-from core.redis_version import MIN_REDIS_VERSION, parse_redis_version
+from planloop.core.errors import ConfigError
+from planloop.core.redis_version import MIN_REDIS_VERSION, parse_redis_version
 
 
 def source_root() -> Path:
@@ -214,7 +214,7 @@ class Stack:
     def _popen(self, log_name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "producer.cli", *args],
+                [sys.executable, "-m", "planloop.producer.cli", *args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -25,19 +25,19 @@ from typing import cast
 import redis
 from rich.console import Console
 
-from config.settings import Settings
-from core.errors import ConfigError, SessionEndedError
-from core.keys import INBOX_GROUP, Keys
-from core.models import SessionOptions
-from core.redis_faults import redact_url
-from core.tools import load_tools
-from planner.plan import Plan, load_plan
-from planner.validation import validate_plan
-from producer.client import Producer
-from producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
-from producer.views import make_console
-from producer.watch import watch_session
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.core.errors import ConfigError, SessionEndedError
+from planloop.core.keys import INBOX_GROUP, Keys
+from planloop.core.models import SessionOptions
+from planloop.core.redis_faults import redact_url
+from planloop.core.tools import load_tools
+from planloop.planner.plan import Plan, load_plan
+from planloop.planner.validation import validate_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
+from planloop.producer.views import make_console
+from planloop.producer.watch import watch_session
+from planloop.workers.toolsets import BENCH_TOOLS
 
 # The examples ship inside the package (planloop/examples), so the demo runs after a plain
 # `pip install` as well as from a checkout.
@@ -81,7 +81,7 @@ def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions |
     one, or for another plan, none (the report is the steps' outputs, as before)."""
     if settings.llm_base_url is None or plan_file not in (None, DEMO_PLAN):
         return None
-    from planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
 
     schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
     check_answer_schema(schema)
@@ -172,7 +172,7 @@ def wait_ready(stack: Stack, settings: Settings, timeout_s: float) -> None:
     Raises:
         ConfigError: not ready in time, or a process died; with the log tails.
     """
-    from workers.app import create_app
+    from planloop.workers.app import create_app
 
     celery_app = create_app(settings)
     producer = Producer.from_settings(settings)
@@ -331,7 +331,7 @@ def flower_command(
         "-m",
         "celery",
         "-A",
-        "workers.app",
+        "planloop.workers.app",
         "flower",
         f"--port={port or settings.flower_port}",
         f"--address={address}",

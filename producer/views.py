@@ -11,18 +11,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from core.catalogue import SensitiveNames
-from core.errors import SessionNotFoundError
-from core.hot_state import dumps
-from core.keys import Keys
-from core.llm_budget import UsageByModel, add_calls, budget_line, budget_view
-from core.masking import mask, mask_text
-from core.models import Event, EventType, SessionOptions, SessionRecord, Severity
-from core.record import SqlRecord
-from planner.dag import to_mermaid
-from planner.plan import Plan
-from producer.client import Producer
-from producer.history import print_history, session_history
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.errors import SessionNotFoundError
+from planloop.core.hot_state import dumps
+from planloop.core.keys import Keys
+from planloop.core.llm_budget import UsageByModel, add_calls, budget_line, budget_view
+from planloop.core.masking import mask, mask_text
+from planloop.core.models import Event, EventType, SessionOptions, SessionRecord, Severity
+from planloop.core.record import SqlRecord
+from planloop.planner.dag import to_mermaid
+from planloop.planner.plan import Plan
+from planloop.producer.client import Producer
+from planloop.producer.history import print_history, session_history
 
 STATUS_COLOURS: dict[str, str] = {
     "pending": "white",
@@ -187,7 +187,7 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
     Raises:
         SessionNotFoundError: ``sid`` names no session.
     """
-    from core.heartbeat import live_workers
+    from planloop.core.heartbeat import live_workers
 
     workers = [
         {"worker": hb.worker, "tools": hb.tools, "seen_at": hb.seen_at}
@@ -227,7 +227,7 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
 
 def workers_line(producer: Producer) -> str:
     """The live workers on this queue and their toolsets, or what to do when there are none."""
-    from core.heartbeat import live_workers
+    from planloop.core.heartbeat import live_workers
 
     queue = producer.settings.queue
     workers = live_workers(producer.state.r, producer.state.keys, queue)

@@ -17,11 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from core.llm_budget import budget_line, budget_view
-from core.models import Event, SessionRecord, StepState, StepStatus
-from planner.plan import Plan
-from producer.client import Producer
-from producer.views import (
+from planloop.core.llm_budget import budget_line, budget_view
+from planloop.core.models import Event, SessionRecord, StepState, StepStatus
+from planloop.planner.plan import Plan
+from planloop.producer.client import Producer
+from planloop.producer.views import (
     SEVERITY_COLOURS,
     clock,
     consumer_warning,

@@ -23,11 +23,11 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from config.settings import Settings  # noqa: E402
-from planner.plan import load_plan  # noqa: E402
-from producer.client import Producer  # noqa: E402
-from producer.stack import free_port, local_stack, wait_until  # noqa: E402
-from producer.up import stack_settings, with_bench_tools  # noqa: E402
+from planloop.config.settings import Settings  # noqa: E402
+from planloop.planner.plan import load_plan  # noqa: E402
+from planloop.producer.client import Producer  # noqa: E402
+from planloop.producer.stack import free_port, local_stack, wait_until  # noqa: E402
+from planloop.producer.up import stack_settings, with_bench_tools  # noqa: E402
 
 
 def healthy(url: str) -> bool:
@@ -54,7 +54,7 @@ def main() -> None:
         env = {**stack.env, **running.to_env()}
         port = free_port()
         console = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "console", "--port", str(port)], env=env
+            [sys.executable, "-m", "planloop.producer.cli", "console", "--port", str(port)], env=env
         )
         url = f"http://127.0.0.1:{port}"
         try:

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.tools import ToolRegistry
-from planner.plan import Step
+from planloop.core.tools import ToolRegistry
+from planloop.planner.plan import Step
 
 
 class EffectRecord(Protocol):

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from core.hot_state import blob_digest
-from core.models import StepState
-from core.values import ValueLimits, ValueRef, encode
-from planner.plan import Step
-from planner.references import REFERENCE
-from supervisor.store_port import SessionStorePort
+from planloop.core.hot_state import blob_digest
+from planloop.core.models import StepState
+from planloop.core.values import ValueLimits, ValueRef, encode
+from planloop.planner.plan import Step
+from planloop.planner.references import REFERENCE
+from planloop.supervisor.store_port import SessionStorePort
 
 
 @dataclass(frozen=True)

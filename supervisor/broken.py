@@ -3,9 +3,9 @@ to run is put to the decision agent at once, before any branch is skipped."""
 
 from __future__ import annotations
 
-from core.models import Event, EventType, Severity
-from planner.dag import descendants
-from supervisor.session_state import SessionState, has_ended
+from planloop.core.models import Event, EventType, Severity
+from planloop.planner.dag import descendants
+from planloop.supervisor.session_state import SessionState, has_ended
 
 
 def dependency_broken(state: SessionState, step_id: str, *, unresolved: bool) -> Event | None:

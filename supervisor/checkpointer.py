@@ -9,9 +9,9 @@ every session the supervisor holds (see :class:`supervisor.group_commit.Checkpoi
 
 from __future__ import annotations
 
-from core.record import Checkpoint
-from supervisor.context import SupervisorContext
-from supervisor.group_commit import Pending, merge
+from planloop.core.record import Checkpoint
+from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.group_commit import Pending, merge
 
 __all__ = ["Checkpointer", "merge"]
 

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from config.settings import Settings
-from core.models import Event, EventType, Severity, StepStatus
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.models import Event, EventType, Severity, StepStatus
+from planloop.supervisor.state import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from config.settings import Settings
-from core.record import SqlRecord
-from core.tools import ToolRegistry
-from planner.llm import ChatModel
-from supervisor.admission import Admission
-from supervisor.dispatch import Dispatcher
-from supervisor.event_hub import EventHub
-from supervisor.group_commit import CheckpointWriter, ClaimBatcher
-from supervisor.lessons import LessonMemory
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.record import SqlRecord
+from planloop.core.tools import ToolRegistry
+from planloop.planner.llm import ChatModel
+from planloop.supervisor.admission import Admission
+from planloop.supervisor.dispatch import Dispatcher
+from planloop.supervisor.event_hub import EventHub
+from planloop.supervisor.group_commit import CheckpointWriter, ClaimBatcher
+from planloop.supervisor.lessons import LessonMemory
+from planloop.supervisor.state import SessionStore
 
 T = TypeVar("T")
 

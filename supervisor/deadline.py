@@ -3,8 +3,8 @@ past the deadline is not started, and the rule policy decides instead."""
 
 from __future__ import annotations
 
-from config.settings import Settings
-from supervisor.session_state import SessionState
+from planloop.config.settings import Settings
+from planloop.supervisor.session_state import SessionState
 
 DEADLINE_NEAR = "deadline_near"  # the notice (stream) and progress kind that says so
 

@@ -29,15 +29,15 @@ from celery.events import Event as CeleryEvent
 from celery.utils.time import utcoffset
 from kombu.utils import json as kombu_json
 
-from config.celery import STEP_TASK, celery_config, step_task_name
-from config.settings import Settings
-from core.catalogue import SensitiveNames, catalogue_client
-from core.errors import DispatchError
-from core.keys import Keys
-from core.masking import MASK, mask
-from core.models import StepTaskArgs
-from core.tools import ToolRegistry
-from core.tracing import step_headers
+from planloop.config.celery import STEP_TASK, celery_config, step_task_name
+from planloop.config.settings import Settings
+from planloop.core.catalogue import SensitiveNames, catalogue_client
+from planloop.core.errors import DispatchError
+from planloop.core.keys import Keys
+from planloop.core.masking import MASK, mask
+from planloop.core.models import StepTaskArgs
+from planloop.core.tools import ToolRegistry
+from planloop.core.tracing import step_headers
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.catalogue import SensitiveNames
-from core.hot_state import dumps
-from core.masking import mask, mask_text
-from core.metrics import DEAD_LETTERS, count_session_end
-from core.models import (
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.hot_state import dumps
+from planloop.core.masking import mask, mask_text
+from planloop.core.metrics import DEAD_LETTERS, count_session_end
+from planloop.core.models import (
     ErrorKind,
     Event,
     EventType,
@@ -21,18 +21,18 @@ from core.models import (
     StepStatus,
     StepTaskArgs,
 )
-from core.record import SessionRow
-from core.tracing import session_span
-from planner.plan import Plan, Step
-from planner.react_step import is_agent_step
-from planner.references import resolve_params
-from supervisor.agent_undo import AgentEffect, Undo, effect_undos, no_agent_effects
-from supervisor.plan_changes import PlanChanges
-from supervisor.report import build_report
-from supervisor.scheduling import TaskQueue
-from supervisor.session_base import SessionIO, describe_error, read_event
-from supervisor.session_state import FINAL, SessionState, has_ended
-from supervisor.store_port import SessionStorePort
+from planloop.core.record import SessionRow
+from planloop.core.tracing import session_span
+from planloop.planner.plan import Plan, Step
+from planloop.planner.react_step import is_agent_step
+from planloop.planner.references import resolve_params
+from planloop.supervisor.agent_undo import AgentEffect, Undo, effect_undos, no_agent_effects
+from planloop.supervisor.plan_changes import PlanChanges
+from planloop.supervisor.report import build_report
+from planloop.supervisor.scheduling import TaskQueue
+from planloop.supervisor.session_base import SessionIO, describe_error, read_event
+from planloop.supervisor.session_state import FINAL, SessionState, has_ended
+from planloop.supervisor.store_port import SessionStorePort
 
 log = logging.getLogger(__name__)
 

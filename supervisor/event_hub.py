@@ -31,8 +31,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from core.keys import EVENTS_GROUP, Keys
-from core.redis_faults import is_missing_group
+from planloop.core.keys import EVENTS_GROUP, Keys
+from planloop.core.redis_faults import is_missing_group
 
 log = logging.getLogger(__name__)
 

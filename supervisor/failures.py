@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.models import Event, EventType, Severity, StepStatus
-from supervisor.policy import RuleAction, backoff_s, decide_failure
-from supervisor.session_state import FINAL, SessionState
+from planloop.core.models import Event, EventType, Severity, StepStatus
+from planloop.supervisor.policy import RuleAction, backoff_s, decide_failure
+from planloop.supervisor.session_state import FINAL, SessionState
 
 
 @dataclass(frozen=True)

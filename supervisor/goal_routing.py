@@ -19,12 +19,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.errors import LLMError, LLMUnavailableError, PlanError
-from core.tools import ToolRegistry
-from planner.agents import Planner
-from planner.llm import ChatModel, Usage
-from planner.plan import Plan
-from planner.routing import Mode, RouteMode, Router, agent_plan
+from planloop.core.errors import LLMError, LLMUnavailableError, PlanError
+from planloop.core.tools import ToolRegistry
+from planloop.planner.agents import Planner
+from planloop.planner.llm import ChatModel, Usage
+from planloop.planner.plan import Plan
+from planloop.planner.routing import Mode, RouteMode, Router, agent_plan
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from config.settings import Settings
-from core.errors import FencedOutError, SessionError
-from core.record import Checkpoint, Claim
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError, SessionError
+from planloop.core.record import Checkpoint, Claim
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from core.keys import Keys
-from core.lua import AcquireLease, RenewLeases
-from core.redis_faults import is_redis_fault
+from planloop.core.keys import Keys
+from planloop.core.lua import AcquireLease, RenewLeases
+from planloop.core.redis_faults import is_redis_fault
 
 log = logging.getLogger(__name__)
 

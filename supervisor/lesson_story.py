@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from core.masking import mask_text
-from core.models import SessionStatus
-from planner.reflection import SessionStory
-from supervisor.lessons import Ended, known_values
-from supervisor.session_state import SessionState
-from supervisor.thinking import Deliberation
+from planloop.core.masking import mask_text
+from planloop.core.models import SessionStatus
+from planloop.planner.reflection import SessionStory
+from planloop.supervisor.lessons import Ended, known_values
+from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.thinking import Deliberation
 
 EVENTS_TOLD = 12  # the latest events the story names
 ERROR_CHARS = 240  # one error, at most

@@ -20,15 +20,15 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from config.settings import Settings
-from core.errors import LLMError
-from core.lessons import Found, LessonStore, NewLesson, Query, Thresholds, toolsets_of
-from core.masking import is_secret_name
-from core.models import SessionStatus
-from core.record import make_engine
-from planner.embedding import Embedder, NoEmbedder, build_embedder
-from planner.llm import ChatModel, Usage
-from planner.reflection import LessonDraft, Reflector, SessionStory, sanitize_lesson
+from planloop.config.settings import Settings
+from planloop.core.errors import LLMError
+from planloop.core.lessons import Found, LessonStore, NewLesson, Query, Thresholds, toolsets_of
+from planloop.core.masking import is_secret_name
+from planloop.core.models import SessionStatus
+from planloop.core.record import make_engine
+from planloop.planner.embedding import Embedder, NoEmbedder, build_embedder
+from planloop.planner.llm import ChatModel, Usage
+from planloop.planner.reflection import LessonDraft, Reflector, SessionStory, sanitize_lesson
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from core.errors import FencedOutError
-from core.keys import Keys
-from core.models import Event, SessionRecord, SessionStatus, StepState
-from supervisor.state import arg_text
-from supervisor.store_port import Entry, WriteOp
+from planloop.core.errors import FencedOutError
+from planloop.core.keys import Keys
+from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
+from planloop.supervisor.state import arg_text
+from planloop.supervisor.store_port import Entry, WriteOp
 
 ENDED = frozenset(s.value for s in SessionStatus if s.ended)
 

@@ -8,20 +8,20 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from core.errors import LLMError, PlanError
-from core.metrics import REPLANS
-from core.models import Event, EventType, SessionStatus, Severity, StepState, StepStatus
-from planner.dag import descendants
-from planner.decision import ReplanAction
-from planner.merge import inject_fallback
-from planner.plan import Plan
-from planner.validation import validate_plan
-from supervisor.deadline import DEADLINE_NEAR, short_of_time
-from supervisor.policy import FAILURES
-from supervisor.session_base import SessionIO
-from supervisor.session_state import has_ended
-from supervisor.thinking import Deliberation, record_decision, record_usage
-from supervisor.verdict import Decision
+from planloop.core.errors import LLMError, PlanError
+from planloop.core.metrics import REPLANS
+from planloop.core.models import Event, EventType, SessionStatus, Severity, StepState, StepStatus
+from planloop.planner.dag import descendants
+from planloop.planner.decision import ReplanAction
+from planloop.planner.merge import inject_fallback
+from planloop.planner.plan import Plan
+from planloop.planner.validation import validate_plan
+from planloop.supervisor.deadline import DEADLINE_NEAR, short_of_time
+from planloop.supervisor.policy import FAILURES
+from planloop.supervisor.session_base import SessionIO
+from planloop.supervisor.session_state import has_ended
+from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
+from planloop.supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import OperationalError
 
-from core.errors import FencedOutError, SessionEndedError
-from core.hot_state import dumps
-from core.lua import CountCrash
-from core.metrics import DEAD_LETTERS
-from core.models import SessionRecord, SessionStatus, StepState
-from core.record import Checkpoint
-from planner.plan import Plan
-from supervisor.context import SupervisorContext
-from supervisor.ending import finish_session
-from supervisor.session import SessionRunner, record_events
+from planloop.core.errors import FencedOutError, SessionEndedError
+from planloop.core.hot_state import dumps
+from planloop.core.lua import CountCrash
+from planloop.core.metrics import DEAD_LETTERS
+from planloop.core.models import SessionRecord, SessionStatus, StepState
+from planloop.core.record import Checkpoint
+from planloop.planner.plan import Plan
+from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.ending import finish_session
+from planloop.supervisor.session import SessionRunner, record_events
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
-from core.models import RETRYABLE, Event, EventType
-from planner.decision import ReplanAction, ReplanDecision
-from planner.plan import Step
-from supervisor.verdict import Verdict
+from planloop.core.models import RETRYABLE, Event, EventType
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.plan import Step
+from planloop.supervisor.verdict import Verdict
 
 FAILURES = (EventType.TASK_FAILED, EventType.TASK_INTERRUPTED)
 RULE = "rule policy (no LLM configured)"

@@ -10,11 +10,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from core.llm_budget import UsageByModel, add_calls
-from core.models import Event, EventType, SessionStatus, StepState, StepStatus
-from core.record import EventRow, StepAttemptRow
-from planner.plan import Plan
-from supervisor.context import SupervisorContext
+from planloop.core.llm_budget import UsageByModel, add_calls
+from planloop.core.models import Event, EventType, SessionStatus, StepState, StepStatus
+from planloop.core.record import EventRow, StepAttemptRow
+from planloop.planner.plan import Plan
+from planloop.supervisor.context import SupervisorContext
 
 log = logging.getLogger(__name__)
 

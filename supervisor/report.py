@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from core.masking import mask_text
-from core.models import SessionStatus, StepState
-from core.values import preview
-from planner.plan import Plan
+from planloop.core.masking import mask_text
+from planloop.core.models import SessionStatus, StepState
+from planloop.core.values import preview
+from planloop.planner.plan import Plan
 
 
 def build_report(

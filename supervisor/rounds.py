@@ -22,20 +22,20 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from core.errors import LLMError, PlanError
-from core.masking import mask, mask_text
-from core.metrics import ROUNDS
-from core.models import SessionStatus, StepStatus
-from core.values import preview
-from planner.answer_step import is_answer_step
-from planner.critic import Critic, Critique
-from planner.decision import ReplanAction, ReplanDecision
-from planner.summarizer import SessionAnswer, Summarizer, schema_problem
-from supervisor.deadline import short_of_time
-from supervisor.plan_changes import PlanChanges
-from supervisor.session_base import SessionIO
-from supervisor.session_state import SessionState
-from supervisor.thinking import Deliberation, record_usage
+from planloop.core.errors import LLMError, PlanError
+from planloop.core.masking import mask, mask_text
+from planloop.core.metrics import ROUNDS
+from planloop.core.models import SessionStatus, StepStatus
+from planloop.core.values import preview
+from planloop.planner.answer_step import is_answer_step
+from planloop.planner.critic import Critic, Critique
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.summarizer import SessionAnswer, Summarizer, schema_problem
+from planloop.supervisor.deadline import short_of_time
+from planloop.supervisor.plan_changes import PlanChanges
+from planloop.supervisor.session_base import SessionIO
+from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.thinking import Deliberation, record_usage
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from core.models import StepStatus
-from supervisor.session_state import OPEN, SessionState
+from planloop.core.models import StepStatus
+from planloop.supervisor.session_state import OPEN, SessionState
 
 MAX_WAIT_S = 1.0  # the loop looks at its timers at least this often
 

@@ -8,16 +8,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from core.errors import PlanError, PlanReferenceError
-from core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
-from core.values import ValueLimits
-from planner.react_step import REACT_TOOL
-from planner.references import find_references, resolve_params
-from supervisor.big_params import SentParams, send_params
-from supervisor.consumers import ConsumerMonitor
-from supervisor.dispatch import Op
-from supervisor.scheduler import ready_steps
-from supervisor.session_base import SessionIO
+from planloop.core.errors import PlanError, PlanReferenceError
+from planloop.core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
+from planloop.core.values import ValueLimits
+from planloop.planner.react_step import REACT_TOOL
+from planloop.planner.references import find_references, resolve_params
+from planloop.supervisor.big_params import SentParams, send_params
+from planloop.supervisor.consumers import ConsumerMonitor
+from planloop.supervisor.dispatch import Op
+from planloop.supervisor.scheduler import ready_steps
+from planloop.supervisor.session_base import SessionIO
 
 log = logging.getLogger(__name__)
 

@@ -14,26 +14,26 @@ from dataclasses import dataclass
 
 import redis
 
-from config.settings import Settings
-from core import metrics, tracing
-from core.hot_state import connect
-from core.keys import Keys
-from core.logs import bind
-from core.models import SessionStatus
-from core.record import SqlRecord
-from core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
-from core.redis_version import require_supported_redis
-from core.tools import load_tools
-from planner.llm import build_chat_model
-from supervisor.context import SupervisorContext
-from supervisor.dispatch import Dispatcher
-from supervisor.lease_keeper import LeaseKeeper
-from supervisor.lessons import build_lesson_memory
-from supervisor.poison import count_crash, end_crashed_session
-from supervisor.rebuild import rebuild_lost_sessions
-from supervisor.session import SessionRunner
-from supervisor.session_base import describe_error
-from supervisor.state import SessionStore, Taken
+from planloop.config.settings import Settings
+from planloop.core import metrics, tracing
+from planloop.core.hot_state import connect
+from planloop.core.keys import Keys
+from planloop.core.logs import bind
+from planloop.core.models import SessionStatus
+from planloop.core.record import SqlRecord
+from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
+from planloop.core.redis_version import require_supported_redis
+from planloop.core.tools import load_tools
+from planloop.planner.llm import build_chat_model
+from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.dispatch import Dispatcher
+from planloop.supervisor.lease_keeper import LeaseKeeper
+from planloop.supervisor.lessons import build_lesson_memory
+from planloop.supervisor.poison import count_crash, end_crashed_session
+from planloop.supervisor.rebuild import rebuild_lost_sessions
+from planloop.supervisor.session import SessionRunner
+from planloop.supervisor.session_base import describe_error
+from planloop.supervisor.state import SessionStore, Taken
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.errors import (
+from planloop.core.errors import (
     FencedOutError,
     HotStateLostError,
     LLMError,
@@ -19,8 +19,8 @@ from core.errors import (
     SessionEndedError,
     SessionError,
 )
-from core.metrics import LEASE_TAKEOVERS
-from core.models import (
+from planloop.core.metrics import LEASE_TAKEOVERS
+from planloop.core.models import (
     ErrorKind,
     Event,
     EventType,
@@ -30,31 +30,31 @@ from core.models import (
     StepState,
     StepStatus,
 )
-from core.record import Claim
-from core.redis_faults import is_redis_fault
-from core.tracing import SESSION
-from planner.plan import Plan, Step
-from planner.react import usages_of
-from supervisor.agent_undo import AgentEffect, agent_effects
-from supervisor.broken import dependency_broken
-from supervisor.checkpointer import Checkpointer
-from supervisor.consumers import ConsumerMonitor
-from supervisor.context import SupervisorContext
-from supervisor.ending import Ending, adopt_recorded_ending, finish_session
-from supervisor.failures import settle_failure
-from supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
-from supervisor.lesson_story import ended_session
-from supervisor.lessons import BAD_ENDINGS, advice
-from supervisor.plan_changes import PlanChanges
-from supervisor.rounds import Rounds
-from supervisor.scheduler import wait_ms
-from supervisor.scheduling import Scheduling
-from supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
-from supervisor.session_state import FINAL, SessionState, attempt_row, session_end
-from supervisor.state import Taken
-from supervisor.store_port import Entry, SessionStorePort
-from supervisor.thinking import Deliberation, record_decision, record_usage
-from supervisor.verdict import Decision
+from planloop.core.record import Claim
+from planloop.core.redis_faults import is_redis_fault
+from planloop.core.tracing import SESSION
+from planloop.planner.plan import Plan, Step
+from planloop.planner.react import usages_of
+from planloop.supervisor.agent_undo import AgentEffect, agent_effects
+from planloop.supervisor.broken import dependency_broken
+from planloop.supervisor.checkpointer import Checkpointer
+from planloop.supervisor.consumers import ConsumerMonitor
+from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.ending import Ending, adopt_recorded_ending, finish_session
+from planloop.supervisor.failures import settle_failure
+from planloop.supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
+from planloop.supervisor.lesson_story import ended_session
+from planloop.supervisor.lessons import BAD_ENDINGS, advice
+from planloop.supervisor.plan_changes import PlanChanges
+from planloop.supervisor.rounds import Rounds
+from planloop.supervisor.scheduler import wait_ms
+from planloop.supervisor.scheduling import Scheduling
+from planloop.supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
+from planloop.supervisor.session_state import FINAL, SessionState, attempt_row, session_end
+from planloop.supervisor.state import Taken
+from planloop.supervisor.store_port import Entry, SessionStorePort
+from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
+from planloop.supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from config.settings import Settings
-from core.models import Event, EventType, Severity, StepStatus
-from core.tools import ToolRegistry
-from planner.plan import Step
-from planner.react_step import REACT_TOOL
-from supervisor.dispatch import Op
-from supervisor.session_state import SessionState
-from supervisor.store_port import Entry, SessionStorePort, WriteOp
+from planloop.config.settings import Settings
+from planloop.core.models import Event, EventType, Severity, StepStatus
+from planloop.core.tools import ToolRegistry
+from planloop.planner.plan import Step
+from planloop.planner.react_step import REACT_TOOL
+from planloop.supervisor.dispatch import Op
+from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.store_port import Entry, SessionStorePort, WriteOp
 
 # The session hash field `planloop cancel` sets (with the reason): read before anything else.
 CANCEL_FIELD = "cancel_requested"

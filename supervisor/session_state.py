@@ -11,11 +11,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.llm_budget import UsageByModel, add_calls
-from core.models import ErrorKind, SessionRecord, SessionStatus, StepState, StepStatus
-from core.record import Checkpoint
-from planner.plan import Plan, Step
-from supervisor.candidates import Candidates
+from planloop.core.llm_budget import UsageByModel, add_calls
+from planloop.core.models import ErrorKind, SessionRecord, SessionStatus, StepState, StepStatus
+from planloop.core.record import Checkpoint
+from planloop.planner.plan import Plan, Step
+from planloop.supervisor.candidates import Candidates
 
 FINAL = "final"  # a step's note once a failure is settled for good in its plan version
 OPEN = (StepStatus.PENDING, StepStatus.READY)

@@ -14,18 +14,18 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-from core.errors import FencedOutError
-from core.hot_state import dumps
-from core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
-from core.lua import (
+from planloop.core.errors import FencedOutError
+from planloop.core.hot_state import dumps
+from planloop.core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
+from planloop.core.lua import (
     EndAttempt,
     FencedWrite,
     Queued,
     ReleaseLease,
     RenewLease,
 )
-from core.models import Event, SessionRecord, SessionStatus, StepState
-from core.redis_faults import is_redis_fault
+from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
+from planloop.core.redis_faults import is_redis_fault
 
 Op = list[Any]
 CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from core.keys import Keys
-from core.models import Event, SessionRecord, StepState
+from planloop.core.keys import Keys
+from planloop.core.models import Event, SessionRecord, StepState
 
 Entry = tuple[str, dict[str, str]]  # (stream entry id, its fields)
 WriteOp = tuple[str, str, Sequence[Any]]  # (command, key, args) of a fenced write

@@ -14,26 +14,26 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from config.settings import Settings
-from core.catalogue import SensitiveNames
-from core.errors import LLMError
-from core.llm_budget import Budget, spend_of
-from core.metrics import count_decision, count_llm_call
-from core.models import Event, EventType, Severity, StepStatus
-from core.record import Checkpoint
-from core.tools import ToolRegistry
-from core.tracing import llm_span
-from planner.agents import Decider, Planner
-from planner.decision import ReplanAction, ReplanDecision
-from planner.llm import ChatModel, Usage
-from planner.merge import merge_remaining, replace_remaining
-from planner.plan import Plan
-from planner.situation import EventView, Situation, StepView
-from supervisor.deadline import short_of_time
-from supervisor.policy import FAILURES, rule_verdict
-from supervisor.session_state import SessionState
-from supervisor.triggers import TriggerConfig, trigger_reason
-from supervisor.verdict import Decision, Verdict
+from planloop.config.settings import Settings
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.errors import LLMError
+from planloop.core.llm_budget import Budget, spend_of
+from planloop.core.metrics import count_decision, count_llm_call
+from planloop.core.models import Event, EventType, Severity, StepStatus
+from planloop.core.record import Checkpoint
+from planloop.core.tools import ToolRegistry
+from planloop.core.tracing import llm_span
+from planloop.planner.agents import Decider, Planner
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.llm import ChatModel, Usage
+from planloop.planner.merge import merge_remaining, replace_remaining
+from planloop.planner.plan import Plan
+from planloop.planner.situation import EventView, Situation, StepView
+from planloop.supervisor.deadline import short_of_time
+from planloop.supervisor.policy import FAILURES, rule_verdict
+from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.triggers import TriggerConfig, trigger_reason
+from planloop.supervisor.verdict import Decision, Verdict
 
 log = logging.getLogger(__name__)
 

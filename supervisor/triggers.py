@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.models import Event, EventType, Severity
+from planloop.core.models import Event, EventType, Severity
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.models import Event
-from planner.decision import ReplanDecision
-from planner.llm import Usage
+from planloop.core.models import Event
+from planloop.planner.decision import ReplanDecision
+from planloop.planner.llm import Usage
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import TypeVar
 
 import pytest
 
-from config.settings import Settings
-from producer.stack import EmbeddedRedis, redis_server_binary
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.producer.stack import EmbeddedRedis, redis_server_binary
+from planloop.workers.toolsets import BENCH_TOOLS
 
 T = TypeVar("T")
 

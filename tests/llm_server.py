@@ -41,7 +41,7 @@ from typing import Any
 
 import tiktoken
 
-from core.similarity import words
+from planloop.core.similarity import words
 
 DEFAULT_ROLE = "*"
 # What a role with nothing scripted answers, for the roles every LLM session calls at its

@@ -1,6 +1,6 @@
 """The one Celery app of the worker pool, configured from :class:`config.Settings`.
 
-``celery -A workers.app worker`` (and Flower) load the module's ``app``, built on first use
+``celery -A planloop.workers.app worker`` (and Flower) load the module's ``app``, built on first use
 from this process's settings; ``planloop worker`` builds its own with :func:`create_app` from the
 settings its command line read. Either way :func:`create_app` is the one place the app, the
 worker runtime (executor) and the catalogue publisher are put together.
@@ -15,15 +15,15 @@ from typing import Any
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
-from config.celery import celery_config
-from config.settings import Settings, get_settings
-from core import tracing
-from core.logs import use_format
-from core.masking import install_log_masking
-from workers.catalogue import publish_while_serving
-from workers.metrics import serve_metrics_while_serving
-from workers.runtime import PlanloopCelery, WorkerRuntime
-from workers.tasks import register_tasks
+from planloop.config.celery import celery_config
+from planloop.config.settings import Settings, get_settings
+from planloop.core import tracing
+from planloop.core.logs import use_format
+from planloop.core.masking import install_log_masking
+from planloop.workers.catalogue import publish_while_serving
+from planloop.workers.metrics import serve_metrics_while_serving
+from planloop.workers.runtime import PlanloopCelery, WorkerRuntime
+from planloop.workers.tasks import register_tasks
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,13 @@ def _log_json() -> None:
 
 @cache
 def default_app() -> PlanloopCelery:
-    """The app of ``celery -A workers.app`` (Flower, bare celery): that entry point's settings
-    come from the environment."""
+    """The app of ``celery -A planloop.workers.app`` (Flower, bare celery): that entry point's
+    settings come from the environment."""
     return create_app(get_settings())
 
 
 def __getattr__(name: str) -> Any:
-    # `workers.app.app` is built on first use, so importing create_app builds no app
+    # `planloop.workers.app.app` is built on first use, so importing create_app builds no app
     if name == "app":
         return default_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

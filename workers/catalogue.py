@@ -20,12 +20,12 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
-from config.settings import Settings
-from core.catalogue import publish_catalogue
-from core.heartbeat import beat, forget
-from core.hot_state import connect
-from core.keys import Keys
-from core.tools import ToolRegistry, load_tools
+from planloop.config.settings import Settings
+from planloop.core.catalogue import publish_catalogue
+from planloop.core.heartbeat import beat, forget
+from planloop.core.hot_state import connect
+from planloop.core.keys import Keys
+from planloop.core.tools import ToolRegistry, load_tools
 
 log = logging.getLogger(__name__)
 

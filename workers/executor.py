@@ -17,26 +17,26 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
-from core.broker import receipts
-from core.errors import (
+from planloop.core.broker import receipts
+from planloop.core.errors import (
     OutputTooLarge,
     PermanentToolError,
     ToolError,
     ToolTimeoutError,
     TransientToolError,
 )
-from core.hot_state import BreakerPolicy, HotState, dumps
-from core.logs import bound
-from core.masking import error_text, mask_text
-from core.metrics import count_breaker, count_step
-from core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
-from core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
-from core.values import ValueLimits, walk
-from planner.answer_step import ANSWER_TOOL, AnswerParams
-from planner.expect import check_expectations
-from planner.plan import Expectation
-from planner.react import ReactResult, ReactStopped, usage_payload
-from planner.react_step import REACT_TOOL
+from planloop.core.hot_state import BreakerPolicy, HotState, dumps
+from planloop.core.logs import bound
+from planloop.core.masking import error_text, mask_text
+from planloop.core.metrics import count_breaker, count_step
+from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
+from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
+from planloop.core.values import ValueLimits, walk
+from planloop.planner.answer_step import ANSWER_TOOL, AnswerParams
+from planloop.planner.expect import check_expectations
+from planloop.planner.plan import Expectation
+from planloop.planner.react import ReactResult, ReactStopped, usage_payload
+from planloop.planner.react_step import REACT_TOOL
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_shutdown, worker_ready
 
-from config.settings import Settings
-from core.hot_state import connect
-from core.metrics import QueueDepth, process_exited, redis_queue_lengths, serve
+from planloop.config.settings import Settings
+from planloop.core.hot_state import connect
+from planloop.core.metrics import QueueDepth, process_exited, redis_queue_lengths, serve
 
 log = logging.getLogger(__name__)
 

@@ -19,20 +19,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from config.settings import Settings
-from core.errors import (
+from planloop.config.settings import Settings
+from planloop.core.errors import (
     PermanentToolError,
     SessionNotFoundError,
     ToolTimeoutError,
     UnknownToolError,
 )
-from core.hot_state import BreakerPolicy, HotState
-from core.llm_budget import Budget, add_calls, spend_of
-from core.masking import error_text, mask, mask_text
-from core.models import ErrorKind, StepTaskArgs
-from core.tools import EffectLedger, ToolContext, ToolRegistry
-from planner.llm import ChatModel, Usage
-from planner.react import (
+from planloop.core.hot_state import BreakerPolicy, HotState
+from planloop.core.llm_budget import Budget, add_calls, spend_of
+from planloop.core.masking import error_text, mask, mask_text
+from planloop.core.models import ErrorKind, StepTaskArgs
+from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry
+from planloop.planner.llm import ChatModel, Usage
+from planloop.planner.react import (
     Iteration,
     Observation,
     ReactAgent,
@@ -41,8 +41,8 @@ from planner.react import (
     ReactTask,
     usage_payload,
 )
-from planner.react_step import REACT_TOOL, ReactParams
-from workers.executor import ToolThreads, classify_error
+from planloop.planner.react_step import REACT_TOOL, ReactParams
+from planloop.workers.executor import ToolThreads, classify_error
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,15 @@ import threading
 
 from celery import Celery
 
-from config.settings import Settings
-from core.effects import SqlEffectLedger
-from core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
-from core.keys import Keys
-from core.tools import load_tools
-from core.values import ValueLimits
-from planner.llm import build_chat_model
-from workers.executor import StepExecutor
-from workers.react import AgentStepRunner
+from planloop.config.settings import Settings
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
+from planloop.core.keys import Keys
+from planloop.core.tools import load_tools
+from planloop.core.values import ValueLimits
+from planloop.planner.llm import build_chat_model
+from planloop.workers.executor import StepExecutor
+from planloop.workers.react import AgentStepRunner
 
 log = logging.getLogger(__name__)
 
@@ -95,5 +95,5 @@ class PlanloopCelery(Celery):  # type: ignore[misc]
 
     def __init__(self, runtime: WorkerRuntime) -> None:
         # core.broker.AMQP: connection URIs name the redis scheme (Flower's Broker page).
-        super().__init__("planloop", set_as_current=False, amqp="core.broker:AMQP")
+        super().__init__("planloop", set_as_current=False, amqp="planloop.core.broker:AMQP")
         self.runtime = runtime

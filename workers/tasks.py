@@ -25,13 +25,13 @@ import redis
 from celery import Task
 from celery.exceptions import Retry
 
-from config.celery import STEP_TASK
-from core.errors import StepAttemptFailed
-from core.models import StepTaskArgs
-from core.redis_faults import is_redis_fault
-from core.tracing import TRACEPARENT, step_span
-from workers.executor import Attempt
-from workers.runtime import PlanloopCelery, WorkerRuntime
+from planloop.config.celery import STEP_TASK
+from planloop.core.errors import StepAttemptFailed
+from planloop.core.models import StepTaskArgs
+from planloop.core.redis_faults import is_redis_fault
+from planloop.core.tracing import TRACEPARENT, step_span
+from planloop.workers.executor import Attempt
+from planloop.workers.runtime import PlanloopCelery, WorkerRuntime
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from core.record import Base
+from planloop.core.record import Base
 
 config = context.config
 connection = config.attributes["connection"]

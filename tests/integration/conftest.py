@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.effects import SqlEffectLedger
-from core.errors import SessionNotFoundError
-from core.heartbeat import live_workers
-from core.hot_state import HotState, RedisEffectCache, connect
-from core.keys import Keys
-from core.models import SessionOptions, SessionRecord, StepState, StepStatus
-from core.record import SqlRecord
-from planner.plan import Plan, parse_plan
-from producer.client import Producer
-from producer.stack import Stack, local_stack, redis_answers
+from planloop.config.settings import Settings
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.errors import SessionNotFoundError
+from planloop.core.heartbeat import live_workers
+from planloop.core.hot_state import HotState, RedisEffectCache, connect
+from planloop.core.keys import Keys
+from planloop.core.models import SessionOptions, SessionRecord, StepState, StepStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan, parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, local_stack, redis_answers
 from tests.conftest import wait_for
 
 

@@ -14,15 +14,15 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from config.settings import Settings
-from core.effects import SqlEffectLedger
-from core.heartbeat import live_workers
-from core.hot_state import HotState, RedisEffectCache, connect
-from core.keys import Keys
-from core.models import SessionRecord, SessionStatus
-from core.record import SqlRecord
-from producer.client import Producer
-from producer.stack import Stack, local_stack
+from planloop.config.settings import Settings
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.heartbeat import live_workers
+from planloop.core.hot_state import HotState, RedisEffectCache, connect
+from planloop.core.keys import Keys
+from planloop.core.models import SessionRecord, SessionStatus
+from planloop.core.record import SqlRecord
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, local_stack
 from tests.conftest import wait_for
 from tests.llm_server import ScriptedLLMServer
 

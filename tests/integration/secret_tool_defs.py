@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.tools import ToolContext, ToolRegistry, tool
+from planloop.core.tools import ToolContext, ToolRegistry, tool
 
 ECHO, PARSE = "secrets_test.echo", "secrets_test.parse"
 

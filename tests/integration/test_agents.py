@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from config.settings import Settings
-from core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
-from core.tools import ToolRegistry, load_tools
-from planner.agents import Decider, Planner
-from planner.decision import ReplanAction
-from planner.llm import OpenAIChatModel
-from planner.merge import merge_remaining
-from planner.plan import Plan, Step
-from planner.situation import EventView, Situation, StepView
-from planner.validation import validate_plan
+from planloop.config.settings import Settings
+from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
+from planloop.core.tools import ToolRegistry, load_tools
+from planloop.planner.agents import Decider, Planner
+from planloop.planner.decision import ReplanAction
+from planloop.planner.llm import OpenAIChatModel
+from planloop.planner.merge import merge_remaining
+from planloop.planner.plan import Plan, Step
+from planloop.planner.situation import EventView, Situation, StepView
+from planloop.planner.validation import validate_plan
 from tests.llm_server import ScriptedLLMServer, count_prompt_tokens
 
 pytestmark = pytest.mark.integration

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import SessionOptions, SessionStatus
-from planner.plan import parse_plan
+from planloop.core.models import SessionOptions, SessionStatus
+from planloop.planner.plan import parse_plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps, wait_ended
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from core.hot_state import blob_digest, dumps
-from planner.plan import parse_plan
-from producer.views import print_show
+from planloop.core.hot_state import blob_digest, dumps
+from planloop.planner.plan import parse_plan
+from planloop.producer.views import print_show
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
 

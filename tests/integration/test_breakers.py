@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import ErrorKind, SessionOptions, SessionStatus, StepStatus
-from planner.plan import parse_plan
+from planloop.core.models import ErrorKind, SessionOptions, SessionStatus, StepStatus
+from planloop.planner.plan import parse_plan
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps, wait_ended
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
 

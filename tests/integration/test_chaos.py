@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from core.keys import EVENTS_GROUP
-from core.models import EventType, SessionRecord, SessionStatus, StepStatus
-from planner.plan import Plan
+from planloop.core.keys import EVENTS_GROUP
+from planloop.core.models import EventType, SessionRecord, SessionStatus, StepStatus
+from planloop.planner.plan import Plan
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

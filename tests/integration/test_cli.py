@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from config.settings import Settings
-from core.keys import Keys
-from core.models import SessionStatus, StepStatus
-from producer.client import Producer
-from producer.stack import Stack, free_port
+from planloop.config.settings import Settings
+from planloop.core.keys import Keys
+from planloop.core.models import SessionStatus, StepStatus
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan, wait_ended
 
@@ -57,7 +57,7 @@ def planloop(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``planloop ARGS`` as a user would, with the test run's settings."""
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "planloop.producer.cli", *args],
         env={**os.environ, **env_overrides},
         cwd=REPO,
         capture_output=True,
@@ -248,7 +248,7 @@ def flower_url(env_overrides: dict[str, str], tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "flower.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "flower", "--port", str(port)],
+            [sys.executable, "-m", "planloop.producer.cli", "flower", "--port", str(port)],
             env=env,
             cwd=REPO,
             stdout=out,

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.errors import InputLimitError, PlanValidationError
-from core.keys import Keys
-from planner.plan import Plan, load_plan
-from producer.client import Producer
+from planloop.config.settings import Settings
+from planloop.core.errors import InputLimitError, PlanValidationError
+from planloop.core.keys import Keys
+from planloop.planner.plan import Plan, load_plan
+from planloop.producer.client import Producer
 from tests.integration.conftest import _delete_prefix
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def planloop(
     if args[:1] == ("submit",):  # no worker serves this module's prefix: none is checked for
         args = (*args, "--no-worker-check")
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "planloop.producer.cli", *args],
         env={**os.environ, **settings.to_env(), **(env or {})},
         cwd=REPO,
         capture_output=True,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.effects import SqlEffectLedger
-from core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
-from planner.plan import parse_plan
-from supervisor.ending import COMPENSATE_SUFFIX
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.planner.plan import parse_plan
+from planloop.supervisor.ending import COMPENSATE_SUFFIX
+from planloop.workers.toolsets import bench, supply_chain  # noqa: F401  (registers the tools here)
 from tests.conftest import wait_for
 from tests.integration.conftest import (
     MakeStack,
@@ -17,7 +18,6 @@ from tests.integration.conftest import (
     report_steps,
     wait_ended,
 )
-from workers.toolsets import bench, supply_chain  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
 

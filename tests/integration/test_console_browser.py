@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Settings
-from core.models import SessionStatus
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack, free_port
+from planloop.config.settings import Settings
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
 from tests.integration.conftest import report_steps, wait_ended
 from tests.integration.test_console_http import FALLBACK
@@ -63,7 +63,7 @@ def console(
     env = {**os.environ, **env_overrides, "PYTHONPATH": str(REPO)}
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "console", "--port", str(port)],
+            [sys.executable, "-m", "planloop.producer.cli", "console", "--port", str(port)],
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from config.settings import Settings
-from console.app import create_app
-from core.models import SessionStatus
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack
+from planloop.config.settings import Settings
+from planloop.console.app import create_app
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, RunPlan, report_steps, wait_ended
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.models import EventType, SessionOptions, SessionStatus, Severity
-from core.record import SqlRecord
-from producer.client import Producer
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.models import EventType, SessionOptions, SessionStatus, Severity
+from planloop.core.record import SqlRecord
+from planloop.producer.client import Producer
 from tests.integration.conftest import RunPlan, report_steps
 from tests.integration.test_planning_loop import (
     FAIL,

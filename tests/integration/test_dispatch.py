@@ -14,14 +14,14 @@ import pytest
 import redis
 from celery import Celery
 
-from config.celery import STEP_TASK, celery_config, step_task_name
-from config.settings import Settings
-from core.errors import FencedOutError
-from core.keys import Keys
-from core.models import StepTaskArgs
-from core.tools import load_tools
-from supervisor.dispatch import Dispatcher, Op
-from supervisor.state import SessionStore
+from planloop.config.celery import STEP_TASK, celery_config, step_task_name
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError
+from planloop.core.keys import Keys
+from planloop.core.models import StepTaskArgs
+from planloop.core.tools import load_tools
+from planloop.supervisor.dispatch import Dispatcher, Op
+from planloop.supervisor.state import SessionStore
 
 pytestmark = pytest.mark.integration
 

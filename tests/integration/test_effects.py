@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from core.effects import EFFECTS, EffectAudit, SqlEffectLedger
-from core.errors import TransientToolError
-from core.hot_state import RedisEffectCache, connect
-from core.keys import Keys
-from core.models import SessionStatus
-from core.tools import ToolContext
-from planner.plan import Plan
+from planloop.core.effects import EFFECTS, EffectAudit, SqlEffectLedger
+from planloop.core.errors import TransientToolError
+from planloop.core.hot_state import RedisEffectCache, connect
+from planloop.core.keys import Keys
+from planloop.core.models import SessionStatus
+from planloop.core.tools import ToolContext
+from planloop.planner.plan import Plan
 from tests.conftest import TEST_PG_URL, MakeRedis
 from tests.integration.conftest import MakeStack
 
@@ -146,7 +146,7 @@ def test_racing_threads_apply_an_effect_once(
 RACER = """
 import json, sys, time
 from pathlib import Path
-from core.effects import EffectAudit, SqlEffectLedger
+from planloop.core.effects import EffectAudit, SqlEffectLedger
 
 url, audit, go, keys = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
 effects = SqlEffectLedger(url, audit=EffectAudit(audit))

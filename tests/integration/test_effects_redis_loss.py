@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from core.models import SessionStatus
-from planner.plan import Plan
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 

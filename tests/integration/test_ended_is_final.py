@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from core.errors import SessionEndedError
-from core.models import SessionOptions, SessionStatus, StepStatus
-from planner.plan import parse_plan
-from supervisor.rebuild import rebuild_lost_sessions, rebuild_session
-from supervisor.service import Supervisor
+from planloop.core.errors import SessionEndedError
+from planloop.core.models import SessionOptions, SessionStatus, StepStatus
+from planloop.planner.plan import parse_plan
+from planloop.supervisor.rebuild import rebuild_lost_sessions, rebuild_session
+from planloop.supervisor.service import Supervisor
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the tools here)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, wait_ended
 from tests.integration.test_cli import planloop
-from workers.toolsets import bench  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
 

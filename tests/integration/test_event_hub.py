@@ -8,11 +8,11 @@ import uuid
 import pytest
 import redis
 
-from config.settings import Settings
-from core.keys import EVENTS_GROUP, Keys
-from core.models import Event, EventType
-from supervisor.event_hub import EventHub
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.keys import EVENTS_GROUP, Keys
+from planloop.core.models import Event, EventType
+from planloop.supervisor.event_hub import EventHub
+from planloop.supervisor.state import SessionStore
 
 pytestmark = pytest.mark.integration
 CONSUMER = "hub-test"

@@ -8,18 +8,18 @@ from typing import cast
 import pytest
 import redis
 
-from config.settings import Settings
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.keys import Keys
-from core.models import EventType, SessionOptions, SessionStatus
-from core.tools import REGISTRY, ToolContext
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack
+from planloop.config.settings import Settings
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.keys import Keys
+from planloop.core.models import EventType, SessionOptions, SessionStatus
+from planloop.core.tools import REGISTRY, ToolContext
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan, report_steps, wait_ended
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from core.broker import KOMBU_UNACKED
-from core.models import SessionStatus
-from planner.plan import Plan
+from planloop.core.broker import KOMBU_UNACKED
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 
@@ -51,7 +51,7 @@ class Flower:
                     "-m",
                     "celery",
                     "-A",
-                    "workers.app",
+                    "planloop.workers.app",
                     "flower",
                     f"--port={self.port}",
                     "--address=127.0.0.1",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from config.settings import Settings
-from producer.health import flower_health, supervisor_health, worker_health
-from producer.stack import Stack, free_port
+from planloop.config.settings import Settings
+from planloop.producer.health import flower_health, supervisor_health, worker_health
+from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_worker_and_supervisor_of_this_host_are_healthy(
     env = {**os.environ, **env_overrides}
     for role in ("worker", "supervisor"):
         done = subprocess.run(
-            [sys.executable, "-m", "producer.cli", "health", role],
+            [sys.executable, "-m", "planloop.producer.cli", "health", role],
             env=env,
             capture_output=True,
             text=True,
@@ -58,7 +58,7 @@ def test_flower_health_asks_flowers_healthcheck(
     )
     with open(tmp_path / "flower.log", "wb") as log:
         flower = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "flower", "--port", str(port)],
+            [sys.executable, "-m", "planloop.producer.cli", "flower", "--port", str(port)],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -7,15 +7,15 @@ import asyncio
 import pytest
 import redis
 
-from config.settings import Settings
-from core.errors import FencedOutError
-from core.hot_state import HotState
-from core.keys import Keys
-from core.models import EventType, SessionStatus
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError
+from planloop.core.hot_state import HotState
+from planloop.core.keys import Keys
+from planloop.core.models import EventType, SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
+from planloop.supervisor.state import SessionStore
 from tests.integration.conftest import report_steps, wait_ended
 
 pytestmark = pytest.mark.integration

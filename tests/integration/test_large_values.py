@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.hot_state import blob_digest
-from core.keys import Keys
-from core.models import StepState, StepStatus
-from core.values import ValueLimits, ValueRef, encode
-from planner.plan import Plan
-from planner.references import resolve_params
-from supervisor.big_params import SentParams, send_params
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.hot_state import blob_digest
+from planloop.core.keys import Keys
+from planloop.core.models import StepState, StepStatus
+from planloop.core.values import ValueLimits, ValueRef, encode
+from planloop.planner.plan import Plan
+from planloop.planner.references import resolve_params
+from planloop.supervisor.big_params import SentParams, send_params
+from planloop.supervisor.state import SessionStore
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, report_steps
 

@@ -17,14 +17,14 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from config.settings import Settings
-from core.lessons import LessonStore, NewLesson, Query, Thresholds
-from core.models import SessionOptions, SessionStatus
-from core.record import SqlRecord, make_engine
-from planner.embedding import OpenAIEmbedder
-from producer.cli import cli
-from producer.client import Producer
-from supervisor.lessons import ADVICE_PREFIX, LessonMemory
+from planloop.config.settings import Settings
+from planloop.core.lessons import LessonStore, NewLesson, Query, Thresholds
+from planloop.core.models import SessionOptions, SessionStatus
+from planloop.core.record import SqlRecord, make_engine
+from planloop.planner.embedding import OpenAIEmbedder
+from planloop.producer.cli import cli
+from planloop.producer.client import Producer
+from planloop.supervisor.lessons import ADVICE_PREFIX, LessonMemory
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import decision, echo, prompts, run, subgraph
@@ -205,7 +205,7 @@ def test_lessons_fall_back_to_lexical_similarity_without_an_embeddings_endpoint(
 
 
 def _drafts() -> list[Any]:
-    from planner.reflection import AppliesTo, LessonDraft
+    from planloop.planner.reflection import AppliesTo, LessonDraft
 
     return [LessonDraft(lesson=LESSON, applies_to=AppliesTo(toolsets=["supply_chain"]))]
 

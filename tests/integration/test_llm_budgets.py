@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from config.settings import Settings
-from core.models import SessionOptions, SessionStatus, StepStatus
-from core.record import SqlRecord
-from planner.plan import parse_plan
-from producer.client import Producer
+from planloop.config.settings import Settings
+from planloop.core.models import SessionOptions, SessionStatus, StepStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps, wait_ended
 from tests.integration.llm_conftest import wait_recorded

@@ -9,9 +9,9 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from config.settings import Settings
-from core.errors import ConfigError, LLMResponseError, LLMUnavailableError
-from planner.llm import OpenAIChatModel, Role, build_chat_model
+from planloop.config.settings import Settings
+from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
+from planloop.planner.llm import OpenAIChatModel, Role, build_chat_model
 from tests.llm_server import Fail, ScriptedLLMServer, count_prompt_tokens
 
 pytestmark = pytest.mark.integration

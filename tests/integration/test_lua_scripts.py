@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from core.keys import Keys
-from core.lua import (
+from planloop.core.keys import Keys
+from planloop.core.lua import (
     AcquireLease,
     EndAttempt,
     FencedWrite,
@@ -27,7 +27,7 @@ from core.lua import (
     RenewLeases,
     StartAttempt,
 )
-from core.models import SessionStatus
+from planloop.core.models import SessionStatus
 
 pytestmark = pytest.mark.integration
 

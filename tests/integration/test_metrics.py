@@ -9,8 +9,8 @@ from contextlib import suppress
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.models import SessionStatus
-from planner.plan import Plan
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack
 from tests.integration.test_flower import free_port

@@ -21,8 +21,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine, make_url
 
-from core import migrate
-from core.record import Base, SqlRecord, make_engine
+from planloop.core import migrate
+from planloop.core.record import Base, SqlRecord, make_engine
 from tests.conftest import TEST_PG_URL
 
 pytestmark = pytest.mark.integration
@@ -130,7 +130,7 @@ def test_db_commands_and_a_supervisor_that_refuses(tmp_path: Path) -> None:
 
     def planloop(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "producer.cli", *args],
+            [sys.executable, "-m", "planloop.producer.cli", *args],
             env=env,
             capture_output=True,
             text=True,

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Settings
-from core.heartbeat import live_workers
-from core.models import SessionStatus, StepStatus
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack
+from planloop.config.settings import Settings
+from planloop.core.heartbeat import live_workers
+from planloop.core.models import SessionStatus, StepStatus
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
+from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, wait_ended
 from tests.integration.test_cli import DIAMOND, planloop
-from workers.toolsets import BENCH_TOOLS
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def cli(env: dict[str, str], *args: str, timeout_s: float = 60) -> subprocess.Co
     """``planloop ARGS`` with exactly these PLANLOOP_* variables (none of the test run's)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PLANLOOP_")}
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "planloop.producer.cli", *args],
         env={**base, **env},
         cwd=REPO,
         capture_output=True,
@@ -124,7 +124,7 @@ def test_bad_input_exits_2(tmp_path: Path, env_overrides: dict[str, str]) -> Non
 def test_tool_modules_takes_a_comma_list(env_overrides: dict[str, str]) -> None:
     env = {
         **env_overrides,
-        "PLANLOOP_TOOL_MODULES": f"{BENCH_TOOLS}, workers.toolsets.qa",
+        "PLANLOOP_TOOL_MODULES": f"{BENCH_TOOLS}, planloop.workers.toolsets.qa",
     }
     assert Settings(tool_modules=f"{BENCH_TOOLS},x.y").tool_modules == [BENCH_TOOLS, "x.y"]  # type: ignore[arg-type]
     # the CLI reads it from the environment and knows the bench tools by it
@@ -196,7 +196,7 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
     bench_producer = Producer.from_settings(
         ps.settings.model_copy(update={"tool_modules": [BENCH_TOOLS]})
     )
-    from core.errors import NoLiveWorkerError
+    from planloop.core.errors import NoLiveWorkerError
 
     with pytest.raises(NoLiveWorkerError):
         bench_producer.submit(parse_plan(DIAMOND.read_text()), check_workers=True)
@@ -215,7 +215,14 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
     with open(err_path, "w") as err:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PLANLOOP_")}
         waiting = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "submit", "--wait-for-workers", str(DIAMOND)],
+            [
+                sys.executable,
+                "-m",
+                "planloop.producer.cli",
+                "submit",
+                "--wait-for-workers",
+                str(DIAMOND),
+            ],
             env={**base, **cli_env},
             cwd=REPO,
             stdout=subprocess.PIPE,

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
-from core.record import SqlRecord
-from planner.plan import Plan, parse_plan
-from producer.client import Producer
-from producer.history import session_history
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan, parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.history import session_history
 from tests.conftest import wait_for
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded

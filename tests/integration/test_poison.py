@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from core.models import Event, EventType, SessionOptions, SessionStatus, StepStatus
-from planner.plan import parse_plan
+from planloop.core.models import Event, EventType, SessionOptions, SessionStatus, StepStatus
+from planloop.planner.plan import parse_plan
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the tools here)
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps, wait_ended
-from workers.toolsets import bench  # noqa: F401  (registers the tools here)
 
 pytestmark = pytest.mark.integration
 

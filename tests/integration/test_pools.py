@@ -11,9 +11,9 @@ from typing import Any
 import psutil
 import pytest
 
-from config.celery import celery_config
-from core.models import SessionStatus
-from planner.plan import Plan, parse_plan
+from planloop.config.celery import celery_config
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan, parse_plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack
 

@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.errors import ToolTimeoutError
-from core.hot_state import BreakerPolicy, HotState
-from core.keys import Keys
-from core.models import SessionOptions, StepTaskArgs
-from core.tools import MemoryEffectLedger, load_tools
-from planner.react import ReactStopped
-from planner.react_step import REACT_TOOL
+from planloop.config.settings import Settings
+from planloop.core.errors import ToolTimeoutError
+from planloop.core.hot_state import BreakerPolicy, HotState
+from planloop.core.keys import Keys
+from planloop.core.models import SessionOptions, StepTaskArgs
+from planloop.core.tools import MemoryEffectLedger, load_tools
+from planloop.planner.react import ReactStopped
+from planloop.planner.react_step import REACT_TOOL
+from planloop.workers.executor import ToolThreads
+from planloop.workers.react import AgentStepRunner
 from tests.integration.conftest import _delete_prefix
 from tests.unit.test_react import ScriptedChat
-from workers.executor import ToolThreads
-from workers.react import AgentStepRunner
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def runner(hot: HotState, chat: ScriptedChat, ledger: MemoryEffectLedger) -> Age
     return AgentStepRunner(
         chat=chat,
         state=hot,
-        tools=load_tools(["workers.toolsets.bench"]),
+        tools=load_tools(["planloop.workers.toolsets.bench"]),
         effects=ledger,
         threads=ToolThreads(),
         breaker=BreakerPolicy(failures=1, window_s=30.0, cooldown_s=60.0),

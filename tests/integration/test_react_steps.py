@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from config.settings import Settings
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.models import SessionOptions, SessionStatus
-from core.record import SqlRecord
-from planner.plan import Plan, parse_plan
-from planner.react_step import REACT_TOOL
-from producer.client import Producer
+from planloop.config.settings import Settings
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.models import SessionOptions, SessionStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan, parse_plan
+from planloop.planner.react_step import REACT_TOOL
+from planloop.producer.client import Producer
 from tests.integration.conftest import RunPlan, report_steps
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_cli import planloop

@@ -17,13 +17,13 @@ import pytest
 import redis
 from kombu import Connection
 
-from config.celery import STEP_TASK
-from config.settings import Settings
-from core.broker import Receipt, receipts
-from core.hot_state import HotState
-from core.models import Event, EventType, StepStatus, StepTaskArgs
-from core.tools import load_tools
-from supervisor.dispatch import Dispatcher
+from planloop.config.celery import STEP_TASK
+from planloop.config.settings import Settings
+from planloop.core.broker import Receipt, receipts
+from planloop.core.hot_state import HotState
+from planloop.core.models import Event, EventType, StepStatus, StepTaskArgs
+from planloop.core.tools import load_tools
+from planloop.supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan
 
@@ -51,7 +51,7 @@ def channel(settings: Settings, unacked: tuple[str, str]) -> Iterator[Any]:
     hash_key, index_key = unacked
     connection = Connection(
         settings.redis_url,
-        transport="core.broker:Transport",
+        transport="planloop.core.broker:Transport",
         transport_options={
             "unacked_key": hash_key,
             "unacked_index_key": index_key,

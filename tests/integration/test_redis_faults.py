@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from core.models import SessionStatus
-from planner.plan import Plan
-from producer.stack import EmbeddedRedis, free_port
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import Plan
+from planloop.producer.stack import EmbeddedRedis, free_port
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -225,7 +225,7 @@ def test_up_restarts_dead_children(
     out = tmp_path / "up.out"
     with out.open("wb") as sink:
         up = subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", "up"],
+            [sys.executable, "-m", "planloop.producer.cli", "up"],
             # the web console is a child too; on a port of its own
             env={**ps.stack.env, "PLANLOOP_CONSOLE_PORT": str(free_port())},
             cwd=tmp_path,
@@ -265,7 +265,7 @@ def test_worker_that_must_stop_exits_non_zero(private_stack: MakeStack, tmp_path
         "def start(self):\n"
         "    raise RuntimeError('broker gone for good (simulated)')\n"
         "c.Consumer.start = start\n"
-        "from producer.cli import main\n"
+        "from planloop.producer.cli import main\n"
         "main(['worker', '--loglevel', 'WARNING'])\n"
     )
     done = subprocess.run(

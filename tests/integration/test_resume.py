@@ -8,12 +8,12 @@ from typing import Any, cast
 
 import pytest
 
-from core.keys import EVENTS_GROUP
-from core.models import Event, EventType, SessionStatus, Severity, StepStatus
-from planner.plan import Plan, parse_plan
+from planloop.core.keys import EVENTS_GROUP
+from planloop.core.models import Event, EventType, SessionStatus, Severity, StepStatus
+from planloop.planner.plan import Plan, parse_plan
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from core.hot_state import HotState
-from core.models import SessionOptions, SessionStatus
-from core.record import SqlRecord
-from planner.plan import load_plan
-from producer.cli import read_answer_schema
-from producer.client import Producer
-from producer.views import print_show
+from planloop.core.hot_state import HotState
+from planloop.core.models import SessionOptions, SessionStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import load_plan
+from planloop.producer.cli import read_answer_schema
+from planloop.producer.client import Producer
+from planloop.producer.views import print_show
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import decision, echo, notes, prompts, run, subgraph

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from core.effects import SqlEffectLedger
-from core.hot_state import HotState
-from core.models import EventType, SessionRecord, SessionStatus
-from core.record import SqlRecord
-from planner.plan import Plan, load_plan, parse_plan
-from producer.client import Producer
-from producer.stack import Stack
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.hot_state import HotState
+from planloop.core.models import EventType, SessionRecord, SessionStatus
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan, load_plan, parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
 from tests.integration.conftest import report_steps, wait_ended
 from tests.integration.llm_conftest import wait_recorded
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.models import SessionOptions, SessionStatus
+from planloop.core.models import SessionOptions, SessionStatus
 from tests.integration.conftest import RunPlan, report_steps
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import planloop
-from config.settings import Settings
-from producer.stack import Stack
+from planloop.config.settings import Settings
+from planloop.producer.stack import Stack
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration

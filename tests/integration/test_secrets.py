@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.catalogue import SensitiveNames, publish_catalogue, read_catalogue
-from core.keys import Keys
-from core.models import StepTaskArgs
-from core.tools import ToolRegistry, load_tools
-from planner.plan import Plan
-from planner.situation import EventView, Situation, StepView, render_situation
-from producer.client import Producer
-from producer.stack import Stack
-from supervisor.dispatch import Dispatcher
+from planloop.config.settings import Settings
+from planloop.core.catalogue import SensitiveNames, publish_catalogue, read_catalogue
+from planloop.core.keys import Keys
+from planloop.core.models import StepTaskArgs
+from planloop.core.tools import ToolRegistry, load_tools
+from planloop.planner.plan import Plan
+from planloop.planner.situation import EventView, Situation, StepView, render_situation
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
+from planloop.supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from tests.integration.secret_tool_defs import ECHO, PARSE, register
@@ -93,7 +93,7 @@ def queued_messages(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
 
 def planloop(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "planloop.producer.cli", *args],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import SessionStatus
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import Stack
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
 from tests.integration.conftest import wait_ended
 
 pytestmark = pytest.mark.integration

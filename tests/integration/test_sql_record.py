@@ -12,12 +12,12 @@ import pytest
 import redis
 from sqlalchemy import delete
 
-from config.settings import Settings
-from core.errors import FencedOutError
-from core.hot_state import HotState
-from core.keys import Keys
-from core.models import SessionStatus
-from core.record import (
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError
+from planloop.core.hot_state import HotState
+from planloop.core.keys import Keys
+from planloop.core.models import SessionStatus
+from planloop.core.record import (
     Checkpoint,
     DecisionRow,
     EventRow,
@@ -26,9 +26,9 @@ from core.record import (
     SqlRecord,
     StepAttemptRow,
 )
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.stack import local_stack
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.stack import local_stack
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import RunPlan, _delete_prefix, report_steps, wait_ended
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import redis
 
-from config.settings import Settings
-from core.errors import FencedOutError
-from core.keys import EVENTS_GROUP, Keys
-from core.models import Event, EventType, StepStatus
-from supervisor.memory_store import MemorySessionStore
-from supervisor.state import SessionStore
-from supervisor.store_port import SessionStorePort
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError
+from planloop.core.keys import EVENTS_GROUP, Keys
+from planloop.core.models import Event, EventType, StepStatus
+from planloop.supervisor.memory_store import MemorySessionStore
+from planloop.supervisor.state import SessionStore
+from planloop.supervisor.store_port import SessionStorePort
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from typing import Any, cast
 import pytest
 import redis
 
-from config.settings import Settings
-from core.keys import EVENTS_GROUP, Keys
-from core.models import SessionStatus
-from planner.plan import parse_plan
-from supervisor.state import SessionStore
+from planloop.config.settings import Settings
+from planloop.core.keys import EVENTS_GROUP, Keys
+from planloop.core.models import SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.supervisor.state import SessionStore
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from core.models import SessionStatus
-from core.tracing import session_ids
-from planner.plan import Plan
+from planloop.core.models import SessionStatus
+from planloop.core.tracing import session_ids
+from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack
 

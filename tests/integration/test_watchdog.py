@@ -10,13 +10,13 @@ import sys
 import pytest
 from rich.console import Console
 
-from core.models import EventType, Severity, task_id
-from planner.plan import parse_plan
-from producer.views import print_status
-from producer.watch import watch_session
+from planloop.core.models import EventType, Severity, task_id
+from planloop.planner.plan import parse_plan
+from planloop.producer.views import print_status
+from planloop.producer.watch import watch_session
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def status_text(ps: PrivateStack, sid: str) -> str:
 def cli_status(ps: PrivateStack, sid: str) -> str:
     """What `planloop status SID` prints."""
     done = subprocess.run(
-        [sys.executable, "-m", "producer.cli", "status", sid],
+        [sys.executable, "-m", "planloop.producer.cli", "status", sid],
         env=ps.stack.env,
         capture_output=True,
         text=True,

@@ -8,16 +8,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from config.settings import Settings
-from core.catalogue import SensitiveNames
-from core.models import StepState, StepStatus, StepTaskArgs
-from core.tools import ToolContext, ToolRegistry, tool
-from planner.plan import Plan, Step
-from supervisor.memory_store import MemorySessionStore
-from supervisor.plan_changes import PlanChanges
-from supervisor.session_base import SessionIO
-from supervisor.session_state import SessionState
-from supervisor.thinking import Deliberation
+from planloop.config.settings import Settings
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.models import StepState, StepStatus, StepTaskArgs
+from planloop.core.tools import ToolContext, ToolRegistry, tool
+from planloop.planner.plan import Plan, Step
+from planloop.supervisor.memory_store import MemorySessionStore
+from planloop.supervisor.plan_changes import PlanChanges
+from planloop.supervisor.session_base import SessionIO
+from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.thinking import Deliberation
 
 T = TypeVar("T")
 SID, EPOCH = "s1", 3

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from supervisor.admission import Admission
+from planloop.supervisor.admission import Admission
 
 
 def test_starts_take_their_slots_in_arrival_order() -> None:

@@ -10,10 +10,10 @@ import pytest
 from bench.agent_latency import critical_path_s
 from bench.qa_questions import TEMPLATES, Question, questions
 from bench.token_llm import reply_for, reply_latency_s
-from core.tools import ToolContext, load_tools
-from planner.compact_plan import CompactPlan
-from planner.validation import validate_plan
-from workers.toolsets.qa import QA_TOOLS, RELATIONS, fact
+from planloop.core.tools import ToolContext, load_tools
+from planloop.planner.compact_plan import CompactPlan
+from planloop.planner.validation import validate_plan
+from planloop.workers.toolsets.qa import QA_TOOLS, RELATIONS, fact
 
 QUESTIONS = questions(21)
 ACTION = re.compile(r"^Action: (\S+)\nAction Input: (\{.*\})$", re.MULTILINE)

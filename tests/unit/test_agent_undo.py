@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from core.tools import load_tools
-from planner.plan import Step
-from supervisor.agent_undo import agent_effects, effect_undos
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools)
+from planloop.core.tools import load_tools
+from planloop.planner.plan import Step
+from planloop.supervisor.agent_undo import agent_effects, effect_undos
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools)
 
 TOOLS = load_tools()
 

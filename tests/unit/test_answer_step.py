@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.tools import load_tools
-from planner.answer_step import ANSWER_TOOL, AnswerParams
-from planner.plan import Plan, Step
-from planner.validation import all_errors, validate_plan
+from planloop.core.tools import load_tools
+from planloop.planner.answer_step import ANSWER_TOOL, AnswerParams
+from planloop.planner.plan import Plan, Step
+from planloop.planner.validation import all_errors, validate_plan
 
 TOOLS = load_tools()
 

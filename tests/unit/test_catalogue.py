@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, SecretStr
 
-from core.catalogue import CatalogueEntry, SensitiveNames, catalogue_entry
-from core.tools import ToolRegistry, ToolSpec
+from planloop.core.catalogue import CatalogueEntry, SensitiveNames, catalogue_entry
+from planloop.core.tools import ToolRegistry, ToolSpec
 
 
 class Params(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from planner.compact_plan import CompactPlan
+from planloop.planner.compact_plan import CompactPlan
 
 TERSE = """{"steps":[
 ["a","ecommerce.inventory",{"product_id":"SKU1"},[]],

@@ -6,9 +6,9 @@ import base64
 
 from starlette.requests import Request
 
-from console.guard import credentials_match, same_origin
-from console.layout import NODE_H, NODE_W, layers_of, layout
-from planner.plan import parse_plan
+from planloop.console.guard import credentials_match, same_origin
+from planloop.console.layout import NODE_H, NODE_W, layers_of, layout
+from planloop.planner.plan import parse_plan
 
 PLAN = parse_plan(
     """

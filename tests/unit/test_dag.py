@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import PlanValidationError
-from planner.dag import (
+from planloop.core.errors import PlanValidationError
+from planloop.planner.dag import (
     ancestors,
     critical_path,
     descendants,
@@ -14,7 +14,7 @@ from planner.dag import (
     to_mermaid,
     topological_order,
 )
-from planner.plan import Plan, Step
+from planloop.planner.plan import Plan, Step
 
 
 def step(step_id: str, *deps: str) -> Step:

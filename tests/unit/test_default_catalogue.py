@@ -6,15 +6,15 @@ import json
 import subprocess
 import sys
 
-from config.settings import Settings
-from core.tools import ENTRY_POINT_GROUP
-from workers.toolsets import BENCH_TOOLS
+from planloop.config.settings import Settings
+from planloop.core.tools import ENTRY_POINT_GROUP
+from planloop.workers.toolsets import BENCH_TOOLS
 
 # A fresh interpreter: this process's registry may hold the bench tools another test imported.
 LIST_DEFAULT_TOOLS = """
 import json
-from config.settings import Settings
-from core.tools import load_tools
+from planloop.config.settings import Settings
+from planloop.core.tools import load_tools
 print(json.dumps(sorted(load_tools(Settings().tool_modules).names())))
 """
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models import StepStatus
-from planner.plan import Plan
-from supervisor.scheduling import Scheduling
+from planloop.core.models import StepStatus
+from planloop.planner.plan import Plan
+from planloop.supervisor.scheduling import Scheduling
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.settings import Settings
-from producer.up import DEMO_PLAN, demo_options
+from planloop.config.settings import Settings
+from planloop.producer.up import DEMO_PLAN, demo_options
 
 
 def test_with_an_llm_the_demo_asks_for_stock_and_pricing_advice() -> None:

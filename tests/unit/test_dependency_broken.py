@@ -8,11 +8,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from core.models import ErrorKind, Event, EventType, Severity, StepStatus
-from planner.decision import ReplanAction, ReplanDecision
-from planner.llm import Role, Usage
-from planner.plan import Plan
-from supervisor.session import SessionRunner
+from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStatus
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan
+from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import run, step
 from tests.unit.test_session_loop_turns import outcome, runner
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.effects import EffectAudit, SqlEffectLedger
-from core.tools import REGISTRY, ToolContext
+from planloop.core.effects import EffectAudit, SqlEffectLedger
+from planloop.core.tools import REGISTRY, ToolContext
 from tests.unit.test_toolsets import MINIMAL_PARAMS, WRITE_TOOLS
 
 

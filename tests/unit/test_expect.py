@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from planner.expect import check_expectations
-from planner.plan import Expectation
+from planloop.planner.expect import check_expectations
+from planloop.planner.plan import Expectation
 
 OUTPUT: dict[str, Any] = {
     "shortfall": -3,

@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 import redis
 
-from core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
-from producer.stack import RESTART_FIRST_S, RESTART_MAX_S, Child, Stack
+from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
+from planloop.producer.stack import RESTART_FIRST_S, RESTART_MAX_S, Child, Stack
 
 
 @pytest.mark.parametrize(

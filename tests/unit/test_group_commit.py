@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from config.settings import Settings
-from core.errors import FencedOutError, SessionError
-from core.record import Checkpoint, Claim
-from supervisor.group_commit import CheckpointWriter, ClaimBatcher
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError, SessionError
+from planloop.core.record import Checkpoint, Claim
+from planloop.supervisor.group_commit import CheckpointWriter, ClaimBatcher
 
 T = TypeVar("T")
 GENEROUS_S = 20.0  # only a writer that ignores flush() or MAX_LINGER_S takes this long

@@ -53,7 +53,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", ["workers"])
+@pytest.mark.parametrize("package", ["planloop/workers"])
 def test_no_import_cycle(package: str) -> None:
     graph = import_graph(package)
     assert len(graph) > 3  # the scan found the package's modules
@@ -66,13 +66,15 @@ def test_no_import_cycle(package: str) -> None:
 def test_the_scan_sees_a_cycle_through_a_deferred_import(tmp_path: Path) -> None:
     """The check can fail: the shape ``workers/`` had (app <-> tasks, one side in a function)."""
     graph = {
-        "workers.app": {"workers.tasks"},
-        "workers.tasks": {"workers.app"},  # was `from workers.app import executor` in a function
+        "planloop.workers.app": {"planloop.workers.tasks"},
+        "planloop.workers.tasks": {
+            "planloop.workers.app"
+        },  # was `from workers.app import executor` in a function
     }
     assert find_cycle(graph) is not None
 
     tasks = tmp_path / "workers" / "tasks.py"
     tasks.parent.mkdir()
-    tasks.write_text("def run() -> None:\n    from workers.app import executor\n")
-    known = {"workers.app", "workers.tasks"}
-    assert imported_modules(tasks, known, tmp_path) == {"workers.app"}
+    tasks.write_text("def run() -> None:\n    from planloop.workers.app import executor\n")
+    known = {"planloop.workers.app", "planloop.workers.tasks"}
+    assert imported_modules(tasks, known, tmp_path) == {"planloop.workers.app"}

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from config.settings import MAX_NESTING_DEPTH_CEILING, Settings
-from core.errors import PlanLoadError
-from core.input_limits import DEFAULTS, MAX_FALLBACK_DEPTH, InputLimits, value_problem
-from core.models import Event, EventType
-from core.tools import load_tools
-from planner.dag import BitIndex, ancestor_bits, reachable
-from planner.plan import Plan, load_plan, parse_plan
-from planner.validation import all_errors, validate_plan
+from planloop.config.settings import MAX_NESTING_DEPTH_CEILING, Settings
+from planloop.core.errors import PlanLoadError
+from planloop.core.input_limits import DEFAULTS, MAX_FALLBACK_DEPTH, InputLimits, value_problem
+from planloop.core.models import Event, EventType
+from planloop.core.tools import load_tools
+from planloop.planner.dag import BitIndex, ancestor_bits, reachable
+from planloop.planner.plan import Plan, load_plan, parse_plan
+from planloop.planner.validation import all_errors, validate_plan
 
 BILLION_LAUGHS = """\
 a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
@@ -256,7 +256,7 @@ def test_a_20000_step_chain_with_references_validates() -> None:
             }
         )
     plan = Plan.model_validate({"steps": steps})
-    tools = load_tools(["workers.toolsets.bench"])
+    tools = load_tools(["planloop.workers.toolsets.bench"])
     validate_plan(plan, tools)
     broken = plan.model_copy(
         update={

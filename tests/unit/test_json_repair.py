@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import LLMResponseError
-from planner.json_repair import extract_json, strip_trailing_commas
+from planloop.core.errors import LLMResponseError
+from planloop.planner.json_repair import extract_json, strip_trailing_commas
 
 
 def test_plain_json_object() -> None:

@@ -8,16 +8,16 @@ from typing import Any, cast
 import pytest
 from pydantic import ValidationError
 
-from config.settings import Settings
-from core.errors import OutputTooLarge, PermanentToolError
-from core.hot_state import HotState, blob_digest
-from core.models import StepTaskArgs
-from core.tools import REGISTRY, MemoryEffectLedger
-from core.values import PREVIEW_CHARS, ValueLimits, ValueRef, encode, preview, walk
-from planner.situation import Situation, StepView, render_situation
-from producer.views import output_cell
-from workers.executor import StepExecutor
-from workers.toolsets import bench  # noqa: F401  (registers the bench tools)
+from planloop.config.settings import Settings
+from planloop.core.errors import OutputTooLarge, PermanentToolError
+from planloop.core.hot_state import HotState, blob_digest
+from planloop.core.models import StepTaskArgs
+from planloop.core.tools import REGISTRY, MemoryEffectLedger
+from planloop.core.values import PREVIEW_CHARS, ValueLimits, ValueRef, encode, preview, walk
+from planloop.planner.situation import Situation, StepView, render_situation
+from planloop.producer.views import output_cell
+from planloop.workers.executor import StepExecutor
+from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools)
 
 TOOLS = REGISTRY.subset(["bench"])
 

@@ -3,8 +3,8 @@ registered yet, each lease once; registering (``settle``) hands a lease over to 
 
 from __future__ import annotations
 
-from core.keys import Keys
-from supervisor.lease_keeper import LeaseKeeper
+from planloop.core.keys import Keys
+from planloop.supervisor.lease_keeper import LeaseKeeper
 
 Lease = tuple[str, str]
 

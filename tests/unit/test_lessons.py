@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel
 
-from config.settings import Settings
-from core.lessons import Found, LessonStore, NewLesson, Query, Thresholds, toolsets_of
-from core.record import make_engine
-from core.similarity import cosine, cosine_many, lexical_similarity
-from planner.llm import Role, Usage
-from planner.reflection import OUTPUT_MARK, Reflector, SessionStory, sanitize_lesson
-from supervisor.lessons import ADVICE_PREFIX, Ended, LessonMemory, advice, known_values
+from planloop.config.settings import Settings
+from planloop.core.lessons import Found, LessonStore, NewLesson, Query, Thresholds, toolsets_of
+from planloop.core.record import make_engine
+from planloop.core.similarity import cosine, cosine_many, lexical_similarity
+from planloop.planner.llm import Role, Usage
+from planloop.planner.reflection import OUTPUT_MARK, Reflector, SessionStory, sanitize_lesson
+from planloop.supervisor.lessons import ADVICE_PREFIX, Ended, LessonMemory, advice, known_values
 from tests.llm_server import hashed_embedding
 
 T = TypeVar("T", bound=BaseModel)
@@ -279,7 +279,7 @@ def memory(store: LessonStore, chat: Any, embedder: Any = None) -> LessonMemory:
 
 
 def ended(sid: str, status: str = "failed", replans: int = 0) -> Ended:
-    from core.models import SessionStatus
+    from planloop.core.models import SessionStatus
 
     story = SessionStory(RESTOCK, status, [], ["verify (supply_chain.verify_supplier): failed"])
     return Ended(sid, SessionStatus(status), replans, False, story)
@@ -355,7 +355,7 @@ def test_a_lesson_that_hurts_is_disabled_at_a_sessions_end_and_logged(
         assert [f.id for f in mem.retrieve(sid, RESTOCK_2, ["supply_chain.erp_stock"])] == [
             lesson_id
         ]
-        with caplog.at_level("WARNING", logger="core.lessons"):
+        with caplog.at_level("WARNING", logger="planloop.core.lessons"):
             mem.conclude(ended(sid, "failed"), RESTOCK_2)
     row = store.get(lesson_id)
     assert row is not None

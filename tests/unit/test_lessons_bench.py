@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.lessons import FAMILIES, TwinChat, goals, main
-from planner.llm import Role
-from planner.plan import Plan
+from planloop.planner.llm import Role
+from planloop.planner.plan import Plan
 
 
 def test_goals_are_seeded_and_cover_the_families() -> None:

@@ -10,10 +10,10 @@ from typing import TypeVar
 import pytest
 from pydantic import BaseModel
 
-from config.settings import ModelPrice, Settings
-from core.catalogue import SensitiveNames
-from core.llm_budget import Budget, Spend, budget_line, budget_view, spend_of
-from core.models import (
+from planloop.config.settings import ModelPrice, Settings
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.llm_budget import Budget, Spend, budget_line, budget_view, spend_of
+from planloop.core.models import (
     Event,
     EventType,
     SessionOptions,
@@ -22,11 +22,11 @@ from core.models import (
     Severity,
     StepStatus,
 )
-from planner.decision import ReplanAction
-from planner.llm import Role, Usage
-from planner.plan import Plan
-from supervisor.session_state import FINAL
-from supervisor.thinking import Deliberation, record_decision, record_usage
+from planloop.planner.decision import ReplanAction
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan
+from planloop.supervisor.session_state import FINAL
+from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
 from tests.unit.loop_fixtures import Loop, run, step
 from tests.unit.test_session_loop_turns import runner
 

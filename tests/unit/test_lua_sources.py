@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from core import lua
-from core.lua import LuaScript, arg, key, rest
+from planloop.core import lua
+from planloop.core.lua import LuaScript, arg, key, rest
 
 SCRIPTS = [
     cls

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
-from core.errors import PermanentToolError
-from core.masking import (
+from planloop.core.errors import PermanentToolError
+from planloop.core.masking import (
     MASK,
     MaskingFilter,
     error_text,
@@ -19,7 +19,7 @@ from core.masking import (
     mask_text,
     validation_summary,
 )
-from core.tools import ToolContext, ToolSpec
+from planloop.core.tools import ToolContext, ToolSpec
 
 SECRET_NAMES = [
     "password",

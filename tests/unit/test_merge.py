@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from core.errors import PlanValidationError
-from core.tools import load_tools
-from planner.merge import inject_fallback, merge_remaining, orphans, replace_remaining
-from planner.plan import Plan, Step
-from planner.validation import validate_plan
+from planloop.core.errors import PlanValidationError
+from planloop.core.tools import load_tools
+from planloop.planner.merge import inject_fallback, merge_remaining, orphans, replace_remaining
+from planloop.planner.plan import Plan, Step
+from planloop.planner.validation import validate_plan
 
 SKU = {"product_id": "SKU1"}
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-import planner.validation as validation
-from core.errors import PlanValidationError
-from core.tools import ToolContext, ToolRegistry, tool
-from planner.merge import merge_remaining
-from planner.merge_validation import validate_remaining_merge
-from planner.plan import Plan, Step
-from planner.plan_index import index_of
-from planner.validation import all_errors, validate_merge, validate_plan
+import planloop.planner.validation as validation
+from planloop.core.errors import PlanValidationError
+from planloop.core.tools import ToolContext, ToolRegistry, tool
+from planloop.planner.merge import merge_remaining
+from planloop.planner.merge_validation import validate_remaining_merge
+from planloop.planner.plan import Plan, Step
+from planloop.planner.plan_index import index_of
+from planloop.planner.validation import all_errors, validate_merge, validate_plan
 
 
 class EchoParams(BaseModel):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from core import metrics
-from core.metrics import LABEL_CHARS, QueueDepth, exposition, label
+from planloop.core import metrics
+from planloop.core.metrics import LABEL_CHARS, QueueDepth, exposition, label
 
 
 def _value(name: str, labels: dict[str, str]) -> float:
@@ -35,7 +35,7 @@ def test_counting_a_step_moves_steps_duration_and_dispatch() -> None:
 
 
 def test_llm_calls_are_priced_by_the_configured_prices() -> None:
-    from config.settings import ModelPrice
+    from planloop.config.settings import ModelPrice
 
     metrics.PRICES["unit-model"] = ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)
     metrics.count_llm_call("planner", "unit-model", 1_000_000, 500_000)

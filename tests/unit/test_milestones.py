@@ -7,12 +7,12 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from core.models import Event, EventType, SessionOptions, SessionStatus
-from planner.decision import ReplanAction, ReplanDecision
-from planner.llm import Role, Usage
-from planner.plan import Plan
-from supervisor.memory_store import MemorySessionStore
-from supervisor.session import SessionRunner
+from planloop.core.models import Event, EventType, SessionOptions, SessionStatus
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan
+from planloop.supervisor.memory_store import MemorySessionStore
+from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import SID, run, step
 from tests.unit.test_session_loop_turns import outcome, runner
 

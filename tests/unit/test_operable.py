@@ -9,12 +9,12 @@ import logging
 import pytest
 import redis
 
-from config.settings import Settings
-from core.heartbeat import Heartbeat
-from core.logs import JsonFormatter, bound
-from planner.plan import parse_plan
-from producer.exits import unreachable
-from producer.liveness import required_tools, unserved
+from planloop.config.settings import Settings
+from planloop.core.heartbeat import Heartbeat
+from planloop.core.logs import JsonFormatter, bound
+from planloop.planner.plan import parse_plan
+from planloop.producer.exits import unreachable
+from planloop.producer.liveness import required_tools, unserved
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_unreachable_names_the_service_and_masks_the_password() -> None:
 
 
 def test_a_goal_needs_a_tool_of_each_toolset_or_any_tool() -> None:
-    from producer.liveness import goal_tools
+    from planloop.producer.liveness import goal_tools
 
     a = Heartbeat(worker="a", queue="q", tools=["bench.echo"], seen_at=0, expires_at=1)
     assert unserved(goal_tools(["bench", "ecommerce"]), [a]) == ["ecommerce.*"]

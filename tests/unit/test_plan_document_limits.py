@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-import planner.plan as plan_module
-from core.errors import PlanLoadError
-from core.input_limits import InputLimits, clean
-from planner.plan import Plan, parse_plan
-from planner.references import find_references
-from planner.safe_yaml import YamlLimitError, load_yaml
+import planloop.planner.plan as plan_module
+from planloop.core.errors import PlanLoadError
+from planloop.core.input_limits import InputLimits, clean
+from planloop.planner.plan import Plan, parse_plan
+from planloop.planner.references import find_references
+from planloop.planner.safe_yaml import YamlLimitError, load_yaml
 
 LIMITS = InputLimits(max_nesting_depth=4)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import PlanLoadError, PlanValidationError
-from planner.plan import Plan, Step, load_plan, parse_plan
+from planloop.core.errors import PlanLoadError, PlanValidationError
+from planloop.planner.plan import Plan, Step, load_plan, parse_plan
 
 PLAN_YAML = """\
 goal: Analyse SKU12345 and advise on stock and pricing

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from core.models import Event, EventType
-from core.record import _without_nul
-from supervisor.session_base import describe_error, read_event
+from planloop.core.models import Event, EventType
+from planloop.core.record import _without_nul
+from planloop.supervisor.session_base import describe_error, read_event
 
 
 class Secretive(BaseModel):

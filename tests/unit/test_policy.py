@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import ErrorKind
-from planner.plan import Step
-from supervisor.policy import RETRYABLE, RuleAction, backoff_s, decide_failure
+from planloop.core.models import ErrorKind
+from planloop.planner.plan import Step
+from planloop.supervisor.policy import RETRYABLE, RuleAction, backoff_s, decide_failure
 
 PLAIN = Step(id="s", tool="bench.sleep")
 CRITICAL = Step(id="s", tool="bench.sleep", critical=True)

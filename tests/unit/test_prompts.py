@@ -9,12 +9,12 @@ from typing import TypeVar
 import pytest
 from pydantic import BaseModel
 
-from core.errors import ConfigError
-from core.tools import load_tools
-from planner.agents import Decider
-from planner.llm import Role, Usage
-from planner.plan import Plan, Step
-from planner.prompting import (
+from planloop.core.errors import ConfigError
+from planloop.core.tools import load_tools
+from planloop.planner.agents import Decider
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan, Step
+from planloop.planner.prompting import (
     bullets,
     load_template,
     plan_outline,
@@ -22,7 +22,7 @@ from planner.prompting import (
     render_prompt,
     tool_catalogue,
 )
-from planner.situation import Situation, StepView
+from planloop.planner.situation import Situation, StepView
 
 T = TypeVar("T", bound=BaseModel)
 

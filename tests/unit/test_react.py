@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel
 
-from core.errors import AgentStepExhausted, LLMResponseError, LLMUnavailableError
-from core.tools import load_tools
-from planner.llm import Role, Usage
-from planner.plan import Plan, Step
-from planner.react import (
+from planloop.core.errors import AgentStepExhausted, LLMResponseError, LLMUnavailableError
+from planloop.core.tools import load_tools
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan, Step
+from planloop.planner.react import (
     Iteration,
     Observation,
     ReactAgent,
@@ -24,10 +24,10 @@ from planner.react import (
     usage_payload,
     usages_of,
 )
-from planner.react_step import REACT_TOOL
-from planner.routing import AGENT_STEP_ID
-from planner.validation import all_errors, validate_plan
-from supervisor.goal_routing import first_plan, route_goal
+from planloop.planner.react_step import REACT_TOOL
+from planloop.planner.routing import AGENT_STEP_ID
+from planloop.planner.validation import all_errors, validate_plan
+from planloop.supervisor.goal_routing import first_plan, route_goal
 
 T = TypeVar("T", bound=BaseModel)
 TOOLS = load_tools()

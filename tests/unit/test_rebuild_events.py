@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core.models import EventType
-from core.record import EventRow, StepAttemptRow
-from supervisor.rebuild import completions_without_event
+from planloop.core.models import EventType
+from planloop.core.record import EventRow, StepAttemptRow
+from planloop.supervisor.rebuild import completions_without_event
 
 
 def attempt(step_id: str, n: int, status: str = "completed") -> StepAttemptRow:

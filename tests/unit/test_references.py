@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import PlanReferenceError
-from planner.references import find_references, has_reference, resolve_params
+from planloop.core.errors import PlanReferenceError
+from planloop.planner.references import find_references, has_reference, resolve_params
 
 OUTPUTS: dict[str, Any] = {
     "stock": {"shortfall": 40, "ok": True, "warehouse": {"name": "east", "bins": [3, 7]}},

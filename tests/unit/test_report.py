@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.hot_state import dumps
-from core.models import SessionStatus, StepState, StepStatus
-from core.values import PREVIEW_CHARS as OUTPUT_PREVIEW_CHARS
-from planner.plan import Plan
-from supervisor.report import build_report
+from planloop.core.hot_state import dumps
+from planloop.core.models import SessionStatus, StepState, StepStatus
+from planloop.core.values import PREVIEW_CHARS as OUTPUT_PREVIEW_CHARS
+from planloop.planner.plan import Plan
+from planloop.supervisor.report import build_report
 
 PLAN = Plan.model_validate(
     {

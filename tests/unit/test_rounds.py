@@ -12,17 +12,17 @@ import pytest
 from pydantic import BaseModel
 from rich.console import Console
 
-from core.errors import LLMUnavailableError
-from core.models import SessionOptions, SessionStatus, StepState, StepStatus
-from planner.answer_step import ANSWER_TOOL
-from planner.critic import Critique
-from planner.llm import Role, Usage
-from planner.plan import Plan
-from planner.summarizer import check_answer_schema, schema_problem
-from producer.cli import read_answer_schema
-from producer.views import print_conclusion
-from supervisor.rounds import Rounds, next_round, results_text
-from supervisor.session_state import FINAL, SessionState
+from planloop.core.errors import LLMUnavailableError
+from planloop.core.models import SessionOptions, SessionStatus, StepState, StepStatus
+from planloop.planner.answer_step import ANSWER_TOOL
+from planloop.planner.critic import Critique
+from planloop.planner.llm import Role, Usage
+from planloop.planner.plan import Plan
+from planloop.planner.summarizer import check_answer_schema, schema_problem
+from planloop.producer.cli import read_answer_schema
+from planloop.producer.views import print_conclusion
+from planloop.supervisor.rounds import Rounds, next_round, results_text
+from planloop.supervisor.session_state import FINAL, SessionState
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -169,7 +169,7 @@ def test_results_stay_within_their_budget() -> None:
 
 
 def test_an_invalid_answer_schema_is_refused_with_the_reason() -> None:
-    from core.errors import ConfigError
+    from planloop.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not a valid JSON schema"):
         check_answer_schema({"type": "no-such-type"})
@@ -219,7 +219,7 @@ def test_the_report_view_marks_a_partial_answer_and_one_written_without_the_mode
 
 
 def test_the_cli_reads_and_checks_an_answer_schema_file(tmp_path: Path) -> None:
-    from core.errors import ConfigError
+    from planloop.core.errors import ConfigError
 
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(SCHEMA))

@@ -14,7 +14,7 @@ import planloop
 def test_every_public_name_resolves() -> None:
     for name in planloop.__all__:
         assert getattr(planloop, name) is not None, name
-    assert planloop.Plan.__module__.endswith("planner.plan")
+    assert planloop.Plan.__module__.endswith("planloop.planner.plan")
     assert callable(planloop.tool)
 
 

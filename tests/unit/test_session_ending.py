@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from core.catalogue import SensitiveNames
-from core.models import SessionStatus, StepStatus
-from planner.plan import Plan
-from supervisor.ending import Ending, finish_session, undoes
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.models import SessionStatus, StepStatus
+from planloop.planner.plan import Plan
+from planloop.supervisor.ending import Ending, finish_session, undoes
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
 

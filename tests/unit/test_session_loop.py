@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import ErrorKind, EventType, SessionStatus, Severity, StepStatus
-from planner.plan import Plan
-from supervisor.failures import settle_failure
-from supervisor.scheduler import ready_steps, wait_ms
-from supervisor.session_state import FINAL, session_end
+from planloop.core.models import ErrorKind, EventType, SessionStatus, Severity, StepStatus
+from planloop.planner.plan import Plan
+from planloop.supervisor.failures import settle_failure
+from planloop.supervisor.scheduler import ready_steps, wait_ms
+from planloop.supervisor.session_state import FINAL, session_end
 from tests.unit.loop_fixtures import Loop, step
 
 NOW = 1_000.0

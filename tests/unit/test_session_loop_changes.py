@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from config.settings import Settings
-from core.errors import FencedOutError
-from core.models import Event, EventType, SessionStatus, Severity, StepStatus
-from planner.decision import ReplanAction, ReplanDecision
-from planner.plan import Plan
-from supervisor.policy import rule_verdict
-from supervisor.session_state import FINAL
-from supervisor.state import stream_id
-from supervisor.verdict import Decision, Verdict
+from planloop.config.settings import Settings
+from planloop.core.errors import FencedOutError
+from planloop.core.models import Event, EventType, SessionStatus, Severity, StepStatus
+from planloop.planner.decision import ReplanAction, ReplanDecision
+from planloop.planner.plan import Plan
+from planloop.supervisor.policy import rule_verdict
+from planloop.supervisor.session_state import FINAL
+from planloop.supervisor.state import stream_id
+from planloop.supervisor.verdict import Decision, Verdict
 from tests.unit.loop_fixtures import EPOCH, SID, Loop, run, step
 
 

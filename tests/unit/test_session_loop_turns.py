@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import Settings
-from core.catalogue import SensitiveNames
-from core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
-from planner.plan import Plan
-from supervisor.context import SupervisorContext
-from supervisor.memory_store import MemorySessionStore
-from supervisor.session import SessionRunner
+from planloop.config.settings import Settings
+from planloop.core.catalogue import SensitiveNames
+from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
+from planloop.planner.plan import Plan
+from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.memory_store import MemorySessionStore
+from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import EPOCH, SID, Queue, registry, run, step
 
 

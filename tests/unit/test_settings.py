@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from config.celery import STEP_TASK, celery_config
-from config.settings import Settings
+from planloop.config.celery import STEP_TASK, celery_config
+from planloop.config.settings import Settings
 
 
 def test_defaults_need_no_environment() -> None:

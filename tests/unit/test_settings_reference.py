@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.reference import markdown
-from config.settings import Settings
+from planloop.config.reference import markdown
+from planloop.config.settings import Settings
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 
 def test_the_settings_reference_is_current() -> None:
     assert REFERENCE.read_text(encoding="utf-8") == markdown(), (
-        "docs/settings.md is stale: run `python -m config.reference > docs/settings.md`"
+        "docs/settings.md is stale: run `python -m planloop.config.reference > docs/settings.md`"
     )
 
 

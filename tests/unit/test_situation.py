@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planner.situation import DATA_NOTICE, EventView, Situation, StepView, render_situation
+from planloop.planner.situation import DATA_NOTICE, EventView, Situation, StepView, render_situation
 
 
 def done(sid: str, output: Any, tool: str = "ecommerce.order_stats") -> StepView:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from bench.soak import blame, count_duplicates, soak_plan
 from bench.soak_faults import Injected, owner_pid
-from core.tools import load_tools
-from planner.validation import validate_plan
-from workers.toolsets import BENCH_TOOLS
+from planloop.core.tools import load_tools
+from planloop.planner.validation import validate_plan
+from planloop.workers.toolsets import BENCH_TOOLS
 
 
 def test_soak_plans_are_valid_write_dags() -> None:

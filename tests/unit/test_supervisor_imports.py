@@ -20,7 +20,7 @@ def imports_of(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        found |= {n.split(".")[1] for n in names if n.startswith("supervisor.")}
+        found |= {n.split(".")[2] for n in names if n.startswith("planloop.supervisor.")}
     return found
 
 

@@ -7,12 +7,12 @@ import pickle
 import pytest
 from celery.exceptions import Retry
 
-from config.settings import Settings
-from core.errors import StepAttemptFailed
-from core.models import ErrorKind, StepTaskArgs
-from workers.app import create_app
-from workers.executor import Attempt
-from workers.tasks import raise_failure
+from planloop.config.settings import Settings
+from planloop.core.errors import StepAttemptFailed
+from planloop.core.models import ErrorKind, StepTaskArgs
+from planloop.workers.app import create_app
+from planloop.workers.executor import Attempt
+from planloop.workers.tasks import raise_failure
 
 
 def _args(attempt: int, max_retries: int) -> StepTaskArgs:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from workers.executor import ToolThreads
+from planloop.workers.executor import ToolThreads
 
 
 def test_calls_reuse_an_idle_thread() -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from core.errors import PermanentToolError, TransientToolError
-from core.tools import REGISTRY, MemoryEffectLedger, ToolContext, ToolSpec
-from workers.toolsets import bench, ecommerce, supply_chain
+from planloop.core.errors import PermanentToolError, TransientToolError
+from planloop.core.tools import REGISTRY, MemoryEffectLedger, ToolContext, ToolSpec
+from planloop.workers.toolsets import bench, ecommerce, supply_chain
 
 TOOLSET_MODULES = (bench, ecommerce, supply_chain)
 BUNDLED = REGISTRY.subset(["ecommerce", "supply_chain", "bench"])
@@ -61,7 +61,9 @@ def with_simulation(name: str, **simulation: Any) -> dict[str, Any]:
 
 
 def test_bundled_tool_names_are_the_contract() -> None:
-    assert all(module.__name__.startswith("workers.toolsets.") for module in TOOLSET_MODULES)
+    assert all(
+        module.__name__.startswith("planloop.workers.toolsets.") for module in TOOLSET_MODULES
+    )
     assert set(BUNDLED.names()) == set(MINIMAL_PARAMS)
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from config.settings import Settings
-from core import tracing
+from planloop.config.settings import Settings
+from planloop.core import tracing
 
 
 @pytest.fixture

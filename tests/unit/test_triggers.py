@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.models import Event, EventType, Severity
-from supervisor.triggers import TriggerConfig, trigger_reason
+from planloop.core.models import Event, EventType, Severity
+from planloop.supervisor.triggers import TriggerConfig, trigger_reason
 
 
 def ev(kind: EventType, severity: Severity, step: str = "s", text: str = "x") -> Event:

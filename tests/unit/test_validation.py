@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import PlanValidationError
-from core.tools import ToolContext, ToolRegistry, tool
-from planner.plan import Plan, Step, parse_plan
-from planner.validation import all_errors, validate_merge, validate_plan
+from planloop.core.errors import PlanValidationError
+from planloop.core.tools import ToolContext, ToolRegistry, tool
+from planloop.planner.plan import Plan, Step, parse_plan
+from planloop.planner.validation import all_errors, validate_merge, validate_plan
 
 
 class InventoryParams(BaseModel):

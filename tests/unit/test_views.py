@@ -8,8 +8,8 @@ from typing import cast
 
 from rich.console import Console
 
-from config.settings import ModelPrice, Settings
-from core.models import (
+from planloop.config.settings import ModelPrice, Settings
+from planloop.core.models import (
     Event,
     EventType,
     SessionOptions,
@@ -19,10 +19,10 @@ from core.models import (
     StepState,
     StepStatus,
 )
-from planner.plan import parse_plan
-from producer.client import Producer
-from producer.views import event_line, mermaid_block, print_report, report_statuses, short
-from producer.watch import (
+from planloop.planner.plan import parse_plan
+from planloop.producer.client import Producer
+from planloop.producer.views import event_line, mermaid_block, print_report, report_statuses, short
+from planloop.producer.watch import (
     Changes,
     WatchState,
     llm_spend_line,
@@ -183,8 +183,8 @@ def test_short_flattens_and_cuts() -> None:
 
 
 def test_plan_diff_names_added_removed_and_changed_steps() -> None:
-    from planner.plan import parse_plan
-    from producer.history import plan_diff
+    from planloop.planner.plan import parse_plan
+    from planloop.producer.history import plan_diff
 
     old = parse_plan(
         """
@@ -236,7 +236,7 @@ LONG_REASONING = (
 
 
 def test_watch_elapsed_counts_from_the_session_start_until_its_end() -> None:
-    from producer.watch import elapsed
+    from planloop.producer.watch import elapsed
 
     record = SessionRecord(id="s", status=SessionStatus.RUNNING, created_at=100.0)
     assert elapsed(record, now=100.0 + 3725) == "1:02:05"
@@ -267,7 +267,7 @@ def test_live_view_shows_the_session_elapsed_time_and_whole_reasoning() -> None:
 
 
 def test_note_line_keeps_reasoning_whole_and_plain_lines_wrap_it() -> None:
-    from producer.watch import wrap_line
+    from planloop.producer.watch import wrap_line
 
     line = note_line({"kind": "decision", "at": "0", "reasoning": LONG_REASONING})
     assert line.endswith(LONG_REASONING)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from config.celery import STEP_TASK
-from config.settings import Settings
-from workers.app import create_app
-from workers.runtime import WorkerRuntime
-from workers.tasks import StepTask
+from planloop.config.celery import STEP_TASK
+from planloop.config.settings import Settings
+from planloop.workers.app import create_app
+from planloop.workers.runtime import WorkerRuntime
+from planloop.workers.tasks import StepTask
 
 
 def odd_settings(tmp_path: Path) -> Settings:
@@ -23,7 +23,7 @@ def odd_settings(tmp_path: Path) -> Settings:
         breaker_window_s=11.0,
         breaker_cooldown_s=13.0,
         blob_ttl_s=17.0,
-        tool_modules=["workers.toolsets.bench"],
+        tool_modules=["planloop.workers.toolsets.bench"],
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.tools import Simulation, ToolContext
+from planloop.core.tools import Simulation, ToolContext
 
 # Days of demand a restock should cover on top of the reorder point.
 COVER_DAYS = 14

@@ -8,10 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.errors import TransientToolError
-from core.tools import ToolContext, simulate, tool
-from core.values import encode
-from workers.toolsets._data import ToolParams, receipt_id, undo_key
+from planloop.core.errors import TransientToolError
+from planloop.core.tools import ToolContext, simulate, tool
+from planloop.core.values import encode
+from planloop.workers.toolsets._data import ToolParams, receipt_id, undo_key
 
 
 class SleepParams(ToolParams):

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.tools import ToolContext, simulate, tool
-from workers.toolsets._data import COVER_DAYS, ToolParams, rng_for, stock_profile
+from planloop.core.tools import ToolContext, simulate, tool
+from planloop.workers.toolsets._data import COVER_DAYS, ToolParams, rng_for, stock_profile
 
 Trend = Literal["up", "flat", "down"]
 PricePosition = Literal["below", "at", "above"]

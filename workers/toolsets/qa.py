@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from core.tools import ToolContext, simulate, tool
-from workers.toolsets._data import ToolParams, digest
+from planloop.core.tools import ToolContext, simulate, tool
+from planloop.workers.toolsets._data import ToolParams, digest
 
-QA_TOOLS = "workers.toolsets.qa"
+QA_TOOLS = "planloop.workers.toolsets.qa"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from core.errors import PermanentToolError
-from core.tools import ToolContext, simulate, tool
-from workers.toolsets._data import (
+from planloop.core.errors import PermanentToolError
+from planloop.core.tools import ToolContext, simulate, tool
+from planloop.workers.toolsets._data import (
     COVER_DAYS,
     ToolParams,
     receipt_id,
