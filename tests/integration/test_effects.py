@@ -26,7 +26,7 @@ from planloop.planner.plan import Plan
 from tests.conftest import TEST_PG_URL, MakeRedis
 from tests.integration.conftest import MakeStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 ROOT = Path(__file__).resolve().parents[2]
 

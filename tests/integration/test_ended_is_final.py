@@ -25,7 +25,7 @@ from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, wait_ended
 from tests.integration.test_cli import planloop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 WRITE_THEN_HOLD = """
 goal: a write, then a long step

@@ -14,7 +14,7 @@ from planloop.core.models import Event, EventType
 from planloop.supervisor.event_hub import EventHub
 from planloop.supervisor.state import SessionStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 CONSUMER = "hub-test"
 
 

@@ -29,7 +29,7 @@ from planloop.core.lua import (
 )
 from planloop.core.models import SessionStatus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 
 @dataclass

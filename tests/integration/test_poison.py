@@ -20,7 +20,7 @@ from planloop.workers.toolsets import bench  # noqa: F401  (registers the tools 
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps, wait_ended
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 POISON = {
     "max_session_crashes": 2,

@@ -27,7 +27,7 @@ from planloop.supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 
 @pytest.fixture

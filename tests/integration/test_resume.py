@@ -15,7 +15,7 @@ from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench 
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 
 def write_chain(n: int, seconds: float = 0.15, width: int = 2) -> Plan:

@@ -10,7 +10,7 @@ from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
 from tests.integration.conftest import wait_ended
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 DIAMOND = """
 goal: diamond

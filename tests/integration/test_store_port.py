@@ -19,7 +19,7 @@ from planloop.supervisor.memory_store import MemorySessionStore
 from planloop.supervisor.state import SessionStore
 from planloop.supervisor.store_port import SessionStorePort
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 Own = Callable[[str, int], Awaitable[None]]
 

@@ -13,7 +13,7 @@ from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.models import Event, EventType
 from planloop.supervisor.state import SessionStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 
 def test_trim_keeps_the_newest_entries_and_everything_pending(

@@ -22,7 +22,7 @@ from planloop.supervisor.state import SessionStore
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 GATED = """
 steps:

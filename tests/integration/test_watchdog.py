@@ -18,7 +18,7 @@ from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench 
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
 PLAN = parse_plan(
     """
