@@ -83,16 +83,9 @@ class Producer:
         plan_json = self._stored_form(plan)
         validate_plan(plan, self.tools)
         if check_workers or wait_for_workers_s > 0:
-            from planloop.producer.liveness import required_tools, wait_for_workers
+            from planloop.producer.liveness import required_tools
 
-            wait_for_workers(
-                self.state.r,
-                self.state.keys,
-                self.settings.queue,
-                required_tools(plan),
-                wait_s=wait_for_workers_s,
-                on_wait=on_wait,
-            )
+            self._wait_for_workers(required_tools(plan), wait_for_workers_s, on_wait)
         sid = new_session_id()
         self.state.create_session(
             sid,
@@ -135,16 +128,9 @@ class Producer:
             if not self.tools.subset([prefix]).names():
                 raise UnknownToolError(prefix, self.tools.names())
         if check_workers or wait_for_workers_s > 0:
-            from planloop.producer.liveness import goal_tools, wait_for_workers
+            from planloop.producer.liveness import goal_tools
 
-            wait_for_workers(
-                self.state.r,
-                self.state.keys,
-                self.settings.queue,
-                goal_tools(prefixes),
-                wait_s=wait_for_workers_s,
-                on_wait=on_wait,
-            )
+            self._wait_for_workers(goal_tools(prefixes), wait_for_workers_s, on_wait)
         base = options or SessionOptions()
         sid = new_session_id()
         self.state.create_session(
@@ -271,6 +257,25 @@ class Producer:
         except ValidationError as exc:
             raise PlanValidationError(f"plan does not fit the schema: {describe(exc)}") from None
         return plan_json
+
+    def _wait_for_workers(
+        self, tools: list[str], wait_s: float, on_wait: Callable[[list[str]], None] | None
+    ) -> None:
+        """Return once live workers on this queue serve ``tools``, waiting at most ``wait_s``.
+
+        Raises:
+            NoLiveWorkerError: a tool no live worker serves (in time).
+        """
+        from planloop.producer.liveness import wait_for_workers
+
+        wait_for_workers(
+            self.state.r,
+            self.state.keys,
+            self.settings.queue,
+            tools,
+            wait_s=wait_s,
+            on_wait=on_wait,
+        )
 
     def _check_text(self, what: str, text: str) -> None:
         problem = text_problem(text, max_bytes=self.settings.max_input_bytes)

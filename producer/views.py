@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -17,7 +18,14 @@ from planloop.core.hot_state import dumps
 from planloop.core.keys import Keys
 from planloop.core.llm_budget import UsageByModel, add_calls, budget_line, budget_view
 from planloop.core.masking import mask, mask_text
-from planloop.core.models import Event, EventType, SessionOptions, SessionRecord, Severity
+from planloop.core.models import (
+    Event,
+    EventType,
+    SessionOptions,
+    SessionRecord,
+    Severity,
+    StepState,
+)
 from planloop.core.record import SqlRecord
 from planloop.planner.dag import to_mermaid
 from planloop.planner.plan import Plan
@@ -147,6 +155,16 @@ def consumer_warning(notes: Iterable[Mapping[str, str]]) -> str | None:
 
 
 # --- status -------------------------------------------------------------------------------
+def _snapshot(
+    producer: Producer, sid: str
+) -> tuple[SessionRecord, dict[str, StepState], dict[str, int]]:
+    """The session, its steps' states and how many steps are in each status."""
+    record = producer.session(sid)
+    plan = load_session_plan(producer, record)
+    states = producer.state.steps(sid, plan.step_ids if plan else [])
+    return record, states, dict(Counter(st.status.value for st in states.values()))
+
+
 def print_status(
     producer: Producer, sid: str | None, limit: int, *, console: Console | None = None
 ) -> None:
@@ -159,12 +177,7 @@ def print_status(
     if sid is None:
         _print_sessions(producer, limit, console)
         return
-    record = producer.session(sid)
-    plan = load_session_plan(producer, record)
-    states = producer.state.steps(sid, plan.step_ids if plan else [])
-    counts: dict[str, int] = {}
-    for st in states.values():
-        counts[st.status.value] = counts.get(st.status.value, 0) + 1
+    record, states, counts = _snapshot(producer, sid)
     console.print(f"session      {record.id}")
     console.print("status       ", styled_status(record.status.value), sep="")
     console.print(f"goal         {short(record.goal, 100)}")
@@ -207,12 +220,7 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
                 )
             )
         return cast(dict[str, Any], mask({"sessions": sessions, "workers": workers}))
-    record = producer.session(sid)
-    plan = load_session_plan(producer, record)
-    states = producer.state.steps(sid, plan.step_ids if plan else [])
-    counts: dict[str, int] = {}
-    for st in states.values():
-        counts[st.status.value] = counts.get(st.status.value, 0) + 1
+    record, states, counts = _snapshot(producer, sid)
     warning = consumer_warning(n for _, n in producer.state.recent_progress(sid))
     session = record.model_dump(mode="json", exclude={"report", "deliberation"})
     doc = {
