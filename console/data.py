@@ -11,11 +11,10 @@ from planloop.core.errors import SessionNotFoundError
 from planloop.core.llm_budget import budget_view
 from planloop.core.masking import mask
 from planloop.core.models import Event, SessionRecord, StepState
-from planloop.core.record import SqlRecord
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 from planloop.producer.history import plan_diff, session_history
-from planloop.producer.views import _gather, llm_budget, masked_report, sensitive_params
+from planloop.producer.views import gather_session, llm_budget, masked_report, sensitive_params
 
 AWAITING_APPROVAL = "awaiting approval"  # the note supervisor/session.py writes
 
@@ -92,7 +91,7 @@ def plan_versions(producer: Producer, sid: str, current: int) -> list[Plan]:
         plans.append(Plan.model_validate_json(raw))
     if len(plans) == current and plans:
         return plans
-    record = SqlRecord.from_url(producer.settings.database_url)
+    record = producer.record
     return [Plan.model_validate_json(row.plan) for row in record.plan_versions(sid)]
 
 
@@ -131,9 +130,9 @@ def session_detail(producer: Producer, sid: str) -> dict[str, Any]:
     Raises:
         SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
     """
-    session, plan, report, events = _gather(producer, sid)
+    session, plan, report, events = gather_session(producer, sid)
     hidden = sensitive_params(producer, plan)
-    history = session_history(SqlRecord.from_url(producer.settings.database_url), sid)
+    history = session_history(producer.record, sid)
     current = int(session.get("plan_version") or 1)
     plans = plan_versions(producer, sid, current) or ([plan] if plan is not None else [])
     reasons = {v["version"]: v["reason"] for v in history["plan_versions"]}

@@ -184,8 +184,8 @@ class Client:
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
-        """Close the Redis connections."""
-        self._producer.state.r.close()
+        """Close the Redis connections and the SQL record's engine."""
+        self._producer.close()
 
     def __enter__(self) -> Client:
         return self
@@ -224,13 +224,7 @@ class Client:
             else:
                 found[step_id] = _json(text)
         if missing:
-            from planloop.core.record import SqlRecord  # SQLAlchemy: only when Redis lost a value
-
-            record_db = SqlRecord.from_url(self.settings.database_url)
-            try:
-                stored = record_db.outputs(sid, list(missing.values()))
-            finally:
-                record_db.engine.dispose()
+            stored = self._producer.record.outputs(sid, list(missing.values()))
             found.update(
                 {step: _json(stored[ref]) for step, ref in missing.items() if ref in stored}
             )

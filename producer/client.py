@@ -6,6 +6,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -34,6 +36,9 @@ from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner.plan import Plan, describe
 from planloop.planner.validation import validate_plan
 
+if TYPE_CHECKING:
+    from planloop.core.record import SqlRecord
+
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -49,6 +54,20 @@ class Producer:
     settings: Settings
     state: HotState
     tools: ToolRegistry
+
+    @cached_property
+    def record(self) -> SqlRecord:
+        """The durable record, opened once on first use (an engine and a schema check per
+        read would leak connection pools in a long-running reader such as the console)."""
+        from planloop.core.record import SqlRecord  # SQLAlchemy: only where SQL is read
+
+        return SqlRecord.from_url(self.settings.database_url)
+
+    def close(self) -> None:
+        """Close the Redis connections and, if it was opened, the record's engine."""
+        self.state.r.close()
+        if "record" in vars(self):  # opened by cached_property
+            self.record.engine.dispose()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Producer:

@@ -369,13 +369,13 @@ def print_show(
         SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
     """
     console = console or make_console()
-    session, plan, report, events = _gather(producer, sid)
+    session, plan, report, events = gather_session(producer, sid)
     statuses = report_statuses(report)
     if plan is not None and not statuses:
         statuses = {i: s.status.value for i, s in producer.state.steps(sid, plan.step_ids).items()}
     mermaid = to_mermaid(plan, statuses) if plan is not None else ""
     hidden = sensitive_params(producer, plan)
-    history = session_history(SqlRecord.from_url(producer.settings.database_url), sid)
+    history = session_history(producer.record, sid)
     budget = llm_budget(producer, session, history)
     if as_json:
         doc = {
@@ -424,18 +424,16 @@ def llm_budget(
     return budget_view(usage, options, producer.settings)
 
 
-def _gather(
+def gather_session(
     producer: Producer, sid: str
 ) -> tuple[dict[str, Any], Plan | None, dict[str, Any] | None, list[tuple[str, Event]]]:
     """Session fields, plan, report and events: Redis first, then the SQL record."""
-    record: SqlRecord | None = None
     try:
         hot = producer.session(sid)
         session = hot.model_dump(mode="json", exclude={"report"})
         plan, report = load_session_plan(producer, hot), hot.report
     except SessionNotFoundError:
-        record = SqlRecord.from_url(producer.settings.database_url)
-        row = record.session(sid)
+        row = producer.record.session(sid)
         if row is None:
             raise
         session = {
@@ -454,7 +452,7 @@ def _gather(
         plan, report = None, json.loads(row.report) if row.report else None
     events = producer.state.events(sid)
     if plan is None or not events:
-        record = record or SqlRecord.from_url(producer.settings.database_url)
+        record = producer.record
         if plan is None:
             versions = record.plan_versions(sid)
             plan = Plan.model_validate_json(versions[-1].plan) if versions else None
