@@ -22,6 +22,8 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from planloop.core.errors import LLMError, PlanError
 from planloop.core.masking import mask, mask_text
 from planloop.core.metrics import ROUNDS
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 OUTPUT_CHARS = 1_500  # one output's preview in critic and summarizer prompts
 RESULTS_CHARS = 12_000  # all results together (the context budget of the two prompts)
+JUDGEMENT_FIELD = "judgement"  # the critic's last verdict with its plan version and answer
 DEAD = (StepStatus.FAILED, StepStatus.INTERRUPTED, StepStatus.SKIPPED, StepStatus.CANCELLED)
 
 
@@ -87,6 +90,14 @@ def critique_text(critique: Critique | None) -> str:
     return f"{verdict} (confidence {critique.confidence:g}): {critique.feedback}{missing}"
 
 
+class Judgement(BaseModel):
+    """The critic's verdict on one plan version, and the answer it wrote when it passed."""
+
+    plan_version: int
+    critique: Critique
+    answer: SessionAnswer | None = None
+
+
 class Rounds:
     """The critic between rounds and the summarizer at the end, for one session."""
 
@@ -121,14 +132,39 @@ class Rounds:
 
     async def review(self) -> None:
         """Judge a round that just ended completed; start the next round when it failed."""
-        state, chat = self.state, self.brain.chat
-        if chat is None or state.outcome is None or state.outcome[0] != SessionStatus.COMPLETED:
+        state = self.state
+        if self.brain.chat is None or state.outcome is None:
             return
-        if self._judged_version == state.info.plan_version or self._blocked():
+        if state.outcome[0] != SessionStatus.COMPLETED:
             return
-        self._judged_version = state.info.plan_version
-        await self.io.load_outputs(sorted(state.completed()))
+        version = state.info.plan_version
+        if self._judged_version == version or self._blocked():
+            return
+        self._judged_version = version
         rounds_done = state.info.rounds
+        judgement = await self._stored_judgement(version) or await self._judge(rounds_done)
+        if judgement is None:
+            return
+        critique = judgement.critique
+        self.critique, self.ready = critique, judgement.answer
+        self.critic_failed = self.critic_failed or not critique.passed
+        if not next_round(critique, rounds_done, self.max_rounds):
+            if not critique.passed:
+                note = f"the critic did not pass the results after {rounds_done + 1} round(s)"
+                state.outcome = (
+                    SessionStatus.COMPLETED,
+                    "; ".join(filter(None, [state.outcome[1], note])),
+                )
+            return
+        if await self._plan_round(critique, rounds_done + 1):
+            state.outcome = None
+
+    async def _judge(self, rounds_done: int) -> Judgement | None:
+        """Ask the critic about this plan version's results and keep its verdict (and the
+        answer it wrote) in the session hash; None when the critic failed."""
+        state, chat = self.state, self.brain.chat
+        assert chat is not None
+        await self.io.load_outputs(sorted(state.completed()))
         schema = state.info.options.answer_schema
         with_answer = looks_complete(state) and stated_answer(state) is None
         try:
@@ -144,18 +180,19 @@ class Rounds:
             )
         except LLMError as exc:
             log.warning("session=%s critic failed, the round stands: %s", self.io.sid, exc)
-            return
+            return None
         record_usage(state.batch, [usage])
         critique = reply.verdict()
-        self.critique = critique
-        self.critic_failed = self.critic_failed or not critique.passed
-        self.ready = None
+        ready = None
         if reply.passed and reply.answer is not None and with_answer:
             fits = schema is None or schema_problem(reply.answer.data, schema) is None
             if fits:  # else the summarizer writes it, with the schema's repairs
                 data = reply.answer.data if schema else None
-                self.ready = SessionAnswer(text=reply.answer.text, data=data, source="critic")
-        await self.io.write_session("critique", critique.model_dump_json())
+                ready = SessionAnswer(text=reply.answer.text, data=data, source="critic")
+        judgement = Judgement(plan_version=state.info.plan_version, critique=critique, answer=ready)
+        await self.io.write_session(
+            "critique", critique.model_dump_json(), JUDGEMENT_FIELD, judgement.model_dump_json()
+        )
         await self.io.store.note_progress(
             self.io.sid,
             "critique",
@@ -163,16 +200,24 @@ class Rounds:
             passed=critique.passed,
             feedback=mask_text(critique.feedback),
         )
-        if not next_round(critique, rounds_done, self.max_rounds):
-            if not critique.passed:
-                note = f"the critic did not pass the results after {rounds_done + 1} round(s)"
-                state.outcome = (
-                    SessionStatus.COMPLETED,
-                    "; ".join(filter(None, [state.outcome[1], note])),
-                )
-            return
-        if await self._plan_round(critique, rounds_done + 1):
-            state.outcome = None
+        return judgement
+
+    async def _stored_judgement(self, version: int) -> Judgement | None:
+        """The verdict a former owner got for plan ``version`` (a takeover between the
+        critic's reply and the session's end asks neither the critic nor the summarizer
+        again), or None."""
+        stored = await self.io.store.session_field(self.io.sid, JUDGEMENT_FIELD)
+        if not stored:
+            return None
+        try:
+            judgement = Judgement.model_validate_json(stored)
+        except ValueError:
+            log.warning("session=%s stored critic verdict unreadable, judging again", self.io.sid)
+            return None
+        if judgement.plan_version != version:
+            return None
+        log.info("session=%s critic verdict for plan v%d kept from before", self.io.sid, version)
+        return judgement
 
     async def _plan_round(self, critique: Critique, number: int) -> bool:
         """Install the next round's plan version; False when it cannot be planned."""
@@ -235,8 +280,12 @@ class Rounds:
         state = self.state
         out: dict[str, Any] = {"rounds": state.info.rounds + 1}
         if self.critique is None:  # judged before a takeover: the hash kept the verdict
-            stored = await self.io.store.session_field(self.io.sid, "critique")
-            self.critique = Critique.model_validate_json(stored) if stored else None
+            judgement = await self._stored_judgement(state.info.plan_version)
+            if judgement is not None:
+                self.critique, self.ready = judgement.critique, judgement.answer
+            else:
+                stored = await self.io.store.session_field(self.io.sid, "critique")
+                self.critique = Critique.model_validate_json(stored) if stored else None
         if self.critique is not None:
             out["critique"] = mask(self.critique.model_dump())
         if self.direct:

@@ -241,6 +241,52 @@ def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
     assert conclusion["critique"]["feedback"] == "b"
 
 
+def test_a_new_owner_after_the_critics_answer_asks_neither_critic_nor_summarizer() -> None:
+    passed = {**critique(True), "answer": {"text": "seven", "data": None}}
+    chat = ScriptedChat(critic=[passed])
+    loop, rounds = ended_round(chat)
+    run(rounds.review())
+    taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover before the session ended
+
+    run(taken.review())
+    conclusion = run(taken.conclusion(SessionStatus.COMPLETED))
+
+    assert (conclusion["answer"]["text"], conclusion["answer"]["source"]) == ("seven", "critic")
+    assert conclusion["critique"]["passed"] is True
+    assert [role for role, _ in chat.asked] == ["critic"]  # once, by the former owner
+
+
+def test_a_new_owner_applies_a_stored_failed_verdict_by_planning_the_next_round() -> None:
+    chat = ScriptedChat(
+        critic=[critique(False, "b is missing")],
+        replanner=[{"steps": [{"id": "b", "tool": "t.b", "dependencies": ["a"]}]}],
+    )
+    loop, rounds = ended_round(chat)
+    judged = loop.state.info.plan_version
+    run(rounds._judge(0))  # the former owner got the verdict, then died before planning
+    taken = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(taken.review())
+
+    assert [role for role, _ in chat.asked] == ["critic", "replanner"]
+    assert loop.state.outcome is None  # the next round runs
+    assert loop.state.info.plan_version == judged + 1
+
+
+def test_a_verdict_on_an_older_plan_version_is_not_reused() -> None:
+    chat = ScriptedChat(critic=[critique(True), critique(True)])
+    loop, rounds = ended_round(chat)
+    run(rounds.review())
+    loop.state.info = loop.state.info.model_copy(
+        update={"plan_version": loop.state.info.plan_version + 1}
+    )
+    taken = Rounds(loop.io, loop.changes, loop.brain)
+
+    run(taken.review())
+
+    assert [role for role, _ in chat.asked] == ["critic", "critic"]
+
+
 def test_a_goal_that_needs_no_tool_is_answered_with_no_plan() -> None:
     chat = ScriptedChat(summarizer=[{"text": "Paris", "data": None}])
     loop = Loop(Plan(steps=[step("a")]))
