@@ -17,11 +17,13 @@ Run from the repo root: ``python bench/sessions.py`` (``--quick`` for 200 x 5).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
 from bench.common import (
+    REPO_ROOT,
     BenchEnv,
     bench_env,
     console,
@@ -161,6 +164,50 @@ def run_sessions(
     return Throughput(sessions * steps, last_end - t0, submit_s, first_dispatch)
 
 
+def measure_floor(
+    bench: BenchEnv, producer: Producer, sessions: int, steps: int, supervisor_pid: int
+) -> list[float]:
+    """Per session, seconds from its submit to its first message sent by plain Celery.
+
+    The platform floor of the first dispatch: the supervisor is paused (SIGSTOP), and
+    bench/floor_relay.py, a process of its own reading the same inbox, sends each new
+    session's first step message with ``send_task`` the moment it reads it. Same submitter,
+    Redis and worker (which drops these messages: nobody owns the sessions). The sessions are
+    cancelled before the supervisor goes on; it ends them without dispatching anything.
+    """
+    keys = Keys(bench.settings.key_prefix)
+    group, sent_key = f"floor-{uuid.uuid4().hex[:8]}", f"{bench.settings.key_prefix}:bench:floor"
+    bench.redis.xgroup_create(keys.inbox, group, id="$", mkstream=True)
+    env = {**os.environ, **bench.env, "PYTHONPATH": str(REPO_ROOT)}
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "bench.floor_relay", group, sent_key, str(sessions)],
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    submitted: dict[str, float] = {}
+    os.kill(supervisor_pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: bench.redis.exists(f"{sent_key}:ready"), 60, "the floor relay")
+        plans = [trivial_plan(steps, f"platform floor {i}") for i in range(sessions)]
+        for plan in plans:
+            submitted[producer.submit(plan)] = time.time()
+        wait_for(lambda: bench.redis.hlen(sent_key) >= sessions, 300, "the floor's messages")
+        sent = {str(k): float(v) for k, v in bench.redis.hgetall(sent_key).items()}
+        return [sent[sid] - at for sid, at in submitted.items()]
+    finally:
+        for sid in submitted:
+            producer.cancel(sid, "benchmark: platform floor over")
+        os.kill(supervisor_pid, signal.SIGCONT)
+        try:
+            relay.wait(30)
+        except subprocess.TimeoutExpired:
+            relay.kill()
+            relay.wait(5)
+        bench.redis.xgroup_destroy(keys.inbox, group)
+        bench.redis.delete(sent_key, f"{sent_key}:ready")
+        wait_ended(bench, list(submitted), 300)
+
+
 def lease_losses(log_dir: Path) -> int:
     """How often the stack's supervisors logged a lease as lost (each loss retakes a session)."""
     return sum(
@@ -176,7 +223,20 @@ def py_spy(pid: int, out: str | None) -> Iterator[None]:
         yield
         return
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    cmd = [exe, "record", "-p", str(pid), "-o", out, "--format", "raw", "-r", "200"]
+    # --nonblocking: samples without pausing the supervisor (a paused one loses leases)
+    cmd = [
+        exe,
+        "record",
+        "-p",
+        str(pid),
+        "-o",
+        out,
+        "--format",
+        "raw",
+        "-r",
+        "200",
+        "--nonblocking",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.0)  # py-spy attaches
@@ -192,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="Trivial steps per session.")
     parser.add_argument("--quick", action="store_true", help="200 sessions (a smoke run).")
     parser.add_argument("--keep-logs", metavar="DIR", help="Copy the stack's logs to DIR.")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="Also measure the platform floor of the first dispatch (plain Celery sends).",
+    )
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
@@ -213,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
             with py_spy(supervisor.pid, args.py_spy):
                 many = run_sessions(bench, producer, sessions, steps, timeout_s=900)
             many_cpu = (cpu_seconds(supervisor.pid) or 0.0) - cpu0
+            floor = (
+                measure_floor(bench, producer, sessions, steps, supervisor.pid)
+                if args.floor
+                else []
+            )
             load1 = Path("/proc/loadavg").read_text().split()[0]
             rss_end = rss_mb(supervisor.pid)
             lost = lease_losses(stack.log_dir)
@@ -228,7 +298,10 @@ def main(argv: list[str] | None = None) -> int:
              f"{one.submit_s:.2f}", f"{one.first_dispatch[0]:.3f}s"],
             [f"{sessions} sessions x {steps}", str(total), f"{many.seconds:.2f}",
              f"{many.rate:.0f}", f"{many.submit_s:.2f}", f"{p50:.3f}s / {p99:.3f}s"],
-        ],
+        ] + ([
+            [f"platform floor: {sessions} x send_task", "-", "-", "-", "-",
+             f"{percentile(floor, 50):.3f}s / {percentile(floor, 99):.3f}s"],
+        ] if floor else []),
     )  # fmt: skip
     print(
         f"idle: {rss_kib:.1f} KiB RSS per idle session held, supervisor CPU {idle_cpu:.0f}% "
@@ -242,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         f"first dispatch under load: p50={p50 * 1000:.0f}ms p99={p99 * 1000:.0f}ms "
         f"(target p99 <= {TARGET_P99_S * 1000:.0f}ms)"
     )
+    if floor:
+        f50, f99 = percentile(floor, 50), percentile(floor, 99)
+        print(
+            f"platform floor (plain Celery send_task per submit, supervisor paused): "
+            f"p50={f50 * 1000:.0f}ms p99={f99 * 1000:.0f}ms"
+        )
     print(
         f"sessions: one={one.rate:.0f} steps/s many={many.rate:.0f} steps/s "
         f"ratio={many.rate / one.rate:.2f} (target >= {TARGET_RATIO})"

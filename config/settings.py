@@ -114,6 +114,18 @@ class Settings(BaseSettings):
         0.25, gt=0, description="How often a supervisor looks for sessions without an owner."
     )
     event_batch: int = Field(256, ge=1, description="Events read and checkpointed per batch.")
+    admission_slots: int = Field(
+        200,
+        ge=1,
+        description="Sessions a supervisor starts at once (load, claim, first dispatch); "
+        "the others wait, first come, first served (supervisor/admission.py).",
+    )
+    admission_max_defer_s: float = Field(
+        2.0,
+        ge=0,
+        description="Longest a running session's bookkeeping waits, per turn, for sessions "
+        "that are starting.",
+    )
     checkpoint_linger_s: float = Field(
         0.02,
         ge=0,

@@ -148,7 +148,9 @@ class StepState(BaseModel):
     resent: int = 0  # the attempt whose second copy the watchdog queued (one per attempt)
 
     def to_fields(self) -> dict[str, str]:
-        return {k: str(v.value if isinstance(v, StrEnum) else v) for k, v in self}
+        # The fields' own dict: iterating the model itself costs several times more, and
+        # every dispatch writes each step's fields.
+        return {k: str(v.value if isinstance(v, StrEnum) else v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_fields(cls, fields: dict[str, str]) -> StepState:

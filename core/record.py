@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     select,
@@ -36,6 +37,7 @@ from planloop.core.models import Event
 
 # A session in one of these statuses has ended: its row is never claimed or rewritten again.
 ENDED_STATUSES = ("completed", "failed", "aborted", "cancelled")
+CLAIM_CHUNK = 500  # sessions per query of a grouped claim (bound parameters per statement)
 
 
 class Base(DeclarativeBase):
@@ -330,7 +332,7 @@ class SqlRecord:
         refused claim writes nothing.
         """
         with self._tx() as db:
-            return [_claim(db, claim) for claim in claims]
+            return _claim_many(db, claims)
 
     # --- fenced writes --------------------------------------------------------------------
     def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
@@ -346,6 +348,9 @@ class SqlRecord:
         together, one statement per table: one commit for a whole supervisor's turn.
         """
         fenced: set[str] = set()
+        # On the table, not the mapped class: a Core UPDATE, without the ORM's bulk-update
+        # bookkeeping (synchronising the session) per row of a thousand sessions.
+        sessions = cast(Table, SessionRow.__table__)
         with self._tx() as db:
             kept: list[tuple[str, int, Checkpoint]] = []
             for sid, epoch, batch in batches:
@@ -353,11 +358,11 @@ class SqlRecord:
                     continue
                 values = {"updated_at": time.time(), **batch.session}
                 bumped = db.execute(
-                    update(SessionRow)
+                    update(sessions)
                     .where(
-                        SessionRow.id == sid,
-                        SessionRow.epoch == epoch,
-                        SessionRow.status.notin_(ENDED_STATUSES),  # ended is written once
+                        sessions.c.id == sid,
+                        sessions.c.epoch == epoch,
+                        sessions.c.status.notin_(ENDED_STATUSES),  # ended is written once
                     )
                     .values(**values)
                 )
@@ -507,36 +512,100 @@ def _insert_new(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> N
     db.execute(insert.on_conflict_do_nothing(), rows)
 
 
-def _claim(db: Session, claim: Claim) -> SessionError | None:
-    """One claim inside a transaction: refused (and nothing written) when the session has
-    ended or a newer epoch holds it."""
-    sid, epoch = claim.sid, claim.epoch
-    row = db.get(SessionRow, sid, with_for_update=True)
-    if row is not None and row.status in ENDED_STATUSES:
-        return SessionEndedError(sid, row.status)
-    if row is not None and row.epoch >= epoch:
-        return FencedOutError(sid, epoch)
-    plan = claim.plan
-    if plan is not None and db.get(PlanVersionRow, (sid, plan[0])) is None:
-        reason = "submitted" if plan[0] == 1 else "restored on takeover"
-        db.add(
-            PlanVersionRow(
-                session_id=sid,
-                version=plan[0],
-                plan=plan[1],
-                reason=reason,
-                created_at=time.time(),
+def _claim_many(db: Session, claims: Sequence[Claim]) -> list[SessionError | None]:
+    """The claims inside one transaction, in order: each refused (nothing written for it)
+    when its session has ended or a newer epoch holds it.
+
+    Set-based: the rows the claims touch are read (and locked, on PostgreSQL) in one query
+    per ``CLAIM_CHUNK`` sessions and written with one statement per table. A thousand
+    sessions starting together were two ORM look-ups and an ORM insert each, the
+    supervisor's biggest CPU cost of a burst, paid under the GIL its event loop needs.
+    """
+    sessions = cast(Table, SessionRow.__table__)
+    plan_versions = cast(Table, PlanVersionRow.__table__)
+    sids = sorted({claim.sid for claim in claims})
+    current: dict[str, tuple[str, int]] = {}  # sid -> (status, epoch), as the claims go
+    plans: set[tuple[str, int]] = set()
+    for start in range(0, len(sids), CLAIM_CHUNK):
+        chunk = sids[start : start + CLAIM_CHUNK]
+        found = db.execute(
+            select(sessions.c.id, sessions.c.status, sessions.c.epoch)
+            .where(sessions.c.id.in_(chunk))
+            .with_for_update()
+        )
+        current.update({sid: (status, epoch) for sid, status, epoch in found})
+        stored = db.execute(
+            select(plan_versions.c.session_id, plan_versions.c.version).where(
+                plan_versions.c.session_id.in_(chunk)
             )
         )
-    if row is None:
-        db.add(
-            SessionRow(
-                id=sid, epoch=epoch, owner=claim.owner, updated_at=time.time(), **claim.fields
+        plans.update((sid, version) for sid, version in stored)
+    results: list[SessionError | None] = []
+    created: dict[str, dict[str, Any]] = {}
+    bumped: dict[str, dict[str, Any]] = {}
+    new_plans: list[dict[str, Any]] = []
+    for claim in claims:
+        sid, epoch, now = claim.sid, claim.epoch, time.time()
+        row = current.get(sid)
+        if row is not None and row[0] in ENDED_STATUSES:
+            results.append(SessionEndedError(sid, row[0]))
+            continue
+        if row is not None and row[1] >= epoch:
+            results.append(FencedOutError(sid, epoch))
+            continue
+        plan = claim.plan
+        if plan is not None and (sid, plan[0]) not in plans:
+            plans.add((sid, plan[0]))
+            reason = "submitted" if plan[0] == 1 else "restored on takeover"
+            new_plans.append(
+                {
+                    "session_id": sid,
+                    "version": plan[0],
+                    "plan": plan[1],
+                    "reason": reason,
+                    "created_at": now,
+                }
             )
+        owned = {"epoch": epoch, "owner": claim.owner, "updated_at": now}
+        if row is None:
+            created[sid] = {"id": sid, **owned, **claim.fields}
+            status = str(claim.fields.get("status", ""))
+        elif sid in created:  # created by an earlier claim of this batch
+            created[sid].update(owned)
+            status = row[0]
+        else:
+            bumped[sid] = owned
+            status = row[0]
+        current[sid] = (status, epoch)
+        results.append(None)
+    if new_plans:
+        db.execute(plan_versions.insert(), new_plans)
+    # One INSERT per set of columns (executemany needs the same columns in every row).
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for values in created.values():
+        by_columns.setdefault(tuple(sorted(values)), []).append(values)
+    for rows in by_columns.values():
+        db.execute(sessions.insert(), rows)
+    if bumped:
+        db.execute(
+            update(sessions)
+            .where(sessions.c.id == bindparam("claimed_id"))
+            .values(
+                epoch=bindparam("claimed_epoch"),
+                owner=bindparam("claimed_owner"),
+                updated_at=bindparam("claimed_at"),
+            ),
+            [
+                {
+                    "claimed_id": sid,
+                    "claimed_epoch": v["epoch"],
+                    "claimed_owner": v["owner"],
+                    "claimed_at": v["updated_at"],
+                }
+                for sid, v in bumped.items()
+            ],
         )
-    else:
-        row.epoch, row.owner, row.updated_at = epoch, claim.owner, time.time()
-    return None
+    return results
 
 
 def _upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:

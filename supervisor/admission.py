@@ -7,10 +7,13 @@ all of them comes seconds later, at about the same moment. Admission turns that 
 queue with a short lap:
 
 - at most ``slots`` sessions start at once (loading, claiming, their first dispatch), in
-  the order they were taken; the others wait for a slot;
+  the order they were taken; the others wait for a slot (``PLANLOOP_ADMISSION_SLOTS``: a
+  burst starts in waves of that many, each wave's first dispatches waiting for the whole
+  wave's loads; more slots make fewer, longer waves: bench/README.md);
 - while sessions wait to start or are starting, the loops of sessions already running
   wait (at most ``max_defer_s`` per turn, so they are never starved) before they apply
-  what they read and before they end: the laps are made of starts.
+  what they read and before they end: the laps are made of starts
+  (``PLANLOOP_ADMISSION_MAX_DEFER_S``).
 
 Pure asyncio bookkeeping, unit-tested without Redis (tests/unit/test_admission.py).
 """
@@ -21,7 +24,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-DEFAULT_SLOTS = 200
+DEFAULT_SLOTS = 200  # the settings' defaults (config/settings.py)
 DEFAULT_MAX_DEFER_S = 2.0
 
 

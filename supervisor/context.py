@@ -39,7 +39,7 @@ class SupervisorContext:
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")
     )
     # Sessions just taken start before the bookkeeping of those already running.
-    admission: Admission = field(default_factory=Admission)
+    admission: Admission = field(init=False)
     # The SQL writes of every session, grouped into one transaction per round.
     claims: ClaimBatcher = field(init=False)
     checkpoints: CheckpointWriter = field(init=False)
@@ -48,6 +48,9 @@ class SupervisorContext:
     events: EventHub | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.admission = Admission(
+            self.settings.admission_slots, self.settings.admission_max_defer_s
+        )
         self.claims = ClaimBatcher(self.record, self.sql)
         self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql)
         self.events = None

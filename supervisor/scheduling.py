@@ -15,9 +15,9 @@ from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.references import find_references, resolve_params
 from planloop.supervisor.big_params import SentParams, send_params
 from planloop.supervisor.consumers import ConsumerMonitor
-from planloop.supervisor.dispatch import Op
 from planloop.supervisor.scheduler import ready_steps
 from planloop.supervisor.session_base import SessionIO
+from planloop.supervisor.step_message import Op
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from planloop.core.models import Event, EventType, Severity, StepStatus
 from planloop.core.tools import ToolRegistry
 from planloop.planner.plan import Step
 from planloop.planner.react_step import REACT_TOOL
-from planloop.supervisor.dispatch import Op
 from planloop.supervisor.session_state import SessionState
+from planloop.supervisor.step_message import Op
 from planloop.supervisor.store_port import Entry, SessionStorePort, WriteOp
 
 # The session hash field `planloop cancel` sets (with the reason): read before anything else.

@@ -26,6 +26,7 @@ from planloop.core.lua import (
 )
 from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
 from planloop.core.redis_faults import is_redis_fault
+from planloop.supervisor.write_batch import WriteBatch
 
 Op = list[Any]
 CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller
@@ -44,6 +45,8 @@ class SessionStore:
         self._fenced = FencedWrite.register_async(client)
         self._end_attempt = EndAttempt.register_async(client)
         self._queued = Queued.register_async(client)
+        # The fenced writes of one loop turn (of any sessions) go in one pipeline.
+        self._writes: WriteBatch[FencedWrite] = WriteBatch(self._send_writes)
         self._lengths: dict[str, tuple[float, int]] = {}  # queue -> (read at, length)
         self._reading_lengths: dict[str, asyncio.Future[int]] = {}
 
@@ -241,8 +244,20 @@ class SessionStore:
             ops=json.dumps(encoded),
             target_keys=list(targets),
         )
-        if not await self._fenced(call):
+        if not await self._writes.run(call):
             raise FencedOutError(sid, epoch)
+
+    async def _send_writes(self, calls: Sequence[FencedWrite]) -> list[Any]:
+        """Fenced writes in one round trip; per call, its reply or the error it got."""
+        if len(calls) == 1:  # no pipeline to build (nor SCRIPT EXISTS to ask) for one
+            try:
+                return [await self._fenced(calls[0])]
+            except aioredis.ResponseError as exc:
+                return [exc]
+        pipe = self.r.pipeline(transaction=False)
+        for call in calls:
+            await self._fenced(call, client=pipe)
+        return await pipe.execute(raise_on_error=False)
 
     def step_write(self, sid: str, step_id: str, **fields: Any) -> tuple[str, str, list[Any]]:
         """An HSET op for :meth:`write`."""

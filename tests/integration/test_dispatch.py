@@ -20,8 +20,9 @@ from planloop.core.errors import FencedOutError
 from planloop.core.keys import Keys
 from planloop.core.models import StepTaskArgs
 from planloop.core.tools import load_tools
-from planloop.supervisor.dispatch import Dispatcher, Op
+from planloop.supervisor.dispatch import Dispatcher
 from planloop.supervisor.state import SessionStore
+from planloop.supervisor.step_message import Op
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
@@ -190,3 +191,58 @@ def test_only_the_owner_queues_attempts(
     finally:
         dispatcher.close()
         redis_client.delete(keys.session(sid), keys.step(sid, "reserve"))
+
+
+def test_fenced_writes_sent_together_are_fenced_each(
+    settings: Settings, redis_client: redis.Redis, run_id: str
+) -> None:
+    """Writes of many sessions in one loop turn share a pipeline (supervisor/write_batch.py);
+    each is still fenced by its own session's epoch: a stale one among them writes nothing
+    and raises, the others land with their messages."""
+    keys = Keys(settings.key_prefix)
+    sids = [f"{run_id}-batch-{i}" for i in range(20)]
+    stale = sids[7]
+    for sid in sids:
+        redis_client.hset(keys.session(sid), mapping={"status": "running", "epoch": 5})
+    dispatcher = Dispatcher(settings, load_tools(settings.tool_modules))
+
+    async def dispatch_all() -> list[BaseException | None]:
+        store = SessionStore.from_url(settings.redis_url, keys)
+
+        async def one(sid: str) -> None:
+            epoch = 4 if sid == stale else 5
+            args = _attempt(session_id=sid, epoch=epoch)
+            await store.write(
+                sid,
+                epoch,
+                [
+                    store.step_write(sid, "reserve", status="running", epoch=epoch),
+                    *dispatcher.commands(args),
+                ],
+            )
+
+        try:
+            return list(await asyncio.gather(*(one(s) for s in sids), return_exceptions=True))
+        finally:
+            await store.r.aclose()
+
+    try:
+        outcomes = asyncio.run(dispatch_all())
+        assert [type(o).__name__ for o in outcomes] == [
+            "FencedOutError" if s == stale else "NoneType" for s in sids
+        ]
+        queued = [
+            _decoded(raw)["headers"]["id"] for raw in redis_client.lrange(settings.queue, 0, -1)
+        ]
+        assert sorted(queued) == sorted(f"{s}:reserve:2" for s in sids if s != stale)
+        assert not redis_client.exists(keys.step(stale, "reserve"))
+        assert all(
+            redis_client.hget(keys.step(s, "reserve"), "status") == "running"
+            for s in sids
+            if s != stale
+        )
+    finally:
+        dispatcher.close()
+        for sid in sids:
+            redis_client.delete(keys.session(sid), keys.step(sid, "reserve"))
+        redis_client.delete(settings.queue)
