@@ -38,7 +38,7 @@ from pydantic import SecretStr
 from bench.common import bench_env, console, planloop_stack, print_table
 from bench.qa_questions import Question, by_tag, questions
 from bench.token_llm import CALL_S, TOKEN_S, Meter, TokenLatencyLLM
-from planloop.core.models import SessionStatus
+from planloop.core.models import SessionOptions, SessionStatus
 from planloop.core.tools import ToolContext, ToolRegistry, load_tools
 from planloop.planner.prompting import tool_catalogue
 from planloop.producer.client import Producer
@@ -72,6 +72,9 @@ class Outcome:
     wall_s: float
     llm: Meter
     answer: str
+    # Planloop only, seconds after submit: first step dispatched, last step finished,
+    # session ended (its finished_at)
+    timeline: tuple[float, float, float] | None = None
 
 
 def critical_path_s(question: Question) -> float:
@@ -89,26 +92,32 @@ def tools_total_s(question: Question) -> float:
 
 # --- (a) Planloop ------------------------------------------------------------------------
 def run_planloop(
-    producer: Producer, llm: TokenLatencyLLM, client: openai.OpenAI, q: Question
+    producer: Producer,
+    llm: TokenLatencyLLM,
+    client: openai.OpenAI,
+    q: Question,
+    options: SessionOptions | None = None,
 ) -> Outcome:
     """Submit the goal, wait for the session, then the joiner call (unless the session made
     one itself)."""
     before = llm.snapshot()
-    started = time.monotonic()
-    sid = producer.submit_goal(q.tagged, tools=["qa"])
+    started, submitted = time.monotonic(), time.time()
+    sid = producer.submit_goal(q.tagged, tools=["qa"], options=options)
     record = producer.wait(sid, timeout_s=120, poll_s=0.01)
     if record.status != SessionStatus.COMPLETED:
         raise SystemExit(
             f"{q.qid}: session {sid} ended {record.status.value}: {record.error!r} "
             f"(logs under the bench's temp directory)"
         )
+    answer = str((record.answer or {}).get("text", ""))
+    answered = time.monotonic()  # the session's own answer is read: the question is done
+    # The bench's checks of the step outputs are not part of answering (nor are ReAct's).
     states = producer.state.steps(sid, [x.id for x in q.lookups])
     outputs = {step_id: producer.state.output(st.output_ref) for step_id, st in states.items()}
     values = q.values()
     for step_id, output in outputs.items():
         if not output or output.get("value") != values[step_id]:
             raise SystemExit(f"{q.qid}: step {step_id} answered {output!r}, not {values[step_id]}")
-    answer = str((record.answer or {}).get("text", ""))
     if not answer:
         reply = chat(
             client,
@@ -121,8 +130,14 @@ def run_planloop(
             ],
         )
         answer = str(json.loads(reply)["text"]).removeprefix("Final Answer: ")
-    wall = time.monotonic() - started
-    return Outcome(wall, llm.snapshot().minus(before), answer or "(in the session)")
+        answered = time.monotonic()
+    wall = answered - started
+    timeline = (
+        min(st.dispatched_at for st in states.values()) - submitted,
+        max(st.finished_at for st in states.values()) - submitted,
+        record.finished_at - submitted,
+    )
+    return Outcome(wall, llm.snapshot().minus(before), answer or "(in the session)", timeline)
 
 
 # --- (b) sequential ReAct ----------------------------------------------------------------
@@ -203,6 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-ms", type=float, default=TOKEN_S * 1000, help="Model latency per output token, ms."
     )
+    parser.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="Planloop waits for the whole plan reply (PLANLOOP_LLM_STREAM_PLANS=false).",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("plan", "auto"),
+        default="plan",
+        help="Planloop's submit mode; auto asks the router first (one more call).",
+    )
     args = parser.parse_args(argv)
     call_s, token_s = args.call_ms / 1000, args.token_ms / 1000
     qs = questions(7 if args.quick else max(1, args.questions))
@@ -211,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     console.print(
         f"{len(qs)} questions; model: {call_s * 1000:g} ms/call + {token_s * 1000:g} ms per "
-        f"output token (cl100k_base); load average {load_before[0]:.2f} "
-        f"({os.cpu_count()} CPUs)"
+        f"output token (cl100k_base); plans {'not ' if args.no_stream else ''}streamed; "
+        f"mode {args.mode}; load average {load_before[0]:.2f} ({os.cpu_count()} CPUs)"
     )
     pairs: list[tuple[Question, Outcome, Outcome]] = []
     with TokenLatencyLLM(by_tag([*qs, warmup]), call_s, token_s) as llm:
@@ -224,12 +250,14 @@ def main(argv: list[str] | None = None) -> int:
                 llm_base_url=llm.base_url,
                 llm_api_key=SecretStr("bench"),
                 llm_max_retries=0,
+                llm_stream_plans=not args.no_stream,
             ) as bench,
             planloop_stack(bench) as (_, producer),
         ):
-            run_planloop(producer, llm, client, warmup)
+            options = SessionOptions(mode=args.mode)
+            run_planloop(producer, llm, client, warmup, options)
             for q in qs:
-                ours = run_planloop(producer, llm, client, q)
+                ours = run_planloop(producer, llm, client, q, options)
                 react = run_react(tools, llm, client, q)
                 if react.answer != q.answer():
                     raise SystemExit(f"{q.qid}: ReAct answered {react.answer!r}")
@@ -279,6 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(critical_path_s(q) for q, _, _ in pairs) / n:.2f}s (critical path) vs react "
         f"{sum(tools_total_s(q) for q, _, _ in pairs) / n:.2f}s (sum)."
     )
+    timelines = [o.timeline for o in ours_all if o.timeline is not None]
+    if timelines:
+        first, tools_end, ended = (sum(t[i] for t in timelines) / len(timelines) for i in range(3))
+        console.print(
+            f"Planloop timeline, mean seconds after submit: first step dispatched {first:.2f}, "
+            f"last step finished {tools_end:.2f}, session ended {ended:.2f}, answer read "
+            f"{sum(o.wall_s for o in ours_all) / n:.2f}."
+        )
     overheads = sorted(overhead_s(q, o) for q, o, _ in pairs)
     console.print(
         f"Planloop orchestration overhead per question (wall - model sleeps - tool critical "

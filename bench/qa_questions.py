@@ -116,9 +116,11 @@ class Question:
     def plan_reply(self) -> str:
         """The plan as the planner prompt asks for it: one ``[id, tool, params]`` array per
         step (the dependencies are what the params reference), one step per line
-        (planner/compact_plan.py)."""
+        (planner/compact_plan.py), the steps that need no other step first (the prompt asks
+        for the order steps can start in: they are dispatched while the reply streams)."""
+        steps = sorted(self.plan().steps, key=lambda s: len(s.dependencies) > 0)  # stable
         lines = [  # the dependencies are the references: left out, as the prompt allows
-            json.dumps([s.id, s.tool, s.params], separators=(",", ":")) for s in self.plan().steps
+            json.dumps([s.id, s.tool, s.params], separators=(",", ":")) for s in steps
         ]
         return '{"steps":[\n' + ",\n".join(lines) + "\n]}"
 

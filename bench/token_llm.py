@@ -5,6 +5,11 @@ Each chat completion sleeps ``CALL_S + TOKEN_S * completion_tokens`` before answ
 reply costs more than a short one, as with a hosted model decoding at ~50 tokens/s.
 Prompt length costs nothing (prefill is ignored); the benchmark reports prompt tokens.
 
+A request with ``stream: true`` is answered as server-sent events, one chunk per token: the
+first after ``CALL_S``, each next one ``TOKEN_S`` later (the same total), so a client that
+reads the reply while it streams (Planloop's early dispatch of plan steps) gets each piece
+when a real decoder would have written it.
+
 Replies are chosen by the ``ROLE: <role>`` line of the first system message and the
 question tag ``[qNN]`` in the prompt (bench/qa_questions.py):
 
@@ -14,6 +19,9 @@ question tag ``[qNN]`` in the prompt (bench/qa_questions.py):
 - ``summarizer``: the final answer (``{"text": ...}``), the plan side's joiner call;
 - ``critic``: a passing verdict (sessions that run critique rounds), with the final answer
   when the prompt asks for it (a round that looks complete).
+
+JSON replies are compact (no spaces after ``,`` and ``:``), as models constrained to a JSON
+schema write them; the plan reply is compact too.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from types import TracebackType
 from typing import Any
 
 from bench.qa_questions import Question
-from tests.llm_server import count_prompt_tokens, count_tokens
+from tests.llm_server import count_prompt_tokens, count_tokens, send_sse, sse_chunks
 
 CALL_S = 0.2  # per request: network round trip and time to first token
 TOKEN_S = 0.02  # per output token: ~50 tokens/s decoding
@@ -61,6 +69,11 @@ class Meter:
         return Meter(**{k: v - getattr(other, k) for k, v in vars(self).items()})
 
 
+def compact(value: Any) -> str:
+    """JSON as a structured-output decoder writes it (and the planner's plan): no spaces."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def reply_for(role: str, question: Question, messages: list[dict[str, Any]]) -> str:
     """The scripted reply of ``role`` to ``question`` at this point of the chat."""
     if role == "planner":
@@ -73,12 +86,12 @@ def reply_for(role: str, question: Question, messages: list[dict[str, Any]]) -> 
         )
         return question.react_reply(observations)
     if role == "summarizer":
-        return json.dumps({"text": question.joiner_reply()})
+        return compact({"text": question.joiner_reply()})
     if role == "critic":
         verdict: dict[str, Any] = {"passed": True, "feedback": "", "missing": [], "confidence": 1.0}
         if messages and "also write the final answer" in str(messages[-1].get("content", "")):
             verdict["answer"] = {"text": question.joiner_reply(), "data": None}
-        return json.dumps(verdict)
+        return compact(verdict)
     raise LookupError(f"the bench model has no reply for role {role!r}")
 
 
@@ -121,7 +134,7 @@ class TokenLatencyLLM:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def answer(self, body: dict[str, Any], *, sleep: bool = True) -> tuple[int, dict[str, Any]]:
         messages: list[dict[str, Any]] = list(body.get("messages", []))
         system: dict[str, Any] = next((m for m in messages if m.get("role") == "system"), {})
         role_match = _ROLE.search(str(system.get("content", "")))
@@ -137,7 +150,8 @@ class TokenLatencyLLM:
         prompt_tokens = count_prompt_tokens(messages)
         completion_tokens = count_tokens(content)
         delay = reply_latency_s(completion_tokens, self.call_s, self.token_s)
-        time.sleep(delay)
+        if sleep:
+            time.sleep(delay)
         with self._lock:
             self.meter.calls += 1
             self.meter.prompt_tokens += prompt_tokens
@@ -172,7 +186,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
-        self._send(*self.owner.answer(json.loads(raw)))
+        body = json.loads(raw)
+        if not body.get("stream"):
+            self._send(*self.owner.answer(body))
+            return
+        status, payload = self.owner.answer(body, sleep=False)
+        if status != 200:
+            self._send(status, payload)
+            return
+        time.sleep(self.owner.call_s)  # time to first token; then one token per TOKEN_S
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        send_sse(self, sse_chunks(payload, include_usage=usage), pace_s=self.owner.token_s)
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()

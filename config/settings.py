@@ -205,6 +205,12 @@ class Settings(BaseSettings):
         description="How to ask for JSON: 'auto' tries json_schema, then llama.cpp's "
         "json_object with a schema, then plain prompting; the others force one form.",
     )
+    llm_stream_plans: bool = Field(
+        True,
+        description="Stream the first plan's reply and dispatch each step as soon as it is "
+        "whole and its dependencies are known (early dispatch); false, or an endpoint that "
+        "cannot stream, waits for the whole reply.",
+    )
     plan_max_repairs: int = Field(
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )

@@ -239,6 +239,7 @@ class SessionRecord(BaseModel):
     finished_at: float = 0.0
     replans: int = 0
     rounds: int = 0  # rounds the critic sent back (the first plan is round 1)
+    planning: str = ""  # "streaming": the first plan's reply had not ended (steps installed)
     error: str = ""
     awaiting: str = ""
     approved: list[str] = Field(default_factory=list)

@@ -10,21 +10,24 @@ error, at most ``max_repairs`` times. A re-plan that repeats one that already fa
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import TypeVar, cast
 
 from pydantic import BaseModel
 
-from planloop.core.errors import PlanValidationError, RepeatedPlanError
+from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
 from planloop.core.tools import ToolRegistry
 from planloop.planner.compact_plan import CompactPlan
 from planloop.planner.decision import ReplanDecision, SubGraph
-from planloop.planner.llm import ChatModel, Role, Usage
+from planloop.planner.early_steps import EarlySteps, keep_installed
+from planloop.planner.llm import ChatModel, Role, StreamingChatModel, Usage, validate_answer
 from planloop.planner.merge import merge_remaining, orphans, replace_remaining
 from planloop.planner.merge_validation import validate_remaining_merge
 from planloop.planner.plan import Plan, Step
+from planloop.planner.plan_stream import StepStream
 from planloop.planner.prompting import bullets, plan_outline, render_prompt, tool_catalogue
 from planloop.planner.situation import Situation, render_situation
 from planloop.planner.validation import validate_merge, validate_plan
@@ -75,13 +78,7 @@ class Planner:
             PlanValidationError: still invalid after ``max_repairs`` repairs.
             LLMError: the endpoint failed or kept answering unusable JSON.
         """
-        messages = render_prompt(
-            "planner",
-            goal=goal,
-            constraints=bullets(constraints),
-            lessons=bullets(lessons),
-            catalogue=tool_catalogue(self.tools),
-        )
+        messages = self._plan_messages(goal, constraints, lessons)
 
         def check(answer: CompactPlan) -> Plan:
             plan = answer.to_plan(goal, list(constraints))
@@ -89,6 +86,121 @@ class Planner:
             return plan
 
         return self._ask(Role.PLANNER, messages, CompactPlan, check, fingerprints=lambda _: [])
+
+    def plan_streamed(
+        self,
+        goal: str,
+        constraints: Sequence[str],
+        lessons: Sequence[str],
+        on_plan: Callable[[Plan], None],
+    ) -> tuple[Plan, list[Usage]]:
+        """:meth:`plan` with the reply streamed: ``on_plan`` gets the growing valid prefix
+        of the plan each time a step of it is whole (early dispatch).
+
+        A step is handed over once it is whole, fits the step schema, calls a known tool
+        with valid params and depends only on steps before it; the first that does not
+        stops the early steps (the rest waits for the whole reply). The whole reply is then
+        checked as :meth:`plan` checks it: when valid, the plan returned is the one
+        :meth:`plan` would return for that reply (the steps handed over are its first
+        steps). When not, it goes back to the model with its error, like any unusable
+        answer, and the repaired plan keeps the steps already handed over unchanged
+        (they may be running): see :meth:`plan_rest`.
+
+        Raises:
+            PlanValidationError: still invalid after ``max_repairs`` repairs.
+            LLMError: the endpoint failed or kept answering unusable JSON.
+        """
+        streaming = cast("StreamingChatModel", self.chat)  # the caller checked streams_plans
+        messages = self._plan_messages(goal, constraints, lessons)
+        reader = StepStream()
+        early = EarlySteps(goal, list(constraints), self.tools)
+
+        def on_text(piece: str) -> None:
+            grown = False
+            for raw in reader.feed(piece):
+                grown = early.accept(raw) or grown
+            if grown and early.plan is not None:
+                on_plan(early.plan)
+
+        raw, usage = streaming.stream_text(Role.PLANNER, messages, CompactPlan, on_text)
+        if reader.stopped or early.stopped:
+            logger.info(
+                "planner steps dispatched early: %d (then: %s)",
+                early.count,
+                reader.stopped or early.stopped,
+            )
+        try:
+            plan = validate_answer(raw, CompactPlan).to_plan(goal, list(constraints))
+            validate_plan(plan, self.tools)
+            installed = early.plan.steps if early.plan is not None else []
+            return keep_installed(plan, installed, self.tools), [usage]
+        except (LLMResponseError, PlanValidationError) as exc:
+            error = exc
+        logger.info("streamed plan unusable, repairing it: %s", error)
+        if isinstance(error, PlanValidationError) and self.max_repairs == 0:
+            raise PlanValidationError(
+                f"the planner's plan is invalid and no repair is allowed: {error}",
+                step_id=error.step_id,
+            ) from error
+        installed = early.plan.steps if early.plan is not None else []
+        chat_so_far = [
+            *messages,
+            {"role": "assistant", "content": raw},
+            {
+                "role": "user",
+                "content": f"Your answer cannot be used: {error}\n"
+                + _frozen_note(installed)
+                + "Reply with the corrected JSON only: no prose, no code fences.",
+            },
+        ]
+        spent = 1 if isinstance(error, PlanValidationError) else 0
+        rest, usages = replace(self, max_repairs=self.max_repairs - spent).plan_rest(
+            goal, constraints, installed, messages=chat_so_far
+        )
+        return rest, [usage, *usages]
+
+    def plan_rest(
+        self,
+        goal: str,
+        constraints: Sequence[str],
+        installed: Sequence[Step],
+        *,
+        lessons: Sequence[str] = (),
+        messages: list[dict[str, str]] | None = None,
+    ) -> tuple[Plan, list[Usage]]:
+        """A first plan that keeps ``installed`` (steps of it already running) unchanged.
+
+        For a streamed plan whose reply ended unusable (``messages``: the chat with the
+        error), and for a session taken over while its first plan was still streaming
+        (``messages`` None: the planner prompt again, told which steps run already). An
+        answer that redefines an installed step goes back to the model; installed steps
+        it leaves out are kept.
+
+        Raises:
+            PlanValidationError: still invalid after ``max_repairs`` repairs.
+            LLMError: the endpoint failed or kept answering unusable JSON.
+        """
+        if messages is None:
+            messages = self._plan_messages(goal, constraints, lessons)
+            if installed:
+                messages.append({"role": "user", "content": _frozen_note(installed)})
+
+        def check(answer: CompactPlan) -> Plan:
+            plan = answer.to_plan(goal, list(constraints))
+            return keep_installed(plan, installed, self.tools)
+
+        return self._ask(Role.PLANNER, messages, CompactPlan, check, fingerprints=lambda _: [])
+
+    def _plan_messages(
+        self, goal: str, constraints: Sequence[str], lessons: Sequence[str]
+    ) -> list[dict[str, str]]:
+        return render_prompt(
+            "planner",
+            goal=goal,
+            constraints=bullets(constraints),
+            lessons=bullets(lessons),
+            catalogue=tool_catalogue(self.tools),
+        )
 
     def replan_remaining(
         self,
@@ -303,6 +415,20 @@ class Decider:
             )
             decision = decision.model_copy(update={"steps_to_cancel": allowed})
         return decision, usage
+
+
+def _frozen_note(installed: Sequence[Step]) -> str:
+    """Tells the model which steps run already and must stay as they are."""
+    if not installed:
+        return ""
+    steps = ", ".join(
+        json.dumps([s.id, s.tool, s.params, s.dependencies], separators=(",", ":"))
+        for s in installed
+    )
+    return (
+        f"These steps of your plan are already running and must stay exactly as they are "
+        f"(repeat them unchanged or leave them out): {steps}\n"
+    )
 
 
 def _statuses(situation: Situation) -> dict[str, str]:

@@ -17,13 +17,14 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 import openai
-from openai import OpenAI
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai import OpenAI, Stream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
@@ -96,6 +97,31 @@ class ChatModel(Protocol):
         ...
 
 
+class StreamingChatModel(ChatModel, Protocol):
+    """A :class:`ChatModel` that can also hand over an answer's text while it is written."""
+
+    @property
+    def streams_plans(self) -> bool:
+        """Whether first plans should be streamed (the setting, and the endpoint allows)."""
+        ...
+
+    def stream_text(
+        self,
+        role: Role,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        on_text: Callable[[str], None],
+    ) -> tuple[str, Usage]:
+        """One answer's text, ``on_text`` called with each piece as it arrives; the whole
+        text (not validated: the caller validates and repairs) and the call's usage."""
+        ...
+
+
+def streams_plans(chat: ChatModel) -> bool:
+    """Whether ``chat`` streams first plans (a :class:`StreamingChatModel`, switched on)."""
+    return bool(getattr(chat, "streams_plans", False)) and hasattr(chat, "stream_text")
+
+
 class OpenAIChatModel:
     """:class:`ChatModel` on the ``openai`` SDK against any OpenAI-compatible endpoint.
 
@@ -135,12 +161,19 @@ class OpenAIChatModel:
         forced = settings.llm_structured_output
         self._auto = forced == "auto"
         self._mode: StructuredMode = "json_schema" if forced == "auto" else forced
+        self._streams = settings.llm_stream_plans  # off for good once the server refuses
         self.usages: deque[Usage] = deque(maxlen=RECENT_USAGES)
 
     @property
     def structured_mode(self) -> StructuredMode:
         """The form of structured output this client asks for now."""
         return self._mode
+
+    @property
+    def streams_plans(self) -> bool:
+        """Whether first plans are streamed: ``llm_stream_plans``, unless the endpoint
+        refused a streamed request (then every call is a whole reply)."""
+        return self._streams
 
     def model_for(self, role: Role) -> str:
         """The model that serves ``role``: its override, else ``llm_model``."""
@@ -193,6 +226,62 @@ class OpenAIChatModel:
                 )
             chat += [{"role": "assistant", "content": raw}, _repair_request(error)]
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def stream_text(
+        self,
+        role: Role,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        on_text: Callable[[str], None],
+    ) -> tuple[str, Usage]:
+        """One answer, streamed: ``on_text`` gets each piece of its text as it arrives.
+
+        The request is the one :meth:`complete_json` makes (same model, structured-output
+        form and retries of the request itself) with ``stream=True`` and, for the usage,
+        ``stream_options.include_usage``. A server that answers a whole JSON completion
+        instead of an event stream is read as such (``on_text`` then gets the whole text
+        once); one that refuses streaming is not asked to stream again. A stream cut off
+        half-way returns the text so far: the caller's validation finds it unusable and
+        repairs it like any other unusable answer.
+
+        Returns:
+            The answer's whole text (not validated) and the call's usage, which is also
+            counted in :attr:`usages` like any call's.
+
+        Raises:
+            LLMUnavailableError: The endpoint failed, refused, or kept failing.
+        """
+        if not self._streams:
+            text, usage = self._complete(role, [dict(m) for m in messages], schema)
+            on_text(text)
+            return text, usage
+        chat = [dict(m) for m in messages]
+        model = self.model_for(role)
+        while True:
+            mode = self._mode
+            started = time.monotonic()
+            try:
+                stream = self._create_stream(model, _shape(chat, schema, mode), mode, schema)
+            except openai.APIStatusError as exc:
+                if _rejects_streaming(exc):
+                    logger.warning(
+                        "%s refused a streamed request (HTTP %d); plans are not streamed "
+                        "from now on",
+                        self.base_url,
+                        exc.status_code,
+                    )
+                    self._streams = False
+                    return self.stream_text(role, messages, schema, on_text)
+                if not _rejects_format(exc, mode):
+                    raise self._unavailable(exc) from exc
+                self._step_down(mode, exc)
+                continue
+            except openai.APIConnectionError as exc:
+                raise self._unavailable(exc) from exc
+            text, usage = self._read_stream(stream, on_text, started, model, role)
+            self.usages.append(usage)
+            logger.debug("%s answer (%s, streamed): %s", role, model, text)
+            return text, usage
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -252,6 +341,81 @@ class OpenAIChatModel:
             reraise=True,
         )
         return retrying(call)
+
+    def _create_stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        mode: StructuredMode,
+        schema: type[BaseModel],
+    ) -> Stream[ChatCompletionChunk]:
+        """Open one streamed chat completion, retrying as :meth:`_create` does (only the
+        request: a stream cut off after its first piece is not asked again)."""
+        logger.debug("streamed prompt to %s (%s): %s", model, mode, messages)
+        extra: dict[str, Any] = {}
+        if mode != "none":
+            extra["response_format"] = _response_format(mode, schema)
+
+        def call() -> Stream[ChatCompletionChunk]:
+            return self._client.chat.completions.create(
+                model=model,
+                messages=cast("list[ChatCompletionMessageParam]", messages),
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=extra or None,
+            )
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self._settings.llm_max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(lambda exc: _is_transient(exc, mode)),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        return retrying(call)
+
+    def _read_stream(
+        self,
+        stream: Stream[ChatCompletionChunk],
+        on_text: Callable[[str], None],
+        started: float,
+        model: str,
+        role: Role,
+    ) -> tuple[str, Usage]:
+        """The text and usage of an opened stream, each piece handed to ``on_text``."""
+        with stream:
+            kind = stream.response.headers.get("content-type", "")
+            if "text/event-stream" not in kind:  # the server ignored stream=True
+                whole = ChatCompletion.model_validate(json.loads(stream.response.read()))
+                text = (whole.choices[0].message.content if whole.choices else None) or ""
+                on_text(text)
+                return text, _usage_of(whole, time.monotonic() - started, model, role)
+            pieces: list[str] = []
+            counted = None
+            served = model
+            try:
+                for chunk in stream:
+                    served = chunk.model or served
+                    if chunk.usage is not None:
+                        counted = chunk.usage
+                    piece = chunk.choices[0].delta.content if chunk.choices else None
+                    if piece:
+                        pieces.append(piece)
+                        on_text(piece)
+            except openai.APIError as exc:  # the SDK wraps a broken connection
+                logger.warning(
+                    "the %s answer's stream from %s broke after %d piece(s): %s",
+                    role,
+                    self.base_url,
+                    len(pieces),
+                    exc,
+                )
+        latency = time.monotonic() - started
+        if counted is None:  # no usage chunk (stream_options unknown): one token per piece
+            return "".join(pieces), Usage(0, len(pieces), latency, served, str(role))
+        return "".join(pieces), Usage(
+            counted.prompt_tokens, counted.completion_tokens, latency, served, str(role)
+        )
 
     def _step_down(self, mode: StructuredMode, exc: openai.APIStatusError) -> None:
         """Remember that the server rejects ``mode``; raise when there is nothing to fall to."""
@@ -323,6 +487,16 @@ def build_chat_model(settings: Settings) -> OpenAIChatModel:
 # --- helpers ------------------------------------------------------------------------------
 
 
+def validate_answer(raw: str, schema: type[T]) -> T:
+    """Extract the JSON from ``raw`` and validate it against ``schema``, as
+    :meth:`OpenAIChatModel.complete_json` does (for a streamed answer read whole).
+
+    Raises:
+        LLMResponseError: not JSON, or not fitting the schema; phrased for the model.
+    """
+    return _validate(raw, schema)
+
+
 def _validate(raw: str, schema: type[T]) -> T:
     """Extract the JSON from ``raw`` and validate it; errors phrased for the model to fix."""
     data = extract_json(raw)
@@ -384,6 +558,13 @@ def _rejects_format(exc: openai.APIStatusError, mode: StructuredMode) -> bool:
         return False
     text = f"{exc.message} {exc.body}".lower()
     return any(word in text for word in ("response_format", "json_schema", mode))
+
+
+def _rejects_streaming(exc: openai.APIStatusError) -> bool:
+    """Whether ``exc`` is the server refusing ``stream`` or ``stream_options``."""
+    if exc.status_code not in (400, 422):
+        return False
+    return "stream" in f"{exc.message} {exc.body}".lower()
 
 
 def _is_transient(exc: BaseException, mode: StructuredMode) -> bool:

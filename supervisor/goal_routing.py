@@ -16,14 +16,14 @@ Synchronous (LLM calls): the session runs these on a thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from planloop.core.errors import LLMError, LLMUnavailableError, PlanError
 from planloop.core.tools import ToolRegistry
 from planloop.planner.agents import Planner
-from planloop.planner.llm import ChatModel, Usage
-from planloop.planner.plan import Plan
+from planloop.planner.llm import ChatModel, Usage, streams_plans
+from planloop.planner.plan import Plan, Step
 from planloop.planner.routing import Mode, RouteMode, Router, agent_plan
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,13 @@ def first_plan(
     mode: RouteMode,
     max_repairs: int,
     lessons: Sequence[str] = (),
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> FirstPlan:
     """The plan for ``goal`` in ``mode`` (``plan`` or ``react``).
+
+    With ``on_plan`` and a chat model that streams plans, the planner's reply is streamed
+    and ``on_plan`` gets the growing valid prefix of the plan while it arrives (called on
+    this thread); the plan returned keeps that prefix.
 
     Raises:
         LLMUnavailableError: The planner could not reach the endpoint.
@@ -84,6 +89,9 @@ def first_plan(
         return FirstPlan(plan, "one agent step (react mode)")
     planner = Planner(chat, tools, max_repairs=max_repairs)
     try:
+        if on_plan is not None and streams_plans(chat):
+            plan, usages = planner.plan_streamed(goal, constraints, lessons, on_plan)
+            return FirstPlan(plan, "planned by the LLM planner (streamed)", usages)
         plan, usages = planner.plan(goal, constraints, lessons)
     except LLMUnavailableError:
         raise
@@ -92,3 +100,25 @@ def first_plan(
         plan = agent_plan(goal, tools, constraints=constraints)
         return FirstPlan(plan, "planning failed: one agent step instead", [], str(exc))
     return FirstPlan(plan, "planned by the LLM planner", usages)
+
+
+def rest_of_plan(
+    chat: ChatModel,
+    tools: ToolRegistry,
+    goal: str,
+    constraints: list[str],
+    installed: Sequence[Step],
+    *,
+    max_repairs: int,
+    lessons: Sequence[str] = (),
+) -> FirstPlan:
+    """The whole first plan of a session taken over while its plan was streaming:
+    ``installed`` (the steps its former owner installed, perhaps running) kept unchanged.
+
+    Raises:
+        LLMUnavailableError: The planner could not reach the endpoint.
+        PlanError, LLMError: Planning failed after its repairs.
+    """
+    planner = Planner(chat, tools, max_repairs=max_repairs)
+    plan, usages = planner.plan_rest(goal, constraints, installed, lessons=lessons)
+    return FirstPlan(plan, "planned by the LLM planner (rest of a streamed plan)", usages)

@@ -15,6 +15,7 @@ from planloop.core.models import Event, EventType, SessionStatus, StepState, Ste
 from planloop.core.record import EventRow, StepAttemptRow
 from planloop.planner.plan import Plan
 from planloop.supervisor.context import SupervisorContext
+from planloop.supervisor.stream_flags import PLANNING_FIELD, STREAMED_REASON, STREAMING
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,10 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
             "owner": "",
             # It ran before: the next owner must read the step states written below.
             "started_at": repr(row.updated_at or row.created_at),
+            # its last version was installed while the first plan streamed: not whole yet
+            PLANNING_FIELD: STREAMING
+            if plan_row is not None and plan_row.reason.startswith(STREAMED_REASON)
+            else "",
         },
     )
     if plan_row is not None:

