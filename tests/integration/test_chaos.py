@@ -146,9 +146,12 @@ class Chaos:
 
 def stood_down(ps: PrivateStack, proc: subprocess.Popen[bytes], sid: str) -> bool:
     text = ps.supervisor_log(proc)
-    return f"session={sid} lease lost" in text or (
-        f"session={sid} epoch=" in text and "fenced out" in text
-    )
+    # Woken, it learns from the lease keeper (the lease gone at renewal, its loop stopped if
+    # still running) or from a fenced write; a loop that a Redis time-out stopped first
+    # (its socket timed out while frozen) only gets the keeper's word.
+    return any(
+        f"session={sid} {said}" in text for said in ("lease lost", "lease gone at renewal")
+    ) or (f"session={sid} epoch=" in text and "fenced out" in text)
 
 
 def pool_banner(ps: PrivateStack, proc: subprocess.Popen[bytes]) -> str:
