@@ -11,7 +11,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, cast
@@ -57,6 +57,18 @@ def connect(url: str, *, retry_s: float = 0, connect_timeout_s: float | None = N
     )
 
 
+# Session hash field: the digest of the plan text (version 1) the producer validated under
+# its input limits before storing it; a supervisor that reads the same text skips the
+# limits' walk (planner.plan.load_stored_plan). Any other plan text is validated.
+PLAN_CHECKED_FIELD = "plan_checked"
+
+
+def plan_checked(fields: Mapping[str, str], plan_json: str) -> bool:
+    """Whether ``plan_json`` is the text the producer validated (``PLAN_CHECKED_FIELD``)."""
+    digest = fields.get(PLAN_CHECKED_FIELD)
+    return bool(digest) and digest == blob_digest(plan_json)
+
+
 def blob_digest(data: str) -> str:
     """The content address of a stored output."""
     return hashlib.sha256(data.encode()).hexdigest()
@@ -88,12 +100,14 @@ class HotState:
         goal: str,
         options: SessionOptions,
         constraints: list[str] | None = None,
+        checked: bool = False,
     ) -> None:
         """Store a new session and hand it to the supervisors.
 
         With ``plan_json`` the plan is version 1; without it (a goal) the plan version is 0
         and the owning supervisor's planner writes version 1. Steps get their hashes when
-        something happens to them: a step without one is pending.
+        something happens to them: a step without one is pending. ``checked``: the caller
+        validated ``plan_json`` under the input limits (noted as ``PLAN_CHECKED_FIELD``).
         """
         k, now = self.keys, time.time()
         pipe = self.r.pipeline(transaction=True)
@@ -112,6 +126,8 @@ class HotState:
         )
         if plan_json is not None:
             pipe.set(k.plan(sid, 1), plan_json)
+            if checked:
+                pipe.hset(k.session(sid), PLAN_CHECKED_FIELD, blob_digest(plan_json))
         pipe.xgroup_create(k.events(sid), EVENTS_GROUP, id="0", mkstream=True)
         pipe.zadd(k.sessions, {sid: now})
         pipe.sadd(k.active, sid)

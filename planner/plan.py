@@ -157,6 +157,12 @@ class Plan(BaseModel):
         """
         if not isinstance(data, dict):
             return handler(data)
+        if _checked(info):  # validated under the limits before it was stored
+            token = _DOCUMENT_CLEAN.set(True)
+            try:
+                return handler(data)
+            finally:
+                _DOCUMENT_CLEAN.reset(token)
         texts = {"goal": data.get("goal", ""), "constraints": data.get("constraints", [])}
         problem = value_problem(texts, max_depth=2)
         if problem:
@@ -315,6 +321,18 @@ def _parse_json(text: str, source: str | None) -> Any:
         raise PlanLoadError(
             f"bad JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source
         ) from None
+
+
+def load_stored_plan(raw: str, *, checked: bool = False) -> Plan:
+    """A stored plan version. ``checked``: this very text was validated under the input
+    limits before it was stored (``core.hot_state.plan_checked``): the limits' walk is
+    skipped, the schema is not."""
+    return Plan.model_validate_json(raw, context={"checked": True} if checked else None)
+
+
+def _checked(info: ValidationInfo) -> bool:
+    context = info.context
+    return isinstance(context, dict) and context.get("checked") is True
 
 
 def _limits(info: ValidationInfo) -> InputLimits:

@@ -111,6 +111,7 @@ class Producer:
             plan_json=plan_json,
             goal=plan.goal,
             options=options or SessionOptions(),
+            checked=True,  # _stored_form validated this very text
         )
         return sid
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 DEFAULT_SLOTS = 200  # the settings' defaults (config/settings.py)
 DEFAULT_MAX_DEFER_S = 2.0
@@ -54,6 +54,19 @@ class Admission:
         try:
             async with self._slots:
                 yield
+        finally:
+            self._starting -= 1
+            if not self._starting:
+                self._quiet.set()
+
+    @contextlib.contextmanager
+    def starting_batch(self) -> Iterator[None]:
+        """Sessions start for the block without holding slots (a batch begun in one pass,
+        supervisor/batch_start.py): the loops of sessions already running defer meanwhile."""
+        self._starting += 1
+        self._quiet.clear()
+        try:
+            yield
         finally:
             self._starting -= 1
             if not self._starting:

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from planloop.core.errors import PlanError, PlanReferenceError
 from planloop.core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
-from planloop.core.values import ValueLimits
+from planloop.core.values import ValueLimits, encode
 from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.references import find_references, resolve_params
 from planloop.supervisor.big_params import SentParams, send_params
@@ -78,7 +78,29 @@ class Scheduling:
             batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, params))
         if not batch:
             return
-        ops = []
+        # Marked running and queued in one fenced call: both happen, or neither does.
+        await self.io.write(self._mark_sent(batch, now))
+
+    def dispatch_now(self) -> list[Op] | None:
+        """:meth:`dispatch_ready` without its write: the ready steps marked running, and
+        the ops that queue them (for the caller to send in one fenced write), when none of
+        them needs a round trip first (no reference to resolve, no param big enough to go
+        out of line); None, with nothing marked, when one does (then dispatch_ready)."""
+        state, now = self.state, time.time()
+        limit = self.io.settings.inline_value_max_bytes
+        batch: list[StepTaskArgs] = []
+        for step_id in ready_steps(state, now, self.io.concurrency()):
+            params = state.steps[step_id].params
+            if find_references(params) or any(len(encode(v)) > limit for v in params.values()):
+                return None
+            inline = SentParams(dict(params))
+            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, inline))
+        return self._mark_sent(batch, now) if batch else []
+
+    def _mark_sent(self, batch: list[StepTaskArgs], now: float) -> list[Op]:
+        """Mark ``batch``'s steps running; the ops that write them and queue the attempts."""
+        state = self.state
+        ops: list[Op] = []
         for args in batch:
             st = state.states[args.step_id]
             st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.io.epoch
@@ -89,8 +111,7 @@ class Scheduling:
             state.dirty.add(args.step_id)
             state.candidates.discard(args.step_id)
             state.inflight.add(args.step_id)
-        # Marked running and queued in one fenced call: both happen, or neither does.
-        await self.io.write(ops + self.queue.commands(*batch))
+        return ops + self.queue.commands(*batch)
 
     async def resend(self, step_id: str) -> bool:
         """Send a dispatched, never started attempt again under the same task id, unless

@@ -25,6 +25,7 @@ from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault,
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.tools import load_tools
 from planloop.planner.llm import build_chat_model
+from planloop.supervisor.batch_start import send_first_writes
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.dispatch import Dispatcher
 from planloop.supervisor.lease_keeper import LeaseKeeper
@@ -34,6 +35,7 @@ from planloop.supervisor.rebuild import rebuild_lost_sessions
 from planloop.supervisor.session import SessionRunner
 from planloop.supervisor.session_base import describe_error
 from planloop.supervisor.state import SessionStore, Taken
+from planloop.supervisor.store_port import WriteOp
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +212,8 @@ class Supervisor:
     async def _take(self, sids: list[str]) -> None:
         """Take the leases of ``sids`` and start their loops (two round trips for all,
         which also read what each loop starts from: LeaseKeeper.take, then
-        SessionStore.load_plans)."""
+        SessionStore.load_plans); the fresh sessions among them are begun here and their
+        first dispatches sent in one more round trip, before any of their loops runs."""
         wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
         if not wanted:
             return
@@ -226,21 +229,52 @@ class Supervisor:
             Taken(sid, epoch, fields)
             for (sid, _), (epoch, fields) in zip(takes, replies, strict=True)
         ]
-        # The plans of the whole batch in one more round trip, which each loop awaits: the
-        # leases are in `owned` (renewed) at once, before it.
+        # The plans of the whole batch in one more round trip (the keeper renews the new
+        # leases meanwhile); a loop whose batch could not read them raises why itself.
         loaded = asyncio.ensure_future(self.store.load_plans(taken))
         loaded.add_done_callback(_retrieved)
+        try:
+            with self.ctx.admission.starting_batch():  # older loops wait meanwhile
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loaded)
+                runners = self._begin(takes, taken, loaded)
+            for runner, token in runners:
+                task = asyncio.create_task(self._drive(runner, token), name=f"session:{runner.sid}")
+                self.owned[runner.sid] = Owned(token, runner.epoch, task)
+        finally:  # registered (renewed through `owned`), or left to expire
+            keeper.settle(takes)
+        ended = [t.sid for t in taken if not t.epoch and t.ended]
+        if ended:  # ended is final: never taken again
+            await self.store.r.srem(self.store.keys.active, *ended)
+
+    def _begin(
+        self, takes: list[tuple[str, str]], taken: list[Taken], loaded: asyncio.Future[None]
+    ) -> list[tuple[SessionRunner, str]]:
+        """The loops of the sessions taken; those that can start from what the batch read
+        are begun, and their first writes sent in one pipeline (batch_start.py)."""
+        runners: list[tuple[SessionRunner, str]] = []
+        first: list[tuple[SessionRunner, list[WriteOp]]] = []
         for (sid, token), took in zip(takes, taken, strict=True):
             if not took.epoch:
                 continue
             took.loaded = loaded
             runner = SessionRunner(self.ctx, sid, took.epoch, took)
-            task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
-            self.owned[sid] = Owned(token, took.epoch, task)
-        keeper.settle(takes)
-        ended = [t.sid for t in taken if not t.epoch and t.ended]
-        if ended:  # ended is final: never taken again
-            await self.store.r.srem(self.store.keys.active, *ended)
+            runners.append((runner, token))
+            if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
+                continue
+            try:
+                ops = runner.begin()
+            except Exception as exc:  # its loop starts it instead, and handles the error
+                log.info("session=%s not begun with its batch: %s", sid, describe_error(exc))
+                continue
+            if ops:
+                first.append((runner, ops))
+        writes = [(r.sid, r.epoch, ops) for r, ops in first]
+        for (runner, _), written in zip(
+            first, send_first_writes(self.store.write, writes), strict=True
+        ):
+            runner.first_write(written)
+        return runners
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         bind(runner.sid)  # this task's own context: its log lines name the session

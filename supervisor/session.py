@@ -20,6 +20,7 @@ from planloop.core.errors import (
     SessionEndedError,
     SessionError,
 )
+from planloop.core.hot_state import plan_checked
 from planloop.core.metrics import LEASE_TAKEOVERS
 from planloop.core.models import (
     ErrorKind,
@@ -35,9 +36,10 @@ from planloop.core.record import Claim
 from planloop.core.redis_faults import is_redis_fault
 from planloop.core.tracing import SESSION
 from planloop.planner.llm import streams_plans
-from planloop.planner.plan import Plan, Step
+from planloop.planner.plan import Plan, Step, load_stored_plan
 from planloop.planner.react import usages_of
 from planloop.supervisor.agent_undo import AgentEffect, agent_effects
+from planloop.supervisor.batch_start import can_begin
 from planloop.supervisor.broken import dependency_broken
 from planloop.supervisor.checkpointer import Checkpointer
 from planloop.supervisor.consumers import ConsumerMonitor
@@ -55,7 +57,7 @@ from planloop.supervisor.scheduling import Scheduling
 from planloop.supervisor.session_base import CANCEL_FIELD, SessionIO, describe_error, read_event
 from planloop.supervisor.session_state import FINAL, SessionState, attempt_row, session_end
 from planloop.supervisor.state import Taken
-from planloop.supervisor.store_port import Entry, SessionStorePort
+from planloop.supervisor.store_port import Entry, SessionStorePort, WriteOp
 from planloop.supervisor.stream_flags import STREAMING
 from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
 from planloop.supervisor.verdict import Decision
@@ -139,6 +141,8 @@ class SessionRunner:
         self._next_cancel_check = 0.0
         self._claiming: asyncio.Task[None] | None = None  # a first owner's claim, in flight
         self._first_owner = False  # nobody owned the session before (no takeover to do)
+        self._begun = False  # started by its batch (begin), not by run
+        self._first_write: asyncio.Future[None] | None = None  # the batch's, for begin's ops
         self.applying: tuple[str, dict[str, str]] | None = None
         self._usage_written: dict[str, list[int]] = {}  # llm_usage as the hash has it
         self._budget_noted = False  # a spent LLM budget was decided on after a call
@@ -172,15 +176,10 @@ class SessionRunner:
             # it goes before the bookkeeping of sessions already running (admission.py).
             # One planning its goal waits on the LLM instead, and holds none.
             planned = self.taken is not None and self.taken.plan_version > 0
-            async with self.ctx.admission.start() if planned else contextlib.nullcontext():
-                await self._load()
-                await self._check_llm_budget()
-                if state.outcome is None:
-                    await self._settle_recorded()
-                if self._may_have_pending():
-                    await self._apply(await self.take_over_pending())
-                if state.outcome is None:
-                    await self.scheduling.dispatch_ready()
+            if self._begun:  # started by its batch (begin): up to its first dispatch
+                await self._begun_start()
+            else:
+                await self._start(planned)
             while state.outcome is None:
                 await self._check_cancel()  # before anything new is dispatched
                 if state.outcome is not None:
@@ -232,6 +231,30 @@ class SessionRunner:
                 await asyncio.gather(self._claiming, return_exceptions=True)
             await self.checkpointer.close()
 
+    async def _start(self, planned: bool) -> None:
+        """Load the session, settle what happened unwatched, and dispatch what is ready."""
+        state = self.state
+        async with self.ctx.admission.start() if planned else contextlib.nullcontext():
+            await self._load()
+            await self._check_llm_budget()
+            if state.outcome is None:
+                await self._settle_recorded()
+            if self._may_have_pending():
+                await self._apply(await self.take_over_pending())
+            if state.outcome is None:
+                await self.scheduling.dispatch_ready()
+
+    async def _begun_start(self) -> None:
+        """A session its batch began: a fresh one (nothing recorded to settle, no event
+        pending), whose first dispatch the batch sent, or that still needs it."""
+        written, self._first_write = self._first_write, None
+        if written is not None:
+            # Shielded: the batch's write goes on (and is retrieved) if this loop stops.
+            await asyncio.shield(written)
+            return
+        async with self.ctx.admission.start():
+            await self.scheduling.dispatch_ready()
+
     async def _wait_for_events(self) -> list[Entry]:
         """The session's next events: wait until one arrives or the next timer is due."""
         return await self.io.read_events(
@@ -280,28 +303,25 @@ class SessionRunner:
         state, store = self.state, self.store
         info, raw = await self._read_session()
         state.info = info
-        started = info.started_at or time.time()
         if info.plan_version and raw is None:
             # Wiped between the two reads: claiming now would record a session without
             # its plan, which no rebuild could ever restore.
             raise HotStateLostError(self.sid, f"plan version {info.plan_version}")
         plan = (info.plan_version, raw) if raw is not None else None
         self._first_owner = not info.started_at
+        if self._first_owner and plan is not None:
+            self._adopt_fresh(info, plan)
+            if info.planning == STREAMING and state.outcome is None:
+                # its former owner died while the first plan streamed: plan the rest
+                await StreamedPlanning(self).resume()
+            log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+            return
         if self._first_owner:
             self.scheduling.first_owner()
-        if self._first_owner and plan is not None:
-            self._claiming = asyncio.create_task(self._claim_or_adopt(plan))
-            self.io.defer_session("status", "running", "started_at", started)
-        else:
-            await self._claim_or_adopt(plan)
-            await self.io.write_session("status", "running", "started_at", started)
-        state.info = info.model_copy(
-            update={"started_at": started, "status": SessionStatus.RUNNING}
-        )
-        self.brain.restore(info.deliberation)
-        state.llm_usage = {model: list(tokens) for model, tokens in info.llm_usage.items()}
-        self._usage_written = {model: list(tokens) for model, tokens in info.llm_usage.items()}
-        state.approved = set(info.approved)
+        started = info.started_at or time.time()
+        await self._claim_or_adopt(plan)
+        await self.io.write_session("status", "running", "started_at", started)
+        self._restore(info, started)
         if info.plan_version == 0:
             if state.outcome is None:  # cancelled before planning: nothing ran, nothing to undo
                 await self._plan_goal()
@@ -318,6 +338,66 @@ class SessionRunner:
                 # its former owner died while the first plan streamed: plan the rest
                 await StreamedPlanning(self).resume()
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+
+    def begin(self) -> list[WriteOp] | None:
+        """Start a session taken in a batch, without a round trip of its own: what
+        :meth:`run` would do up to its first dispatch, from what the batch read
+        (``Taken``: the session hash, its plan, no pending events). Returns the ops of the
+        first fenced write (the session marked running and the ready steps queued) for
+        the batch to send with the others' (:meth:`first_write`), or None when the session
+        does not start that way (see ``batch_start.can_begin``; then :meth:`run` loads it).
+        """
+        taken = self.taken
+        if taken is None or not can_begin(taken):
+            return None
+        assert taken.plan_json is not None  # can_begin checked it
+        info = SessionRecord.from_fields(self.sid, taken.fields)
+        self.state.info = info
+        self._next_cancel_check = time.monotonic() + CANCEL_CHECK_INTERVAL_S
+        self._adopt_fresh(info, (info.plan_version, taken.plan_json))
+        self._begun = True
+        log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
+        ops = self.scheduling.dispatch_now()
+        if ops is None:  # a step needs a round trip first: the loop dispatches it
+            return None
+        return self.io.take_deferred(ops)
+
+    def first_write(self, written: asyncio.Future[None]) -> None:
+        """The batch sends this session's first write (:meth:`begin`'s ops): ``written``
+        settles with its reply, which the loop awaits before going on."""
+        self._first_write = written
+
+    def _adopt_fresh(self, info: SessionRecord, plan: tuple[int, str]) -> None:
+        """A session nobody owned before, with its plan, starts without waiting: its claim
+        is grouped with others' in the background (awaited by :meth:`_started`, before
+        its first checkpoint), and ``running`` goes with its first fenced write."""
+        state = self.state
+        # First: a bad plan leaves nothing begun. The limits' walk only for a text the
+        # producer did not say it validated (a plan written by anything else).
+        fields = self.taken.fields if self.taken is not None else {}
+        checked = plan[0] == 1 and plan_checked(fields, plan[1])
+        parsed = load_stored_plan(plan[1], checked=checked)
+        self._first_owner = True
+        self.scheduling.first_owner()
+        started = time.time()
+        self._claiming = asyncio.create_task(self._claim_or_adopt(plan))
+        self.io.defer_session("status", "running", "started_at", started)
+        self._restore(info, started)
+        state.use_plan(parsed)
+        for step_id in state.steps:
+            state.states.setdefault(step_id, StepState())
+        state.reindex()
+
+    def _restore(self, info: SessionRecord, started: float) -> None:
+        """The loop's memory from the session hash (deliberation, usage, approvals)."""
+        state = self.state
+        state.info = info.model_copy(
+            update={"started_at": started, "status": SessionStatus.RUNNING}
+        )
+        self.brain.restore(info.deliberation)
+        state.llm_usage = {model: list(tokens) for model, tokens in info.llm_usage.items()}
+        self._usage_written = {model: list(tokens) for model, tokens in info.llm_usage.items()}
+        state.approved = set(info.approved)
 
     async def _read_session(self) -> tuple[SessionRecord, str | None]:
         """The session hash and the plan version it runs; a cancel is noted first."""

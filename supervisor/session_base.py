@@ -158,10 +158,14 @@ class SessionIO:
 
     async def write(self, ops: Sequence[WriteOp]) -> None:
         """Run ``ops`` in one fenced write, after the session fields deferred so far."""
-        if self._deferred:
-            ops = [("HSET", self.store.keys.session(self.sid), self._deferred), *ops]
-            self._deferred = []
-        await self.store.write(self.sid, self.epoch, ops)
+        await self.store.write(self.sid, self.epoch, self.take_deferred(ops))
+
+    def take_deferred(self, ops: Sequence[WriteOp]) -> list[WriteOp]:
+        """``ops`` after the session fields deferred so far, which they now carry: what
+        :meth:`write` would send, for a caller that sends it itself."""
+        deferred, self._deferred = self._deferred, []
+        head: list[WriteOp] = [("HSET", self.store.keys.session(self.sid), deferred)]
+        return [*head, *ops] if deferred else list(ops)
 
     def defer_session(self, *fields: Any) -> None:
         """Set fields (name, value, ...) of the session hash with the next fenced write."""
