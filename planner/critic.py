@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import bullets, render_prompt
@@ -33,9 +33,25 @@ class Critique(BaseModel):
 
 
 class CriticReply(Critique):
-    """The critic's reply: the verdict, and the answer when it was asked for one."""
+    """The critic's reply: the verdict, and the answer when it was asked for one.
 
-    answer: Answer | None = Field(None, description="The final answer, when passed.")
+    Without an answer schema the answer may be the text alone (``"answer": "..."``), and a
+    passing verdict may leave out ``feedback`` and ``missing``: every output token of this
+    call is waited for before the session ends (~20 ms each), so the short form is asked for.
+    """
+
+    answer: Answer | str | None = Field(
+        None, description="The final answer, when passed: its text, or {text, data}."
+    )
+
+    @field_validator("answer", mode="after")
+    @classmethod
+    def _text_alone(cls, value: Answer | str | None) -> Answer | None:
+        return Answer(text=value) if isinstance(value, str) else value
+
+    def stated_answer(self) -> Answer | None:
+        """The answer the critic wrote, if any, as an :class:`Answer`."""
+        return Answer(text=self.answer) if isinstance(self.answer, str) else self.answer
 
     def verdict(self) -> Critique:
         """The verdict alone (what the session stores and reports)."""
@@ -47,7 +63,12 @@ NO_ANSWER = "(not asked: judge only)"
 
 def answer_request(answer_schema: dict[str, Any] | None) -> str:
     """The critic prompt's ask for the final answer along with a passing verdict."""
-    schema = json.dumps(answer_schema, indent=1) if answer_schema else "(none: data is null)"
+    if not answer_schema:
+        return (
+            'When "passed" is true, also write the final answer to the goal from the results, '
+            'as "answer": "a few sentences"; use only facts from the results.'
+        )
+    schema = json.dumps(answer_schema, indent=1)
     return (
         'When "passed" is true, also write the final answer to the goal from the results, '
         'as "answer": {"text": "a few sentences", "data": ...}; use only facts from the '

@@ -184,11 +184,12 @@ class Rounds:
         record_usage(state.batch, [usage])
         critique = reply.verdict()
         ready = None
-        if reply.passed and reply.answer is not None and with_answer:
-            fits = schema is None or schema_problem(reply.answer.data, schema) is None
+        written = reply.stated_answer()
+        if reply.passed and written is not None and with_answer:
+            fits = schema is None or schema_problem(written.data, schema) is None
             if fits:  # else the summarizer writes it, with the schema's repairs
-                data = reply.answer.data if schema else None
-                ready = SessionAnswer(text=reply.answer.text, data=data, source="critic")
+                data = written.data if schema else None
+                ready = SessionAnswer(text=written.text, data=data, source="critic")
         judgement = Judgement(plan_version=state.info.plan_version, critique=critique, answer=ready)
         await self.io.write_session(
             "critique", critique.model_dump_json(), JUDGEMENT_FIELD, judgement.model_dump_json()

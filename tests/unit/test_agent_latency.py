@@ -101,7 +101,11 @@ def test_the_scripted_model_answers_by_role_and_turn() -> None:
 
     assert reply_for("planner", q, []) == q.plan_reply()
     asked = [{"role": "user", "content": "... also write the final answer ..."}]
-    assert json.loads(reply_for("critic", q, asked))["answer"]["text"] == q.joiner_reply()
+    assert json.loads(reply_for("critic", q, asked))["answer"] == q.joiner_reply()
+    with_schema = [
+        {"role": "user", "content": "also write the final answer; must fit this JSON schema"}
+    ]
+    assert json.loads(reply_for("critic", q, with_schema))["answer"]["text"] == q.joiner_reply()
     assert reply_for("react", q, observed) == q.react_reply(2)
     assert json.loads(reply_for("summarizer", q, []))["text"] == q.joiner_reply()
     assert json.loads(reply_for("critic", q, []))["passed"] is True

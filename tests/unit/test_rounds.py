@@ -15,7 +15,7 @@ from rich.console import Console
 from planloop.core.errors import LLMUnavailableError
 from planloop.core.models import SessionOptions, SessionStatus, StepState, StepStatus
 from planloop.planner.answer_step import ANSWER_TOOL
-from planloop.planner.critic import Critique
+from planloop.planner.critic import Critique, answer_request
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
 from planloop.planner.summarizer import check_answer_schema, schema_problem
@@ -438,6 +438,32 @@ def test_a_passing_critic_of_a_complete_round_writes_the_answer_in_the_same_call
     assert [role for role, _ in chat.asked] == ["critic"]  # no summarizer call
     assert "also write the final answer" in chat.asked[0][1][1]["content"]
     assert '"n"' in chat.asked[0][1][1]["content"]  # with the schema the data must fit
+
+
+def test_a_passing_verdict_in_the_short_form_carries_the_text_alone() -> None:
+    chat = ScriptedChat(critic=[{"passed": True, "confidence": 0.9, "answer": "seven"}])
+    _loop, rounds = ended_round(chat)
+
+    run(rounds.review())
+    conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
+
+    assert (conclusion["answer"]["text"], conclusion["answer"]["source"]) == ("seven", "critic")
+    assert conclusion["critique"] == {
+        "passed": True,
+        "feedback": "",
+        "missing": [],
+        "confidence": 0.9,
+    }
+    asked = chat.asked[0][1][1]["content"]
+    assert '"answer": "a few sentences"' in asked  # no schema: the text alone is asked for
+    assert '{"passed": true, "confidence": 0.9}' in chat.asked[0][1][0]["content"]
+
+
+def test_with_an_answer_schema_the_critic_is_asked_for_text_and_data() -> None:
+    prompt = answer_request(SCHEMA)
+    assert '"answer": {"text": "a few sentences", "data": ...}' in prompt
+    assert "must fit this JSON schema" in prompt
+    assert '"answer": "a few sentences"' in answer_request(None)
 
 
 def test_a_critics_answer_that_breaks_the_schema_leaves_it_to_the_summarizer() -> None:
