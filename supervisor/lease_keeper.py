@@ -31,6 +31,13 @@ Lease = tuple[str, str]  # (session id, token)
 RENEW_BATCH = 500  # leases per script call (a script holds Redis for its whole run)
 
 
+def renewal_wait(ttl_s: float, round_s: float) -> float:
+    """How long to wait before the next renewal round, given how long this one took: rounds
+    start a third of the TTL apart, so a slow round (a loaded machine, a thousand leases)
+    never pushes the next one past the TTL; one that took longer than that starts it at once."""
+    return max(0.0, ttl_s / 3 - round_s)
+
+
 class LeaseKeeper:
     """A daemon thread renewing ``owned()`` every third of the lease TTL.
 
@@ -126,7 +133,8 @@ class LeaseKeeper:
         return owned + sorted(fresh)
 
     def _run(self) -> None:
-        """Renew, report, sleep a third of the TTL; until stopped or a non-fault error."""
+        """Renew, report, and start again a third of the TTL after this round started; until
+        stopped or a non-fault error."""
         renewed_at, faulty = time.monotonic(), False
         try:
             while not self._stop.is_set():
@@ -160,7 +168,7 @@ class LeaseKeeper:
                     self._seen = {lease: self._seen.get(lease, sent) for lease in leases}
                     for lease in lost:
                         self._tell(self._lost, lease)
-                self._stop.wait(self.ttl_s / 3)
+                self._stop.wait(renewal_wait(self.ttl_s, time.monotonic() - sent))
         except BaseException as exc:
             self.error = exc
             log.exception("the lease keeper stopped")

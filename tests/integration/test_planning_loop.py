@@ -159,7 +159,10 @@ steps:
     assert session.status == SessionStatus.COMPLETED
     assert session.error == ""
     assert {s["status"] for s in report_steps(session).values()} == {"completed"}
-    assert [r.role for r in llm.requests] == END_ROLES  # no decider: only the round's end
+    # No decider: only the round's end. (A reflector call may be an earlier test's session
+    # reflecting after its end, which runs in the background.)
+    roles = [r.role for r in llm.requests if r.role != "reflector"]
+    assert roles == END_ROLES
     assert list(llm_record.decisions(sid)) == []
     assert session.plan_version == 1
 
