@@ -114,11 +114,13 @@ def node(step: str, status: str) -> str:
     return f'svg#dag g.node[data-step="{step}"][data-status="{status}"]'
 
 
+# Long enough for the page to open while the first step runs, on a loaded machine too (a
+# session's first dispatch comes within milliseconds of the submit).
 CHAIN = """
 goal: a chain the page follows live
 steps:
-  - {id: fetch, tool: bench.sleep, params: {seconds: 1.5}}
-  - {id: enrich, tool: bench.sleep, params: {seconds: 1.5}, dependencies: [fetch]}
+  - {id: fetch, tool: bench.sleep, params: {seconds: 4}}
+  - {id: enrich, tool: bench.sleep, params: {seconds: 2}, dependencies: [fetch]}
   - {id: side, tool: bench.echo, params: {value: 1}, dependencies: [fetch]}
   - {id: report, tool: bench.sleep, params: {seconds: 0.5}, dependencies: [enrich, side]}
 """
