@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -292,11 +293,38 @@ def test_flower_asks_for_basic_auth(stack: Stack, flower_url: str) -> None:
     assert _get(flower_url, "tester:s3cret-pw") == 200
 
 
+def _flower_saw(flower_url: str, sid: str, steps: str) -> dict[str, dict[str, object]] | None:
+    """The tasks of session ``sid`` Flower lists, once each of ``steps`` succeeded there."""
+    tasks = _get_json(f"{flower_url}api/tasks", "tester:s3cret-pw")
+    if not isinstance(tasks, dict):
+        return None
+    ours = {k: v for k, v in tasks.items() if k.startswith(f"{sid}:")}
+    done = all(ours.get(f"{sid}:{s}:1", {}).get("state") == "SUCCESS" for s in steps)
+    return ours if done else None
+
+
 def test_flower_shows_steps_by_name_with_their_state(
     stack: Stack, flower_url: str, run_plan: RunPlan
 ) -> None:
     """Dispatch's task-sent event and the worker's batched task events both reach Flower."""
     wait_for(lambda: _get(flower_url, "tester:s3cret-pw") == 200, 60, "Flower to listen")
+    # Flower serves HTTP before its event receiver subscribes, and events sent before that
+    # are gone: a warm-up session shows when they flow (a session here takes milliseconds).
+    warm_up = {
+        "goal": "warm-up",
+        "steps": [{"id": "w", "tool": "bench.sleep", "params": {"seconds": 0}}],
+    }
+
+    def events_flow() -> bool:
+        sid, _ = run_plan(warm_up)
+        seen_by = time.monotonic() + 3
+        while time.monotonic() < seen_by:
+            if _flower_saw(flower_url, sid, "w") is not None:
+                return True
+            time.sleep(0.1)
+        return False
+
+    wait_for(events_flow, 60, "Flower to receive task events")
     plan = {
         "goal": "seen in Flower",
         "steps": [
@@ -307,15 +335,7 @@ def test_flower_shows_steps_by_name_with_their_state(
     sid, record = run_plan(plan)
     assert record.status == SessionStatus.COMPLETED
 
-    def flower_tasks() -> dict[str, dict[str, object]] | None:
-        tasks = _get_json(f"{flower_url}api/tasks", "tester:s3cret-pw")
-        if not isinstance(tasks, dict):
-            return None
-        ours = {k: v for k, v in tasks.items() if k.startswith(f"{sid}:")}
-        done = all(ours.get(f"{sid}:{s}:1", {}).get("state") == "SUCCESS" for s in "ab")
-        return ours if done else None
-
-    tasks = wait_for(flower_tasks, 30, "Flower to see both steps succeed")
+    tasks = wait_for(lambda: _flower_saw(flower_url, sid, "ab"), 30, "Flower to see both steps")
     task = tasks[f"{sid}:b:1"]
     assert task["name"] == "planloop.step:bench.sleep"  # the step task, shadow-named by tool
     assert '"step": "b"' in str(task["args"])
