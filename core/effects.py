@@ -23,7 +23,7 @@ the idempotency key too. On SQLite the effect runs holding the database's write 
 suits short effects (PostgreSQL locks only the one row).
 
 :class:`EffectAudit` is a test and benchmark aid: an append-only JSON-lines file with one
-line per real application, so duplicates are counted outside both Redis and SQL.
+line per application once committed, so duplicates are counted outside both Redis and SQL.
 """
 
 from __future__ import annotations
@@ -197,14 +197,15 @@ class SqlEffectLedger:
             with self.engine.begin() as conn:
                 if _insert_ignore(conn, row):  # waits while a racer's claim is uncommitted
                     made = make_receipt()
-                    if self.audit is not None:
-                        self.audit.append(key, row["tool"])
                     conn.execute(
                         update(EFFECTS)
                         .where(EFFECTS.c.idempotency_key == key)
                         .values(receipt=json.dumps(made), created_at=time.time())
                     )
             if made is not None:
+                # Audited once committed: a worker killed before the commit applied nothing
+                # (the receipt is the bundled tools' effect), and the next attempt applies it.
+                self._audit(key, row["tool"])
                 return made  # committed: the first receipt of this key
         except DBAPIError:
             if made is None:
@@ -217,10 +218,15 @@ class SqlEffectLedger:
                 key,
             )
             self._record_made(row, made)
+            self._audit(key, row["tool"])
         stored = self.receipt(key)  # a racer's, or ours once recorded again
         if stored is None:
             raise EffectNotRecordedError(key)
         return stored
+
+    def _audit(self, key: str, tool: str) -> None:
+        if self.audit is not None:
+            self.audit.append(key, tool)
 
     @_retry_db
     def _record_made(self, row: dict[str, Any], receipt: dict[str, Any]) -> None:
