@@ -333,14 +333,17 @@ class OpenAIChatModel:
                 extra_body=extra or None,
             )
 
-        retrying = Retrying(
+        return self._retrying(mode)(call)
+
+    def _retrying(self, mode: StructuredMode) -> Retrying:
+        """Retries of one request: transient errors, with the endpoint's back-off."""
+        return Retrying(
             stop=stop_after_attempt(self._settings.llm_max_retries + 1),
             wait=self._wait,
             retry=retry_if_exception(lambda exc: _is_transient(exc, mode)),
             before_sleep=self._log_retry,
             reraise=True,
         )
-        return retrying(call)
 
     def _create_stream(
         self,
@@ -365,14 +368,7 @@ class OpenAIChatModel:
                 extra_body=extra or None,
             )
 
-        retrying = Retrying(
-            stop=stop_after_attempt(self._settings.llm_max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception(lambda exc: _is_transient(exc, mode)),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        return retrying(call)
+        return self._retrying(mode)(call)
 
     def _read_stream(
         self,
