@@ -17,6 +17,7 @@ Run from the repo root: ``python bench/sessions.py`` (``--quick`` for 200 x 5).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -64,6 +65,7 @@ class Throughput:
     seconds: float
     submit_s: float  # of which: submitting
     first_dispatch: list[float]  # per session: seconds from its submit to its first dispatch
+    submitted_at: list[float]  # per session, in submit order: when its submit returned
 
     @property
     def rate(self) -> float:
@@ -161,7 +163,9 @@ def run_sessions(
         states = producer.state.steps(sid, step_ids).values()
         first_dispatch.append(min(st.dispatched_at for st in states) - submitted[sid])
         last_end = max(last_end, record.finished_at)
-    return Throughput(sessions * steps, last_end - t0, submit_s, first_dispatch)
+    return Throughput(
+        sessions * steps, last_end - t0, submit_s, first_dispatch, [submitted[s] - t0 for s in sids]
+    )
 
 
 def measure_floor(
@@ -236,6 +240,7 @@ def py_spy(pid: int, out: str | None) -> Iterator[None]:
         "-r",
         "200",
         "--nonblocking",
+        "--gil",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -256,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         "--floor",
         action="store_true",
         help="Also measure the platform floor of the first dispatch (plain Celery sends).",
+    )
+    parser.add_argument(
+        "--dump",
+        metavar="FILE",
+        help="Write each session's submit time and first-dispatch delay (JSON) to FILE.",
     )
     parser.add_argument(
         "--py-spy",
@@ -288,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
             lost = lease_losses(stack.log_dir)
             if args.keep_logs:
                 shutil.copytree(stack.log_dir, args.keep_logs, dirs_exist_ok=True)
+    if args.dump:
+        Path(args.dump).write_text(
+            json.dumps({"submitted_at": many.submitted_at, "first_dispatch": many.first_dispatch})
+        )
     p50, p99 = percentile(many.first_dispatch, 50), percentile(many.first_dispatch, 99)
     print_table(
         f"Many sessions: 1 supervisor, 1 worker process x {WORKER_THREADS} threads "

@@ -4,10 +4,10 @@ When a supervisor takes many sessions at once (a burst on the inbox), each sessi
 used to be its own task: awaiting the batch's load, then its first fenced write, one lap of
 the event loop per await, behind every other session starting or running. The batch does
 it instead (supervisor/service.py ``_take``): one round trip reads every session hash,
-plan and pending count, each fresh session is begun from that without an await
-(``SessionRunner.begin``: its ready steps marked running and their messages built), and
-all the first writes leave in one pipeline before any loop runs; each loop then awaits
-only its own write's reply.
+plan and pending count, the fresh sessions are begun from that a chunk at a time without
+an await (``SessionRunner.begin``: ready steps marked running, their messages built), and
+each chunk's first writes leave in one pipeline before the next chunk is begun; each loop
+awaits only its own write's reply.
 
 Only a session that has nothing else to do first is begun that way (:func:`can_begin`);
 any other is started by its own loop, as before.
@@ -44,21 +44,44 @@ def can_begin(taken: Taken) -> bool:
     return taken.pending == 0
 
 
-Write = Callable[[str, int, Sequence[WriteOp]], Awaitable[None]]
+WriteMany = Callable[
+    [Sequence[tuple[str, int, Sequence[WriteOp]]]], Awaitable[list[BaseException | None]]
+]
 
 
-def send_first_writes(
-    write: Write, writes: Sequence[tuple[str, int, list[WriteOp]]]
-) -> list[asyncio.Future[None]]:
-    """Send each ``(sid, epoch, ops)`` as its session's fenced write, all in this loop
-    turn (the store's write batch makes them one pipeline); per write, the future of its
-    reply (its error retrieved, so a loop that stopped first leaves none unretrieved)."""
-    futures: list[asyncio.Future[None]] = []
-    for sid, epoch, ops in writes:
-        future = asyncio.ensure_future(write(sid, epoch, ops))
-        future.add_done_callback(_retrieve)
-        futures.append(future)
-    return futures
+def first_replies(count: int) -> list[asyncio.Future[None]]:
+    """One future per session of a chunk, for its loop to await its first write's reply
+    (:func:`send_first_writes` settles them; the error of one whose loop stopped first is
+    retrieved here, so none is left unretrieved)."""
+    loop = asyncio.get_running_loop()
+    replies: list[asyncio.Future[None]] = [loop.create_future() for _ in range(count)]
+    for reply in replies:
+        reply.add_done_callback(_retrieve)
+    return replies
+
+
+async def send_first_writes(
+    write_many: WriteMany,
+    writes: Sequence[tuple[str, int, Sequence[WriteOp]]],
+    replies: Sequence[asyncio.Future[None]],
+) -> None:
+    """Send each ``(sid, epoch, ops)`` as its session's fenced write, all in one round
+    trip, and settle each one's future in ``replies`` with its outcome."""
+    try:
+        outcomes = await write_many(writes)
+    except asyncio.CancelledError:
+        for reply in replies:
+            reply.cancel()
+        raise
+    except Exception as exc:  # the round trip failed: every session gets why
+        outcomes = [exc] * len(writes)
+    for reply, outcome in zip(replies, outcomes, strict=True):
+        if reply.done():
+            continue
+        if outcome is None:
+            reply.set_result(None)
+        else:
+            reply.set_exception(outcome)
 
 
 def _retrieve(done: asyncio.Future[None]) -> None:

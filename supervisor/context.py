@@ -51,8 +51,9 @@ class SupervisorContext:
         self.admission = Admission(
             self.settings.admission_slots, self.settings.admission_max_defer_s
         )
-        self.claims = ClaimBatcher(self.record, self.sql)
-        self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql)
+        defer = self.admission.defer  # a burst of sessions starting goes before SQL work
+        self.claims = ClaimBatcher(self.record, self.sql, defer)
+        self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql, defer)
         self.events = None
         if isinstance(self.store, SessionStore):
             self.events = EventHub(

@@ -34,6 +34,11 @@ T = TypeVar("T")
 MAX_LINGER_S = 0.25  # no change waits longer than this for its commit (and its ack)
 
 SqlRunner = Callable[[Callable[[], T]], Awaitable[T]]
+Defer = Callable[[], Awaitable[None]]
+
+
+async def _now() -> None:
+    """No deferral: the writers' default."""
 
 
 class GroupRecord(Protocol):
@@ -85,11 +90,13 @@ class Pending:
 
 class ClaimBatcher:
     """Claims of sessions being taken, committed together: a claim waits for the one
-    transaction in progress at most, never for a queue of them."""
+    transaction in progress at most, never for a queue of them (and for ``defer``: a
+    burst of sessions starting goes first, admission.py)."""
 
-    def __init__(self, record: GroupRecord, sql: SqlRunner[Any]) -> None:
+    def __init__(self, record: GroupRecord, sql: SqlRunner[Any], defer: Defer = _now) -> None:
         self.record = record
         self.sql = sql
+        self.defer = defer
         self._queue: list[tuple[Claim, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -103,6 +110,7 @@ class ClaimBatcher:
 
     async def _run(self) -> None:
         while self._queue:
+            await self.defer()
             taken, self._queue = self._queue, []
             claims = [c for c, _ in taken]
             try:
@@ -130,15 +138,25 @@ class ClaimBatcher:
 
 
 class CheckpointWriter:
-    """The process's checkpoint writer: every session's batches, one commit per round."""
+    """The process's checkpoint writer: every session's batches, one commit per round.
+
+    A round also waits for ``defer`` until a flush hurries it: while a burst of sessions
+    starts, the commit (Python work in the SQL thread, under the event loop's GIL) comes
+    after their first dispatches (admission.py)."""
 
     def __init__(
-        self, settings: Settings, record: GroupRecord, store: GroupStore, sql: SqlRunner[Any]
+        self,
+        settings: Settings,
+        record: GroupRecord,
+        store: GroupStore,
+        sql: SqlRunner[Any],
+        defer: Defer = _now,
     ) -> None:
         self.settings = settings
         self.record = record
         self.store = store
         self.sql = sql
+        self.defer = defer
         self._pending: dict[tuple[str, int], Pending] = {}
         self._wake = asyncio.Event()
         self._hurry = 0  # flushes waiting: no lingering while any does
@@ -223,6 +241,7 @@ class CheckpointWriter:
 
     async def _linger(self) -> None:
         """Wait for a quiet spell of ``checkpoint_linger_s``, at most ``MAX_LINGER_S``."""
+        await self._deferred()
         quiet = self.settings.checkpoint_linger_s
         if quiet <= 0:
             return
@@ -237,6 +256,18 @@ class CheckpointWriter:
                 await asyncio.wait_for(self._hurried.wait(), min(quiet, left))
             if self._submitted == seen:
                 return
+
+    async def _deferred(self) -> None:
+        """Wait for ``defer``, unless (or until) a flush hurries the round."""
+        if self._hurry:
+            return
+        deferring = asyncio.ensure_future(self.defer())
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        try:
+            await asyncio.wait({deferring, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            deferring.cancel()
+            hurried.cancel()
 
     async def _commit(self, taken: list[Pending]) -> None:
         """One transaction for every session's batch, then one pipeline of acks."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -25,7 +26,7 @@ from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault,
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.tools import load_tools
 from planloop.planner.llm import build_chat_model
-from planloop.supervisor.batch_start import send_first_writes
+from planloop.supervisor.batch_start import first_replies, send_first_writes
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.dispatch import Dispatcher
 from planloop.supervisor.lease_keeper import LeaseKeeper
@@ -37,13 +38,20 @@ from planloop.supervisor.session_base import describe_error
 from planloop.supervisor.state import SessionStore, Taken
 from planloop.supervisor.store_port import WriteOp
 
+FirstWrite = tuple[str, int, list[WriteOp]]  # a session begun: (sid, epoch, its first ops)
+
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
+# Sessions begun before their first writes are sent: a message leaves within one chunk's
+# begin (a few tens of ms) of the time its step hash says it was dispatched.
+BEGIN_CHUNK = 50
+BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
 HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
+FULL_GC_AFTER = 100  # young-generation passes between full ones (CPython's default: 10)
 
 
 @dataclass
@@ -86,6 +94,7 @@ class Supervisor:
         self._inbox_ready = False
         self._keeper: LeaseKeeper | None = None
         self._next_heartbeat = 0.0
+        self._sending: set[asyncio.Future[None]] = set()  # first writes of a chunk in flight
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -168,14 +177,25 @@ class Supervisor:
         return False
 
     async def _serve_once(self) -> None:
-        """One turn: (re)create the inbox group if needed, reclaim, take what was announced."""
+        """One turn: (re)create the inbox group if needed, reclaim, take what was announced.
+
+        While the inbox holds a backlog (a burst of submits), the turns read it at once and
+        in order, without the reclaim's look at every active session in between (which
+        would take the same sessions in no particular order): admission.py."""
         if not self._inbox_ready:
             await self.store.ensure_inbox()
             self._inbox_ready = True
-        await self._reclaim()
+        admission = self.ctx.admission
+        if not admission.in_burst:
+            await self._reclaim()
+        else:
+            self._forget_finished()
         await self._heartbeat()
-        block_ms = int(self.settings.reclaim_interval_s * 1000)
+        block_ms = (
+            BURST_READ_MS if admission.in_burst else int(self.settings.reclaim_interval_s * 1000)
+        )
         entries = await self.store.read_inbox(self.name, block_ms, count=INBOX_BATCH)
+        admission.intake(len(entries), time.monotonic())
         await self._take([sid for _entry, sid in entries])
         await self.store.ack_inbox([entry for entry, _ in entries])
 
@@ -212,8 +232,9 @@ class Supervisor:
     async def _take(self, sids: list[str]) -> None:
         """Take the leases of ``sids`` and start their loops (two round trips for all,
         which also read what each loop starts from: LeaseKeeper.take, then
-        SessionStore.load_plans); the fresh sessions among them are begun here and their
-        first dispatches sent in one more round trip, before any of their loops runs."""
+        SessionStore.load_plans); the fresh sessions among them are begun here, a chunk at
+        a time, each chunk's first dispatches sent in one more round trip before the next
+        chunk is begun."""
         wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
         if not wanted:
             return
@@ -237,10 +258,21 @@ class Supervisor:
             with self.ctx.admission.starting_batch():  # older loops wait meanwhile
                 with contextlib.suppress(Exception):
                     await asyncio.shield(loaded)
-                runners = self._begin(takes, taken, loaded)
-            for runner, token in runners:
-                task = asyncio.create_task(self._drive(runner, token), name=f"session:{runner.sid}")
-                self.owned[runner.sid] = Owned(token, runner.epoch, task)
+                for start in range(0, len(takes), BEGIN_CHUNK):
+                    end = start + BEGIN_CHUNK
+                    runners, writes, first = self._begin(takes[start:end], taken[start:end], loaded)
+                    for runner, token in runners:
+                        task = asyncio.create_task(
+                            self._drive(runner, token), name=f"session:{runner.sid}"
+                        )
+                        self.owned[runner.sid] = Owned(token, runner.epoch, task)
+                    if writes:  # these first dispatches leave before more are begun
+                        sending = asyncio.ensure_future(
+                            send_first_writes(self.store.write_many, writes, first)
+                        )
+                        self._sending.add(sending)
+                        sending.add_done_callback(self._sending.discard)
+                        await asyncio.sleep(0)  # one lap: the pipeline is written
         finally:  # registered (renewed through `owned`), or left to expire
             keeper.settle(takes)
         ended = [t.sid for t in taken if not t.epoch and t.ended]
@@ -249,9 +281,10 @@ class Supervisor:
 
     def _begin(
         self, takes: list[tuple[str, str]], taken: list[Taken], loaded: asyncio.Future[None]
-    ) -> list[tuple[SessionRunner, str]]:
+    ) -> tuple[list[tuple[SessionRunner, str]], list[FirstWrite], list[asyncio.Future[None]]]:
         """The loops of the sessions taken; those that can start from what the batch read
-        are begun, and their first writes sent in one pipeline (batch_start.py)."""
+        are begun: their first writes, and the future of each one's reply (which its loop
+        awaits; batch_start.py)."""
         runners: list[tuple[SessionRunner, str]] = []
         first: list[tuple[SessionRunner, list[WriteOp]]] = []
         for (sid, token), took in zip(takes, taken, strict=True):
@@ -269,12 +302,10 @@ class Supervisor:
                 continue
             if ops:
                 first.append((runner, ops))
-        writes = [(r.sid, r.epoch, ops) for r, ops in first]
-        for (runner, _), written in zip(
-            first, send_first_writes(self.store.write, writes), strict=True
-        ):
-            runner.first_write(written)
-        return runners
+        replies = first_replies(len(first))
+        for (runner, _), reply in zip(first, replies, strict=True):
+            runner.first_write(reply)
+        return runners, [(r.sid, r.epoch, ops) for r, ops in first], replies
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         bind(runner.sid)  # this task's own context: its log lines name the session
@@ -407,7 +438,9 @@ def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await Supervisor(settings).run(stop)
+        supervisor = Supervisor(settings)
+        settle_heap()
+        await supervisor.run(stop)
 
     serve_metrics(settings)
     tracing.configure(settings, "planloop-supervisor")
@@ -415,6 +448,23 @@ def serve(settings: Settings) -> None:
     # step's dependents are dispatched from the loop.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     asyncio.run(main())
+
+
+def settle_heap() -> None:
+    """Keep the garbage collector's full passes off a busy event loop.
+
+    A full collection walks every object the process holds: with a thousand sessions
+    loaded it stopped the event loop for 100-300 ms, and while the heap grows (a burst of
+    sessions) CPython starts one each time it grew by a quarter: eleven in one run of
+    bench/sessions.py, most of them in its bursts. So what start-up made (modules, the
+    Celery app, the SQL engine and metadata) is frozen out of every later pass, and a full
+    pass waits for ten times as many young ones as CPython's default. An ended session's
+    objects refer to each other (its loop and its collaborators' ports), so a full pass is
+    what frees them: they wait longer for it, not forever.
+    """
+    gc.freeze()
+    young, middle, _full = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_GC_AFTER)
 
 
 def serve_metrics(settings: Settings) -> None:

@@ -13,6 +13,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import NoScriptError
 
 from planloop.core.errors import FencedOutError
 from planloop.core.hot_state import dumps
@@ -20,6 +21,7 @@ from planloop.core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
 from planloop.core.lua import (
     EndAttempt,
     FencedWrite,
+    LoadStarts,
     Queued,
     ReleaseLease,
     RenewLease,
@@ -45,6 +47,7 @@ class SessionStore:
         self._fenced = FencedWrite.register_async(client)
         self._end_attempt = EndAttempt.register_async(client)
         self._queued = Queued.register_async(client)
+        self._load_starts = LoadStarts.register_async(client)
         # The fenced writes of one loop turn (of any sessions) go in one pipeline.
         self._writes: WriteBatch[FencedWrite] = WriteBatch(self._send_writes)
         self._lengths: dict[str, tuple[float, int]] = {}  # queue -> (read at, length)
@@ -70,26 +73,18 @@ class SessionStore:
     async def load_plans(self, taken: Sequence[Taken]) -> None:
         """Read the plan version each of ``taken`` runs into it, make sure its events
         group exists (created again if Redis lost it) and count the events delivered and
-        not acknowledged (a former consumer's, to take over): one round trip for all."""
+        not acknowledged (a former consumer's, to take over): one call for all."""
         held = [t for t in taken if t.epoch and t.fields]
         if not held:
             return
-        pipe = self.r.pipeline(transaction=False)
+        session_keys: list[str] = []
         for t in held:
-            pipe.get(self.keys.plan(t.sid, t.plan_version))
-            pipe.xgroup_create(self.keys.events(t.sid), EVENTS_GROUP, id="0", mkstream=True)
-            pipe.xpending(self.keys.events(t.sid), EVENTS_GROUP)
-        replies = await pipe.execute(raise_on_error=False)
-        for t, plan, group, pending in zip(
-            held, replies[::3], replies[1::3], replies[2::3], strict=True
-        ):
-            if isinstance(group, Exception) and "BUSYGROUP" not in str(group):
-                raise group
-            for reply in (plan, pending):
-                if isinstance(reply, Exception):
-                    raise reply
+            session_keys += [self.keys.plan(t.sid, t.plan_version), self.keys.events(t.sid)]
+        call = LoadStarts(group=EVENTS_GROUP, session_keys=session_keys)
+        replies = cast(list[Any], await self._load_starts(call))
+        for t, plan, pending in zip(held, replies[::2], replies[1::2], strict=True):
             t.plan_json = cast(str | None, plan) if t.plan_version else None
-            t.pending = int(cast(dict[str, Any], pending).get("pending") or 0)
+            t.pending = int(pending or 0)
 
     async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
         """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
@@ -233,31 +228,65 @@ class SessionStore:
         """Run ``ops`` (command, key, args) atomically while ``epoch`` owns the session."""
         if not ops:
             return
+        if not await self._writes.run(self._fenced_call(epoch, sid, ops)):
+            raise FencedOutError(sid, epoch)
+
+    async def write_many(
+        self, writes: Sequence[tuple[str, int, Sequence[tuple[str, str, Sequence[Any]]]]]
+    ) -> list[BaseException | None]:
+        """Several sessions' fenced writes (``(sid, epoch, ops)``) in one round trip, sent
+        now rather than with the loop turn's batch; per write, None or why it was refused
+        (FencedOutError, or the error Redis answered). Raises when the round trip fails."""
+        calls = [self._fenced_call(epoch, sid, ops) for sid, epoch, ops in writes]
+        replies = await self._send_writes(calls)
+        return [
+            reply
+            if isinstance(reply, BaseException)
+            else None
+            if reply
+            else FencedOutError(sid, epoch)
+            for (sid, epoch, _), reply in zip(writes, replies, strict=True)
+        ]
+
+    def _fenced_call(
+        self, epoch: int, sid: str, ops: Sequence[tuple[str, str, Sequence[Any]]]
+    ) -> FencedWrite:
         targets: dict[str, int] = {}  # key -> its 1-based index in target_keys
         encoded: list[Op] = []
         for command, key, args in ops:
             index = targets.setdefault(key, len(targets) + 1)
             encoded.append([command, index, *[arg_text(a) for a in args]])
-        call = FencedWrite(
+        return FencedWrite(
             session_key=self.keys.session(sid),
             epoch=epoch,
             ops=json.dumps(encoded),
             target_keys=list(targets),
         )
-        if not await self._writes.run(call):
-            raise FencedOutError(sid, epoch)
 
     async def _send_writes(self, calls: Sequence[FencedWrite]) -> list[Any]:
         """Fenced writes in one round trip; per call, its reply or the error it got."""
-        if len(calls) == 1:  # no pipeline to build (nor SCRIPT EXISTS to ask) for one
+        if len(calls) == 1:  # no pipeline to build for one
             try:
                 return [await self._fenced(calls[0])]
             except aioredis.ResponseError as exc:
                 return [exc]
+        replies = await self._evalsha(calls)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:  # Redis lost its scripts (restarted, flushed): none of those ran
+            await self.r.script_load(FencedWrite.source())
+            for i, reply in zip(lost, await self._evalsha([calls[i] for i in lost]), strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _evalsha(self, calls: Sequence[FencedWrite]) -> list[Any]:
+        """EVALSHA of each call in one pipeline. Straight, not through redis-py's script
+        object: in a pipeline that asks SCRIPT EXISTS first, one more round trip per batch."""
         pipe = self.r.pipeline(transaction=False)
+        sha = self._fenced.script.sha
         for call in calls:
-            await self._fenced(call, client=pipe)
-        return await pipe.execute(raise_on_error=False)
+            keys, args = call.keys_and_args()
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        return list(await pipe.execute(raise_on_error=False))
 
     def step_write(self, sid: str, step_id: str, **fields: Any) -> tuple[str, str, list[Any]]:
         """An HSET op for :meth:`write`."""

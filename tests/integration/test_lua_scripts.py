@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from planloop.core.keys import Keys
+from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import (
     AcquireLease,
     EndAttempt,
     FencedWrite,
+    LoadStarts,
     RecordOutcome,
     ReleaseLease,
     RenewLease,
@@ -361,6 +362,40 @@ def test_renew_leases_extends_only_the_leases_each_token_holds(space: Space) -> 
     assert space.r.pttl(theirs) <= 5_000
     assert space.r.get(theirs) == "B"
     assert not space.r.exists(gone)
+
+
+def test_load_starts_reads_plans_makes_groups_and_counts_pending(space: Space) -> None:
+    """Per session, in order: its plan (nil when that version is not stored) and its events
+    delivered and not acknowledged; a lost events group is made again, an existing one
+    (with its pending entries) is left as it is."""
+    k = space.keys
+    space.r.set(k.plan("fresh", 1), '{"goal": "g"}')
+    space.r.xgroup_create(k.events("fresh"), EVENTS_GROUP, id="0", mkstream=True)
+    space.r.set(k.plan("owned", 2), '{"goal": "h"}')
+    space.r.xgroup_create(k.events("owned"), EVENTS_GROUP, id="0", mkstream=True)
+    for i in range(3):
+        space.r.xadd(k.events("owned"), {"n": str(i)})
+    space.r.xreadgroup(EVENTS_GROUP, "former-owner", {k.events("owned"): ">"}, count=2)
+    load = LoadStarts.register(space.r)
+    session_keys: list[str] = []
+    for sid, version in (("fresh", 1), ("owned", 2), ("lost", 1)):
+        session_keys += [k.plan(sid, version), k.events(sid)]
+    replies = load(LoadStarts(group=EVENTS_GROUP, session_keys=session_keys))
+    assert replies == ['{"goal": "g"}', 0, '{"goal": "h"}', 2, None, 0]
+    groups = space.r.xinfo_groups(k.events("lost"))
+    assert [g["name"] for g in groups] == [EVENTS_GROUP], "the lost group is made again"
+
+
+def test_load_starts_raises_what_is_not_a_busy_group(space: Space) -> None:
+    """An events key of the wrong type is an error for the whole batch (the loops raise it),
+    not a session read as fresh."""
+    space.r.set(space.keys.events("odd"), "not a stream")
+    load = LoadStarts.register(space.r)
+    call = LoadStarts(
+        group=EVENTS_GROUP, session_keys=[space.keys.plan("odd", 1), space.keys.events("odd")]
+    )
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        load(call)
 
 
 @pytest.mark.parametrize("status", [s.value for s in SessionStatus if s.ended])

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from planloop.supervisor.admission import Admission
+from planloop.supervisor.admission import BURST_MIN, Admission
 
 
 def test_starts_take_their_slots_in_arrival_order() -> None:
@@ -106,3 +106,57 @@ def test_a_start_that_fails_frees_its_slot() -> None:
 def test_at_least_one_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         Admission(slots=0)
+
+
+def test_an_inbox_backlog_is_a_burst_until_a_read_finds_less() -> None:
+    """Reads of fewer than BURST_MIN sessions keep up; a backlog opens a burst (older loops
+    defer for all of it, not batch by batch) and the first read below it closes it."""
+
+    async def scenario() -> None:
+        admission = Admission(max_defer_s=3600)
+        admission.intake(BURST_MIN - 1, now=0.0)
+        assert not admission.in_burst
+        assert admission.starting == 0
+        admission.intake(BURST_MIN, now=1.0)
+        assert admission.in_burst
+        assert admission.starting == 1
+        admission.intake(200, now=2.0)
+        assert admission.starting == 1, "a burst counts once however many reads it lasts"
+        older = asyncio.create_task(admission.defer())
+        await asyncio.sleep(0)
+        assert not older.done(), "older loops wait while the burst lasts"
+        admission.intake(0, now=3.0)
+        assert not admission.in_burst
+        assert admission.starting == 0
+        await asyncio.wait_for(older, 5)
+
+    asyncio.run(scenario())
+
+
+def test_a_burst_ends_after_its_bound_so_older_loops_get_a_turn() -> None:
+    async def scenario() -> None:
+        admission = Admission(max_defer_s=2.0)
+        admission.intake(500, now=10.0)
+        admission.intake(500, now=11.9)
+        assert admission.in_burst
+        admission.intake(500, now=12.0)  # two seconds of backlog: the others' turn
+        assert not admission.in_burst
+        assert admission.starting == 0
+        admission.intake(500, now=12.1)  # the next read opens the next burst
+        assert admission.in_burst
+
+    asyncio.run(scenario())
+
+
+def test_a_burst_and_a_batch_start_overlap_without_losing_count() -> None:
+    async def scenario() -> None:
+        admission = Admission()
+        admission.intake(BURST_MIN, now=0.0)
+        with admission.starting_batch():
+            assert admission.starting == 2
+            admission.intake(0, now=0.1)
+            assert admission.starting == 1
+        assert admission.starting == 0
+        await admission.defer()  # quiet again: returns at once
+
+    asyncio.run(scenario())

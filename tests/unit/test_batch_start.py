@@ -5,6 +5,7 @@ writes sent together. Without Redis (the in-memory store)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from planloop.core.models import StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.admission import Admission
-from planloop.supervisor.batch_start import can_begin, send_first_writes
+from planloop.supervisor.batch_start import can_begin, first_replies, send_first_writes
 from planloop.supervisor.scheduling import Scheduling
 from planloop.supervisor.state import Taken
 from planloop.supervisor.store_port import WriteOp
@@ -96,27 +97,35 @@ def test_dispatch_now_with_nothing_ready_writes_only_the_deferred_fields() -> No
 def test_first_writes_leave_together_and_each_gets_its_own_reply() -> None:
     async def scenario() -> tuple[list[list[str]], list[object]]:
         rounds: list[list[str]] = []
-        pending: list[str] = []
 
-        async def write(sid: str, epoch: int, ops: Any) -> None:
-            if not pending:  # the first call of this turn: the others join it
-                asyncio.get_running_loop().call_soon(lambda: rounds.append(list(pending)))
-            pending.append(sid)
-            await asyncio.sleep(0)
-            pending.clear()
-            if sid == "fenced":
-                raise RuntimeError("fenced out")
+        async def write_many(writes: Sequence[tuple[str, int, Any]]) -> list[Any]:
+            rounds.append([sid for sid, _, _ in writes])
+            return [RuntimeError("fenced out") if sid == "fenced" else None for sid, _, _ in writes]
 
         ops: list[WriteOp] = [("HSET", "k", ["a", 1])]
-        futures = send_first_writes(write, [(s, 1, ops) for s in ("a", "fenced", "b")])
-        results = await asyncio.gather(*futures, return_exceptions=True)
+        replies = first_replies(3)
+        await send_first_writes(write_many, [(s, 1, ops) for s in ("a", "fenced", "b")], replies)
+        results = await asyncio.gather(*replies, return_exceptions=True)
         return rounds, results
 
     rounds, results = asyncio.run(scenario())
-    assert rounds == [["a", "fenced", "b"]]  # one turn: one pipeline for the store's batch
+    assert rounds == [["a", "fenced", "b"]]  # one round trip
     assert results[0] is None
     assert results[2] is None
     assert isinstance(results[1], RuntimeError)
+
+
+def test_a_failed_round_trip_reaches_every_session_of_the_chunk() -> None:
+    async def scenario() -> list[object]:
+        async def write_many(writes: Sequence[tuple[str, int, Any]]) -> list[Any]:
+            raise ConnectionError("redis went away")
+
+        replies = first_replies(2)
+        await send_first_writes(write_many, [("a", 1, []), ("b", 1, [])], replies)
+        return list(await asyncio.gather(*replies, return_exceptions=True))
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, ConnectionError) for r in results)
 
 
 def test_a_batch_starting_makes_older_loops_wait_without_taking_a_slot() -> None:

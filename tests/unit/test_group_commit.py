@@ -175,3 +175,52 @@ def test_a_dropped_session_is_not_written(linger_s: float) -> None:
 
     record = asyncio.run(scenario())
     assert [sid for commit in record.commits for sid, _, _ in commit] == ["KEPT"]
+
+
+def test_a_round_nobody_hurries_waits_for_the_defer_and_a_flush_does_not() -> None:
+    """While sessions start (admission's defer), a lingering round waits; a round someone
+    waits for with a flush is committed at once."""
+
+    async def scenario() -> tuple[int, int, int]:
+        record, quiet = _Record(), asyncio.Event()
+
+        async def defer() -> None:
+            await quiet.wait()
+
+        writer = CheckpointWriter(Settings(checkpoint_linger_s=0.0), record, _Store(), _sql, defer)
+        lazy = writer.submit("S1", 1, _batch(1), ["1-0"])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        deferred = len(record.commits)
+        await asyncio.wait_for(writer.wait(writer.submit("S2", 1, _batch(2), [])), GENEROUS_S)
+        flushed = len(record.commits)
+        quiet.set()
+        await asyncio.wait_for(writer.wait(lazy, hurry=False), GENEROUS_S)
+        await writer.close()
+        return deferred, flushed, len(record.commits)
+
+    deferred, flushed, commits = asyncio.run(scenario())
+    assert deferred == 0, "the round waited for the sessions starting"
+    assert flushed == 1, "the flush committed both, without waiting"
+    assert commits == 1
+
+
+def test_claims_wait_for_the_defer() -> None:
+    async def scenario() -> tuple[list[list[str]], list[list[str]]]:
+        record, quiet = _Record(), asyncio.Event()
+
+        async def defer() -> None:
+            await quiet.wait()
+
+        batcher = ClaimBatcher(record, _sql, defer)
+        claimed = asyncio.ensure_future(batcher.claim(Claim("A", 1, "me", {})))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        before = list(record.claims)
+        quiet.set()
+        await asyncio.wait_for(claimed, GENEROUS_S)
+        return before, record.claims
+
+    before, after = asyncio.run(scenario())
+    assert before == []
+    assert after == [["A"]]

@@ -1,0 +1,72 @@
+"""Several sessions' fenced writes in one round trip (``SessionStore.write_many``, the
+batched starts' first dispatches): each write fenced by its own session's epoch, and a Redis
+that lost its scripts (restarted, flushed) runs them all the same, once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from planloop.core.errors import FencedOutError
+from planloop.core.keys import Keys
+from planloop.supervisor.state import SessionStore
+from tests.conftest import MakeRedis
+
+pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
+
+
+def test_each_write_is_fenced_by_its_own_session(private_redis: MakeRedis) -> None:
+    server = private_redis()
+    keys = Keys(f"wm{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> tuple[list[BaseException | None], list[str | None]]:
+        store = SessionStore.from_url(server.url, keys)
+        try:
+            for sid, epoch in (("a", 1), ("old", 3), ("b", 2)):
+                await store.r.hset(keys.session(sid), "epoch", epoch)  # type: ignore[misc]
+            writes = [
+                (sid, epoch, [store.step_write(sid, "s0", status="running")])
+                for sid, epoch in (("a", 1), ("old", 2), ("b", 2))
+            ]
+            outcomes = await store.write_many(writes)
+            statuses = [
+                await store.r.hget(keys.step(sid, "s0"), "status")  # type: ignore[misc]
+                for sid in ("a", "old", "b")
+            ]
+            return outcomes, statuses
+        finally:
+            await store.r.aclose()
+
+    outcomes, statuses = asyncio.run(scenario())
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], FencedOutError)
+    assert outcomes[2] is None
+    assert statuses == ["running", None, "running"]
+
+
+def test_writes_run_once_after_redis_lost_its_scripts(private_redis: MakeRedis) -> None:
+    server = private_redis()
+    keys = Keys(f"wm{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> tuple[list[BaseException | None], list[int]]:
+        store = SessionStore.from_url(server.url, keys)
+        try:
+            for sid in ("a", "b"):
+                await store.r.hset(keys.session(sid), "epoch", 1)  # type: ignore[misc]
+            first = [(sid, 1, [("LPUSH", f"{keys.prefix}:q:{sid}", ["m"])]) for sid in ("a", "b")]
+            assert await store.write_many(first) == [None, None]
+            await store.r.script_flush()  # as a restarted Redis: no script is known
+            outcomes = await store.write_many(first)
+            counts = [
+                await store.r.llen(f"{keys.prefix}:q:{sid}")  # type: ignore[misc]
+                for sid in ("a", "b")
+            ]
+            return outcomes, counts
+        finally:
+            await store.r.aclose()
+
+    outcomes, counts = asyncio.run(scenario())
+    assert outcomes == [None, None]
+    assert counts == [2, 2], "each write ran once more, not twice"
