@@ -408,6 +408,8 @@ class Supervisor:
                 owned.task.cancel()
 
     async def _let_go(self) -> None:
+        if self._sending:  # a chunk's first writes in flight: let them land (briefly)
+            await asyncio.wait(self._sending, timeout=OUTAGE_BACKOFF_MAX_S)
         for owned in self.owned.values():
             owned.task.cancel()
         for owned in self.owned.values():
