@@ -51,8 +51,9 @@ class SupervisorContext:
         self.admission = Admission(
             self.settings.admission_slots, self.settings.admission_max_defer_s
         )
-        defer = self.admission.defer  # a burst of sessions starting goes before SQL work
-        self.claims = ClaimBatcher(self.record, self.sql, defer)
+        self.claims = ClaimBatcher(self.record, self.sql)
+        # A burst of sessions starting goes before checkpoint commits (admission.py).
+        defer = self.admission.defer
         self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql, defer)
         self.events = None
         if isinstance(self.store, SessionStore):

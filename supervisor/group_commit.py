@@ -90,13 +90,12 @@ class Pending:
 
 class ClaimBatcher:
     """Claims of sessions being taken, committed together: a claim waits for the one
-    transaction in progress at most, never for a queue of them (and for ``defer``: a
-    burst of sessions starting goes first, admission.py)."""
+    transaction in progress at most, never for a queue of them. (Never deferred for the
+    sessions starting: a takeover awaits its claim while it starts.)"""
 
-    def __init__(self, record: GroupRecord, sql: SqlRunner[Any], defer: Defer = _now) -> None:
+    def __init__(self, record: GroupRecord, sql: SqlRunner[Any]) -> None:
         self.record = record
         self.sql = sql
-        self.defer = defer
         self._queue: list[tuple[Claim, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -110,7 +109,6 @@ class ClaimBatcher:
 
     async def _run(self) -> None:
         while self._queue:
-            await self.defer()
             taken, self._queue = self._queue, []
             claims = [c for c, _ in taken]
             try:

@@ -203,24 +203,3 @@ def test_a_round_nobody_hurries_waits_for_the_defer_and_a_flush_does_not() -> No
     assert deferred == 0, "the round waited for the sessions starting"
     assert flushed == 1, "the flush committed both, without waiting"
     assert commits == 1
-
-
-def test_claims_wait_for_the_defer() -> None:
-    async def scenario() -> tuple[list[list[str]], list[list[str]]]:
-        record, quiet = _Record(), asyncio.Event()
-
-        async def defer() -> None:
-            await quiet.wait()
-
-        batcher = ClaimBatcher(record, _sql, defer)
-        claimed = asyncio.ensure_future(batcher.claim(Claim("A", 1, "me", {})))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        before = list(record.claims)
-        quiet.set()
-        await asyncio.wait_for(claimed, GENEROUS_S)
-        return before, record.claims
-
-    before, after = asyncio.run(scenario())
-    assert before == []
-    assert after == [["A"]]
