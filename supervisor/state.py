@@ -228,7 +228,7 @@ class SessionStore:
         """Run ``ops`` (command, key, args) atomically while ``epoch`` owns the session."""
         if not ops:
             return
-        if not await self._writes.run(self._fenced_call(epoch, sid, ops)):
+        if not await self._writes.run(self._fenced_call(sid, epoch, ops)):
             raise FencedOutError(sid, epoch)
 
     async def write_many(
@@ -237,19 +237,15 @@ class SessionStore:
         """Several sessions' fenced writes (``(sid, epoch, ops)``) in one round trip, sent
         now rather than with the loop turn's batch; per write, None or why it was refused
         (FencedOutError, or the error Redis answered). Raises when the round trip fails."""
-        calls = [self._fenced_call(epoch, sid, ops) for sid, epoch, ops in writes]
+        calls = [self._fenced_call(sid, epoch, ops) for sid, epoch, ops in writes]
         replies = await self._send_writes(calls)
         return [
-            reply
-            if isinstance(reply, BaseException)
-            else None
-            if reply
-            else FencedOutError(sid, epoch)
+            _refusal(sid, epoch, reply)
             for (sid, epoch, _), reply in zip(writes, replies, strict=True)
         ]
 
     def _fenced_call(
-        self, epoch: int, sid: str, ops: Sequence[tuple[str, str, Sequence[Any]]]
+        self, sid: str, epoch: int, ops: Sequence[tuple[str, str, Sequence[Any]]]
     ) -> FencedWrite:
         targets: dict[str, int] = {}  # key -> its 1-based index in target_keys
         encoded: list[Op] = []
@@ -463,6 +459,13 @@ class SessionStore:
             pipe.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
             pipe.xdel(self.keys.inbox, *entry_ids)
             await pipe.execute()
+
+
+def _refusal(sid: str, epoch: int, reply: object) -> BaseException | None:
+    """Why a fenced write was refused (the error Redis answered, or fenced out), or None."""
+    if isinstance(reply, BaseException):
+        return reply
+    return None if reply else FencedOutError(sid, epoch)
 
 
 @dataclass
