@@ -123,8 +123,9 @@ class Settings(BaseSettings):
     admission_max_defer_s: float = Field(
         2.0,
         ge=0,
-        description="Longest a running session's bookkeeping waits, per turn, for sessions "
-        "that are starting.",
+        description="Longest a running session's bookkeeping (or a checkpoint commit) waits, "
+        "per turn, for sessions that are starting; also the longest stretch a burst of submits "
+        "is read as one before the running sessions get a turn (supervisor/admission.py).",
     )
     checkpoint_linger_s: float = Field(
         0.02,
