@@ -181,7 +181,8 @@ class Supervisor:
 
         While the inbox holds a backlog (a burst of submits), the turns read it at once and
         in order, without the reclaim's look at every active session in between (which
-        would take the same sessions in no particular order): admission.py."""
+        would take the same sessions by session id: in submit order to the second only).
+        See admission.py."""
         if not self._inbox_ready:
             await self.store.ensure_inbox()
             self._inbox_ready = True
