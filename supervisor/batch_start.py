@@ -44,9 +44,8 @@ def can_begin(taken: Taken) -> bool:
     return taken.pending == 0
 
 
-WriteMany = Callable[
-    [Sequence[tuple[str, int, Sequence[WriteOp]]]], Awaitable[list[BaseException | None]]
-]
+FirstWrite = tuple[str, int, Sequence[WriteOp]]  # a session begun: (sid, epoch, its first ops)
+WriteMany = Callable[[Sequence[FirstWrite]], Awaitable[list[BaseException | None]]]
 
 
 def first_replies(count: int) -> list[asyncio.Future[None]]:
@@ -56,13 +55,13 @@ def first_replies(count: int) -> list[asyncio.Future[None]]:
     loop = asyncio.get_running_loop()
     replies: list[asyncio.Future[None]] = [loop.create_future() for _ in range(count)]
     for reply in replies:
-        reply.add_done_callback(_retrieve)
+        reply.add_done_callback(retrieve_error)
     return replies
 
 
 async def send_first_writes(
     write_many: WriteMany,
-    writes: Sequence[tuple[str, int, Sequence[WriteOp]]],
+    writes: Sequence[FirstWrite],
     replies: Sequence[asyncio.Future[None]],
 ) -> None:
     """Send each ``(sid, epoch, ops)`` as its session's fenced write, all in one round
@@ -84,6 +83,8 @@ async def send_first_writes(
             reply.set_exception(outcome)
 
 
-def _retrieve(done: asyncio.Future[None]) -> None:
+def retrieve_error(done: asyncio.Future[None]) -> None:
+    """A done callback: the future's error is retrieved, so one nobody awaited (its loop
+    stopped first) is not reported as never retrieved; whoever awaits it still raises it."""
     if not done.cancelled():
         done.exception()

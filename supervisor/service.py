@@ -26,7 +26,12 @@ from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault,
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.tools import load_tools
 from planloop.planner.llm import build_chat_model
-from planloop.supervisor.batch_start import first_replies, send_first_writes
+from planloop.supervisor.batch_start import (
+    FirstWrite,
+    first_replies,
+    retrieve_error,
+    send_first_writes,
+)
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.dispatch import Dispatcher
 from planloop.supervisor.lease_keeper import LeaseKeeper
@@ -37,8 +42,6 @@ from planloop.supervisor.session import SessionRunner
 from planloop.supervisor.session_base import describe_error
 from planloop.supervisor.state import SessionStore, Taken
 from planloop.supervisor.store_port import WriteOp
-
-FirstWrite = tuple[str, int, list[WriteOp]]  # a session begun: (sid, epoch, its first ops)
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +257,8 @@ class Supervisor:
         # The plans of the whole batch in one more round trip (the keeper renews the new
         # leases meanwhile); a loop whose batch could not read them raises why itself.
         loaded = asyncio.ensure_future(self.store.load_plans(taken))
-        loaded.add_done_callback(_retrieved)
+        # A failed load: each loop awaiting it raises (and handles) the error itself.
+        loaded.add_done_callback(retrieve_error)
         try:
             with self.ctx.admission.starting_batch():  # older loops wait meanwhile
                 with contextlib.suppress(Exception):
@@ -417,13 +421,6 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await owned.task
         self.owned.clear()
-
-
-def _retrieved(done: asyncio.Future[None]) -> None:
-    """A batch's plan load failed: each loop awaiting it raises (and handles) the error
-    itself; it is retrieved here for a batch whose loops all ended before awaiting it."""
-    if not done.cancelled():
-        done.exception()
 
 
 def serve(settings: Settings) -> None:
