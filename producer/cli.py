@@ -202,6 +202,7 @@ def submit(
     if (plan_file is None) == (goal is None):
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
+    plan_file, answer_schema_file = _shipped(plan_file), _shipped(answer_schema_file)
     options = SessionOptions(
         concurrency=concurrency,
         max_replans=max_replans,
@@ -253,6 +254,37 @@ def _say_waiting(missing: list[str], wait_s: float) -> None:
     click.echo(
         f"waiting up to {wait_s:g}s for a live worker serving {', '.join(missing)}", err=True
     )
+
+
+def _shipped(path: Path | None) -> Path | None:
+    """``path``, or the example shipped under that name when there is no such file here."""
+    from planloop.producer.examples import example_path
+
+    if path is None:
+        return None
+    found = example_path(path)
+    if found != path:
+        click.echo(f"{path}: no such file here; using the example shipped with planloop", err=True)
+    return found
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(path_type=Path), default=Path("examples"))
+@click.option("--overwrite", is_flag=True, help="Replace files of the same name.")
+def examples(directory: Path, overwrite: bool) -> None:
+    """Copy the example plans shipped with planloop into DIRECTORY (default: ./examples)."""
+    from planloop.producer.examples import copy_examples
+
+    try:
+        copied, kept = copy_examples(directory, overwrite=overwrite)
+    except OSError as exc:
+        _fail(f"cannot copy the examples into {directory}: {exc.strerror or exc}")
+        return
+    for path in copied:
+        click.echo(f"copied {path}")
+    for path in kept:
+        click.echo(f"kept {path} (exists; --overwrite replaces it)")
+    click.echo(f"try: planloop submit {directory / 'diamond.yaml'} --wait")
 
 
 def read_answer_schema(path: Path) -> dict[str, Any]:

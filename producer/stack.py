@@ -26,21 +26,10 @@ from planloop.core.errors import ConfigError
 from planloop.core.redis_version import MIN_REDIS_VERSION, parse_redis_version
 
 
-def source_root() -> Path:
-    """The directory that holds the ``planloop`` package: a checkout's root, or site-packages.
-
-    Child processes get it on their path, so they import the code this process runs; it is
-    never a directory inside the package, whose sub-packages would then shadow an
-    application's own top-level names.
-    """
-    import planloop
-
-    return Path(planloop.__file__).resolve().parent.parent
-
-
-def with_source_root(pythonpath: str) -> str:
-    """``pythonpath`` with :func:`source_root` in front."""
-    return os.pathsep.join(p for p in [str(source_root()), pythonpath] if p)
+def planloop_command() -> list[str]:
+    """How a stack starts a Planloop process: this interpreter, whose ``planloop`` package is
+    installed (site-packages, or an editable install of a checkout); nothing is put on its path."""
+    return [sys.executable, "-m", "planloop.producer.cli"]
 
 
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
@@ -197,11 +186,14 @@ class Stack:
     """Worker and supervisor processes sharing one environment.
 
     ``processes`` lists the live process of each child in start order; :meth:`restart_dead`
-    replaces a dead one in place.
+    replaces a dead one in place. ``command`` starts a Planloop process (the subcommand
+    follows); ``cwd`` is the children's working directory (default: this process's).
     """
 
     env: dict[str, str]
     log_dir: Path
+    command: list[str] = field(default_factory=planloop_command)
+    cwd: Path | None = None
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
 
@@ -214,8 +206,9 @@ class Stack:
     def _popen(self, log_name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "planloop.producer.cli", *args],
+                [*self.command, *args],
                 env=self.env,
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -291,20 +284,28 @@ def local_stack(
     concurrency: int = 8,
     pool: str = "threads",
     log_dir: Path | None = None,
+    base_env: Mapping[str, str] | None = None,
+    command: list[str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[Stack]:
     """Run workers and supervisors (and an embedded Redis if none answers) for the block.
 
-    ``overrides`` are ``PLANLOOP_*`` variables on top of this process's environment.
+    ``overrides`` are ``PLANLOOP_*`` variables on top of ``base_env`` (default: this
+    process's environment); ``command`` and ``cwd`` are the :class:`Stack`'s.
     """
-    env = {**os.environ, **(overrides or {})}
-    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
+    env = {**(os.environ if base_env is None else base_env), **(overrides or {})}
     url = env.get("PLANLOOP_REDIS_URL", "redis://127.0.0.1:6379/0")
     embedded = None
     if not redis_answers(url):
         embedded = EmbeddedRedis().start()
         db = urlparse(url).path.lstrip("/") or "0"
         env["PLANLOOP_REDIS_URL"] = f"redis://127.0.0.1:{embedded.port}/{db}"
-    stack = Stack(env=env, log_dir=log_dir or Path(tempfile.mkdtemp(prefix="planloop-logs-")))
+    stack = Stack(
+        env=env,
+        log_dir=log_dir or Path(tempfile.mkdtemp(prefix="planloop-logs-")),
+        command=command or planloop_command(),
+        cwd=cwd,
+    )
     try:
         for _ in range(workers):
             stack.start_worker(concurrency, pool)

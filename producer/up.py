@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from types import FrameType
 from typing import cast
@@ -34,14 +33,14 @@ from planloop.core.tools import load_tools
 from planloop.planner.plan import Plan, load_plan
 from planloop.planner.validation import validate_plan
 from planloop.producer.client import Producer
-from planloop.producer.stack import Stack, describe_redis, local_stack, wait_until, with_source_root
+from planloop.producer.examples import EXAMPLES, example_path
+from planloop.producer.stack import Stack, describe_redis, local_stack, wait_until
 from planloop.producer.views import make_console
 from planloop.producer.watch import watch_session
 from planloop.workers.toolsets import BENCH_TOOLS
 
-# The examples ship inside the package (planloop/examples), so the demo runs after a plain
-# `pip install` as well as from a checkout.
-EXAMPLES = Path(str(files("planloop").joinpath("examples")))
+# The examples ship inside the package, so the demo runs after a plain `pip install` as well
+# as from a checkout.
 DEMO_PLAN = EXAMPLES / "ecommerce.yaml"
 DEMO_ANSWER_SCHEMA = EXAMPLES / "ecommerce_answer.json"
 STATE_DIR = Path(".planloop")
@@ -86,13 +85,6 @@ def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions |
     schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
     check_answer_schema(schema)
     return SessionOptions(answer_schema=schema)
-
-
-def example_path(path: Path) -> Path:
-    """``path``, or the shipped example of that name when ``path`` does not exist
-    (``--plan examples/supply_chain.yaml`` works outside a checkout too)."""
-    shipped = EXAMPLES / path.name
-    return path if path.exists() or not shipped.is_file() else shipped
 
 
 def with_bench_tools(settings: Settings) -> Settings:
@@ -337,7 +329,6 @@ def flower_command(
         f"--address={address}",
     ]
     env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
-    env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
     return argv, env
 
 

@@ -29,6 +29,7 @@ from planloop.planner.plan import Plan, parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack, redis_answers
 from tests.conftest import wait_for
+from tests.shipped import shipped
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +62,9 @@ def stack(
     """One worker (8 threads) and one supervisor for the whole test run, the worker's
     heartbeat written (``planloop submit`` refuses tools no live worker serves)."""
     log_dir: Path = tmp_path_factory.mktemp("logs")
-    with local_stack(env_overrides, workers=1, supervisors=1, log_dir=log_dir) as running:
+    with local_stack(
+        env_overrides, workers=1, supervisors=1, log_dir=log_dir, **shipped().stack_options()
+    ) as running:
         keys, queue = Keys(env_overrides["PLANLOOP_KEY_PREFIX"]), env_overrides["PLANLOOP_QUEUE"]
         wait_for(lambda: live_workers(redis_client, keys, queue), 60, "the worker's heartbeat")
         yield running
@@ -270,10 +273,6 @@ def private_stack(
                 **overrides,
             }
         )
-        env = {**os.environ, **settings.to_env()}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p
-        )
         log_dir = directory / "logs"
         log_dir.mkdir()
         keys = Keys(prefix)
@@ -281,7 +280,7 @@ def private_stack(
         client = connect(settings.redis_url) if "redis_url" in overrides else redis_client
         built = PrivateStack(
             settings=settings,
-            stack=Stack(env=env, log_dir=log_dir),
+            stack=shipped().stack({**os.environ, **settings.to_env()}, log_dir),
             producer=Producer.from_settings(settings),
             hot=HotState(client, keys),
             effects=SqlEffectLedger.from_settings(settings, RedisEffectCache(client, keys)),

@@ -25,6 +25,7 @@ from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack
 from tests.conftest import wait_for
 from tests.llm_server import ScriptedLLMServer
+from tests.shipped import shipped
 
 ENDED = frozenset(s.value for s in SessionStatus if s.ended)
 
@@ -77,7 +78,11 @@ def llm_stack(
     log_dir: Path = tmp_path_factory.mktemp("llm-logs")
     try:
         with local_stack(
-            llm_settings.to_env(), workers=1, supervisors=1, log_dir=log_dir
+            llm_settings.to_env(),
+            workers=1,
+            supervisors=1,
+            log_dir=log_dir,
+            **shipped().stack_options(),
         ) as running:
             # `planloop submit` refuses toolsets no live worker serves: wait for its heartbeat
             keys = Keys(llm_settings.key_prefix)

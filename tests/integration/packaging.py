@@ -1,53 +1,13 @@
-"""Build the wheel from this checkout and install it into a fresh virtualenv, as a user would."""
+"""What the installed distribution holds, what a wheel holds, and what a Docker build context
+holds."""
 
 from __future__ import annotations
 
-import shutil
+import hashlib
+import re
 import subprocess
-import sys
-import venv
+import zipfile
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-# What a copy of the checkout to build from leaves out: caches, venvs, local state.
-IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", ".planloop", "__pycache__", "*.egg-info", "build", "dist", ".*_cache"
-)
-
-
-def build_wheel(workdir: Path) -> Path:
-    """The wheel of the working tree (a copy of it, so the checkout gets no build output)."""
-    source = workdir / "src"
-    shutil.copytree(ROOT, source, ignore=IGNORED, symlinks=True)
-    out = workdir / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
-        check=True,
-        timeout=600,
-    )
-    (wheel,) = out.glob("planloop-*.whl")
-    return wheel
-
-
-def fresh_venv(workdir: Path, wheel: Path) -> Path:
-    """A new virtualenv with nothing but the wheel (and its dependencies); its bin dir."""
-    target = workdir / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(target)
-    bin_dir = target / "bin"
-    subprocess.run(
-        [
-            str(bin_dir / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            str(wheel),
-        ],
-        check=True,
-        timeout=900,
-    )
-    return bin_dir
 
 
 def installed_top_level(bin_dir: Path) -> set[str]:
@@ -68,3 +28,55 @@ def installed_top_level(bin_dir: Path) -> set[str]:
         cwd=bin_dir,
     )
     return set(out.stdout.split())
+
+
+def _pattern(glob: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regex over a relative path (Go's filepath.Match plus
+    ``**`` for any number of folders, as Docker's builder reads it)."""
+    out = ""
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif glob.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif glob[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif glob[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(glob[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def docker_context(names: list[str], dockerignore: str) -> list[str]:
+    """The files of ``names`` that a build context with this .dockerignore holds: a file is
+    left out when the last pattern matching it, or one of its folders, is not a ``!`` one."""
+    rules: list[tuple[bool, re.Pattern[str]]] = []
+    for line in dockerignore.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        rules.append((keep, _pattern(line.lstrip("!").strip("/"))))
+
+    def excluded(name: str) -> bool:
+        parts = name.split("/")
+        candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        verdict = False
+        for keep, rule in rules:
+            if any(rule.match(c) for c in candidates):
+                verdict = not keep
+        return verdict
+
+    return [n for n in names if not excluded(n)]
+
+
+def wheel_contents(wheel: Path) -> dict[str, str]:
+    """Each file of a wheel -> the sha256 of its bytes (RECORD, which lists them, left out)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {
+            name: hashlib.sha256(archive.read(name)).hexdigest()
+            for name in archive.namelist()
+            if not name.endswith(".dist-info/RECORD")
+        }

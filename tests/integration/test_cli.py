@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan, wait_ended
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +58,9 @@ def planloop(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``planloop ARGS`` as a user would, with the test run's settings."""
     return subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", *args],
-        env={**os.environ, **env_overrides},
-        cwd=REPO,
+        [*shipped().cli(), *args],
+        env=shipped().env({**os.environ, **env_overrides}),
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -249,9 +249,9 @@ def flower_url(env_overrides: dict[str, str], tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "flower.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "planloop.producer.cli", "flower", "--port", str(port)],
-            env=env,
-            cwd=REPO,
+            [*shipped().cli(), "flower", "--port", str(port)],
+            env=shipped().env(env),
+            cwd=shipped().home,
             stdout=out,
             stderr=subprocess.STDOUT,
         )

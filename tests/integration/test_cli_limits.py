@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,10 @@ from planloop.core.keys import Keys
 from planloop.planner.plan import Plan, load_plan
 from planloop.producer.client import Producer
 from tests.integration.conftest import _delete_prefix
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 
 BILLION_LAUGHS = """\
 a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
@@ -57,9 +56,9 @@ def planloop(
     if args[:1] == ("submit",):  # no worker serves this module's prefix: none is checked for
         args = (*args, "--no-worker-check")
     return subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", *args],
-        env={**os.environ, **settings.to_env(), **(env or {})},
-        cwd=REPO,
+        [*shipped().cli(), *args],
+        env=shipped().env({**os.environ, **settings.to_env(), **(env or {})}),
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +24,9 @@ from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
 from tests.integration.conftest import report_steps, wait_ended
 from tests.integration.test_console_http import FALLBACK
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.browser
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def chromium() -> str:
@@ -60,11 +58,12 @@ def console(
     """`planloop console` as a process of its own, on a free port, for the test stack."""
     port = free_port()
     log = tmp_path_factory.mktemp("console") / "console.log"
-    env = {**os.environ, **env_overrides, "PYTHONPATH": str(REPO)}
+    env = shipped().env({**os.environ, **env_overrides})
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "planloop.producer.cli", "console", "--port", str(port)],
+            [*shipped().cli(), "console", "--port", str(port)],
             env=env,
+            cwd=shipped().home,
             stdout=sink,
             stderr=subprocess.STDOUT,
         )

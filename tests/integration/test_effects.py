@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -25,10 +24,10 @@ from planloop.core.tools import ToolContext
 from planloop.planner.plan import Plan
 from tests.conftest import TEST_PG_URL, MakeRedis
 from tests.integration.conftest import MakeStack
+from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 MakeLedger = Callable[..., SqlEffectLedger]
 
@@ -167,8 +166,13 @@ def test_racing_processes_apply_each_effect_once(
     processes got the same receipt for each key."""
     keys = [f"fx{uuid.uuid4().hex[:12]}:w{i}" for i in range(30)]
     go = tmp_path / "go"
-    argv = [sys.executable, "-c", RACER, database_url, str(audit.path), str(go), *keys]
-    racers = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    argv = [str(shipped().python), "-c", RACER, database_url, str(audit.path), str(go), *keys]
+    racers = [
+        subprocess.Popen(
+            argv, cwd=shipped().home, env=shipped().env(), stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     try:
         for racer in racers:
             assert racer.stdout is not None

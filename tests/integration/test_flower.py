@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ class Flower:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
+                    str(shipped().python),
                     "-m",
                     "celery",
                     "-A",
@@ -58,6 +58,7 @@ class Flower:
                     "--persistent=False",
                 ],
                 env=env,
+                cwd=shipped().home,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from planloop.config.settings import Settings
 from planloop.producer.health import flower_health, supervisor_health, worker_health
 from planloop.producer.stack import Stack, free_port
 from tests.conftest import wait_for
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,9 @@ def test_worker_and_supervisor_of_this_host_are_healthy(
     env = {**os.environ, **env_overrides}
     for role in ("worker", "supervisor"):
         done = subprocess.run(
-            [sys.executable, "-m", "planloop.producer.cli", "health", role],
-            env=env,
+            [*shipped().cli(), "health", role],
+            env=shipped().env(env),
+            cwd=shipped().home,
             capture_output=True,
             text=True,
             timeout=60,
@@ -58,8 +59,9 @@ def test_flower_health_asks_flowers_healthcheck(
     )
     with open(tmp_path / "flower.log", "wb") as log:
         flower = subprocess.Popen(
-            [sys.executable, "-m", "planloop.producer.cli", "flower", "--port", str(port)],
-            env=env,
+            [*shipped().cli(), "flower", "--port", str(port)],
+            env=shipped().env(env),
+            cwd=shipped().home,
             stdout=log,
             stderr=subprocess.STDOUT,
         )

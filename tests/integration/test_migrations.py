@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from sqlalchemy.engine import Engine, make_url
 from planloop.core import migrate
 from planloop.core.record import Base, SqlRecord, make_engine
 from tests.conftest import TEST_PG_URL
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +130,9 @@ def test_db_commands_and_a_supervisor_that_refuses(tmp_path: Path) -> None:
 
     def planloop(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "planloop.producer.cli", *args],
-            env=env,
+            [*shipped().cli(), *args],
+            env=shipped().env(env),
+            cwd=shipped().home,
             capture_output=True,
             text=True,
             timeout=60,

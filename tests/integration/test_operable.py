@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, wait_ended
 from tests.integration.test_cli import DIAMOND, planloop
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +48,9 @@ def cli(env: dict[str, str], *args: str, timeout_s: float = 60) -> subprocess.Co
     """``planloop ARGS`` with exactly these PLANLOOP_* variables (none of the test run's)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PLANLOOP_")}
     return subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", *args],
-        env={**base, **env},
-        cwd=REPO,
+        [*shipped().cli(), *args],
+        env=shipped().env({**base, **env}),
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -215,16 +215,9 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
     with open(err_path, "w") as err:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PLANLOOP_")}
         waiting = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "planloop.producer.cli",
-                "submit",
-                "--wait-for-workers",
-                str(DIAMOND),
-            ],
-            env={**base, **cli_env},
-            cwd=REPO,
+            [*shipped().cli(), "submit", "--wait-for-workers", str(DIAMOND)],
+            env=shipped().env({**base, **cli_env}),
+            cwd=shipped().home,
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -239,8 +232,8 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
         )
         time.sleep(0.5)  # still waiting: no worker with B yet
         assert waiting.poll() is None
-        worker_b = Stack(
-            env={**ps.stack.env, "PLANLOOP_TOOL_MODULES": BENCH_TOOLS}, log_dir=ps.stack.log_dir
+        worker_b = shipped().stack(
+            {**ps.stack.env, "PLANLOOP_TOOL_MODULES": BENCH_TOOLS}, ps.stack.log_dir
         )
         worker_b.start_worker(4)
         try:

@@ -15,16 +15,16 @@ import redis
 
 from tests.conftest import wait_for
 from tests.integration.conftest import _delete_prefix
-from tests.integration.packaging import build_wheel, fresh_venv, installed_top_level
+from tests.integration.packaging import installed_top_level
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin dir of a fresh venv holding the wheel built from this checkout."""
-    workdir = tmp_path_factory.mktemp("wheel")
-    return fresh_venv(workdir, build_wheel(workdir))
+def installed() -> Path:
+    """The bin dir of the fresh venv holding the wheel built from this checkout."""
+    return shipped().bin
 
 
 @pytest.fixture

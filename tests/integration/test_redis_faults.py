@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -27,6 +26,7 @@ from planloop.producer.stack import EmbeddedRedis, free_port
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
+from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -225,7 +225,7 @@ def test_up_restarts_dead_children(
     out = tmp_path / "up.out"
     with out.open("wb") as sink:
         up = subprocess.Popen(
-            [sys.executable, "-m", "planloop.producer.cli", "up"],
+            [*shipped().cli(), "up"],
             # the web console is a child too; on a port of its own
             env={**ps.stack.env, "PLANLOOP_CONSOLE_PORT": str(free_port())},
             cwd=tmp_path,
@@ -269,7 +269,7 @@ def test_worker_that_must_stop_exits_non_zero(private_stack: MakeStack, tmp_path
         "main(['worker', '--loglevel', 'WARNING'])\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", broken],
+        [str(shipped().python), "-c", broken],
         env=ps.stack.env,
         cwd=tmp_path,
         capture_output=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import planloop
 from planloop.config.settings import Settings
 from planloop.producer.stack import Stack
 from tests.conftest import wait_for
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +29,9 @@ def test_the_readme_producer_script_runs(
     stack: Stack, env_overrides: dict[str, str], tmp_path: Path
 ) -> None:
     # run as a user would: its own process, settings from PLANLOOP_* variables, another cwd
-    env = {**os.environ, **env_overrides}
+    env = shipped().env({**os.environ, **env_overrides})
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE)],
+        [str(shipped().python), str(EXAMPLE)],
         env=env,
         cwd=tmp_path,
         capture_output=True,

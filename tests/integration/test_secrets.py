@@ -14,7 +14,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,12 @@ from planloop.producer.stack import Stack
 from planloop.supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
-from tests.integration.secret_tool_defs import ECHO, PARSE, register
+from tests.shipped import shipped
+from tests.tool_modules.secret_tool_defs import ECHO, PARSE, register
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-SECRET_TOOLS = "tests.integration.secret_tools"
+SECRET_TOOLS = "secret_tools"  # tests/tool_modules, on the shipped processes' path
 STEPS = ["echo", "parse"]
 
 
@@ -93,9 +92,9 @@ def queued_messages(client: redis.Redis, queue: str) -> list[dict[str, Any]]:
 
 def planloop(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", *args],
-        env=env,
-        cwd=REPO,
+        [*shipped().cli(), *args],
+        env=shipped().env(env),
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=60,

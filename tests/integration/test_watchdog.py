@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import subprocess
-import sys
 
 import pytest
 from rich.console import Console
@@ -17,6 +16,7 @@ from planloop.producer.watch import watch_session
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
+from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
@@ -51,8 +51,9 @@ def status_text(ps: PrivateStack, sid: str) -> str:
 def cli_status(ps: PrivateStack, sid: str) -> str:
     """What `planloop status SID` prints."""
     done = subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", "status", sid],
+        [*shipped().cli(), "status", sid],
         env=ps.stack.env,
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=60,

@@ -118,7 +118,7 @@ def test_plan_outline_and_bullets() -> None:
 def test_every_template_in_the_package_starts_with_a_known_role_line() -> None:
     """Every prompt file (not only those listed above: new roles' too) is a role's system
     prompt whose first line names that role, so a scripted server can answer by role."""
-    folder = resources.files("planner").joinpath("prompts")
+    folder = resources.files("planloop.planner").joinpath("prompts")
     names = sorted(p.name.removesuffix(".md") for p in folder.iterdir() if p.name.endswith(".md"))
     assert set(TEMPLATES) <= set(names)
     roles = {role.value for role in Role}

@@ -1,8 +1,8 @@
 """Tools for the secrets test (tests/integration/test_secrets.py), registered on request.
 
-The worker loads them through ``secret_tools`` (``PLANLOOP_TOOL_MODULES``); the supervisor and
-the ``planloop`` commands never import them, so what they know of the ``sensitive`` fields
-comes from the tool catalogue the worker publishes.
+The worker loads them through ``secret_tools`` (``PLANLOOP_TOOL_MODULES``, tests/shipped.py);
+the supervisor and the ``planloop`` commands never import them, so what they know of the
+``sensitive`` fields comes from the tool catalogue the worker publishes.
 """
 
 from __future__ import annotations

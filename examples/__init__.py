@@ -1,0 +1,1 @@
+"""Example plans and a producer script, shipped as ``planloop.examples`` package data."""
