@@ -14,6 +14,7 @@ import pytest
 from planloop.config.settings import Settings
 from planloop.producer.stack import EmbeddedRedis, redis_server_binary
 from planloop.workers.toolsets import BENCH_TOOLS
+from tests.shipped import SHIPPED_VENV, ensure_venv
 
 T = TypeVar("T")
 
@@ -25,6 +26,16 @@ TEST_REDIS_SERVER = os.environ.get("PLANLOOP_TEST_REDIS_SERVER", "")
 TEST_PG_URL = os.environ.get(
     "PLANLOOP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Build (or find) the shipped venv once, before any test process starts, and hand it to
+    every xdist worker: the whole run tests one wheel even if the checkout changes meanwhile."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get(SHIPPED_VENV):
+        return
+    if config.args and all(str(arg).startswith("tests/unit") for arg in config.args):
+        return  # unit tests start no shipped process (`make check` needs no pip)
+    os.environ[SHIPPED_VENV] = str(ensure_venv())
 
 
 def wait_for(predicate: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:

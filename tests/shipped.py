@@ -53,6 +53,7 @@ BARE_NAMES = (
 )
 # The extras the suite's processes need (PostgreSQL tests, traces).
 EXTRAS = "postgres,otel"
+SHIPPED_VENV = "PLANLOOP_TEST_SHIPPED_VENV"  # a venv to use as is (set for xdist workers)
 STALE_AFTER_S = 3 * 86_400  # cached venvs of other checkouts' contents are removed after this
 
 
@@ -201,7 +202,7 @@ def _remove_stale(cache_dir: Path, keep: Path) -> None:
 
 def ensure_venv() -> Path:
     """The shipped venv of this checkout's current content, built if it is not cached yet."""
-    given = os.environ.get("PLANLOOP_TEST_SHIPPED_VENV")
+    given = os.environ.get(SHIPPED_VENV)
     if given:
         return Path(given)
     names = wheel_inputs(checkout_files())
