@@ -90,18 +90,18 @@ class LiveTools(ToolRegistry):
     def __init__(
         self,
         local: ToolRegistry,
-        client: redis.Redis | None,
-        keys: Keys,
+        read: Callable[[], Snapshot] | None,
         *,
         max_age_s: float = 5.0,
         on_local: Callable[[str], None] | None = None,
     ) -> None:
-        """``on_local`` is told :data:`LOCAL_NOTE` each time the fallback begins (default:
-        a warning in the log)."""
+        """``read`` reads the catalogue (None: never, the local tools only; unit tests give
+        a function of their own); ``on_local`` is told :data:`LOCAL_NOTE` each time the
+        fallback begins (default: a warning in the log)."""
         super().__init__()
         self.local = local
-        self.client = client
-        self.keys = keys
+        self.read = read
+        self.client: redis.Redis | None = None  # the client from_redis reads with
         self.max_age_s = max_age_s
         self._lock = threading.Lock()  # a supervisor's threads may look tools up too
         self._snapshot = Snapshot()
@@ -112,6 +112,23 @@ class LiveTools(ToolRegistry):
         self._told_local = False
         self._reachable = True
         self._on_local = on_local or _log_local
+
+    @classmethod
+    def from_redis(
+        cls,
+        local: ToolRegistry,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        max_age_s: float = 5.0,
+        on_local: Callable[[str], None] | None = None,
+    ) -> LiveTools:
+        """A view reading the catalogue of ``keys`` with ``client`` (closed by :meth:`close`)."""
+        tools = cls(
+            local, lambda: read_snapshot(client, keys), max_age_s=max_age_s, on_local=on_local
+        )
+        tools.client = client
+        return tools
 
     @property
     def source(self) -> CatalogueSource:
@@ -153,7 +170,7 @@ class LiveTools(ToolRegistry):
         self._refresh(force=True)
 
     def _refresh(self, *, missing: bool = False, force: bool = False) -> None:
-        if self.client is None:
+        if self.read is None:
             return
         age = time.monotonic() - self._read_at
         if not force and age < (MIN_RELOAD_S if missing else self.max_age_s):
@@ -161,7 +178,7 @@ class LiveTools(ToolRegistry):
         with self._lock:
             self._read_at = time.monotonic()
             try:
-                snapshot = read_snapshot(self.client, self.keys)
+                snapshot = self.read()
             except redis.RedisError as exc:
                 if self._reachable:  # once per outage, not per look-up
                     log.warning("tool catalogue unreadable (%s); using the last one read", exc)

@@ -85,7 +85,7 @@ class Producer:
         # a person waits on this: an unreachable host is reported in seconds (exit 3)
         client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
         keys = Keys(settings.key_prefix)
-        tools = LiveTools(
+        tools = LiveTools.from_redis(
             load_tools(settings.tool_modules),
             client,
             keys,

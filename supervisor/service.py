@@ -80,7 +80,7 @@ class Supervisor:
         # The planner's prompt lists what live workers serve (core/live_tools.py), read on
         # the event loop with a short socket timeout; the tools imported here are the
         # fallback when no worker is live.
-        tools = LiveTools(
+        tools = LiveTools.from_redis(
             load_tools(settings.tool_modules),
             catalogue_client(settings.redis_url),
             Keys(settings.key_prefix),
