@@ -91,7 +91,8 @@ def test_params_that_do_not_fit_the_published_schema_name_the_param(
 
 def test_a_schema_error_never_repeats_the_value() -> None:
     problem = params_problem({"name": ["s3cret-value"]}, published().get("acme.greet"))
-    assert problem is not None and "s3cret" not in problem
+    assert problem is not None
+    assert "s3cret" not in problem
 
 
 def test_a_referenced_param_is_only_checked_to_exist() -> None:
@@ -163,7 +164,8 @@ def test_a_stale_entry_is_known_but_not_listed_and_local_wins_over_it() -> None:
     gone = ToolSpec("acme.gone", "Nobody serves me.", GreetParams, None, _noop)
     entries = {"acme.greet": entry(GREET), "acme.gone": entry(gone, "w0@host", at=0.0)}
     tools = live_view(Snapshot([heartbeat("w1@host", "acme.greet")], entries))
-    assert "acme.gone" in tools and tools.names() == ["acme.greet"]
+    assert "acme.gone" in tools
+    assert tools.names() == ["acme.greet"]
 
 
 def test_no_live_worker_falls_back_to_the_local_catalogue_and_says_so_once() -> None:
@@ -189,4 +191,5 @@ def test_an_unreadable_catalogue_keeps_the_last_one_read() -> None:
     tools = LiveTools(ToolRegistry([LOCAL_ONLY]), read)
     assert tools.names() == ["acme.greet"]
     tools.refresh()
-    assert tools.source is CatalogueSource.LIVE and tools.names() == ["acme.greet"]
+    assert tools.source is CatalogueSource.LIVE
+    assert tools.names() == ["acme.greet"]

@@ -25,9 +25,12 @@ def test_a_module_that_is_not_found_says_how_to_make_it_importable() -> None:
         import_tool_module("pl_test_nowhere.tools")
     error = caught.value
     assert isinstance(error, ConfigError)
-    assert error.module == "pl_test_nowhere.tools" and error.missing is None
+    assert error.module == "pl_test_nowhere.tools"
+    assert error.missing is None
     text = str(error)
-    assert "'pl_test_nowhere.tools'" in text and "PYTHONPATH" in text and "install" in text
+    assert "'pl_test_nowhere.tools'" in text
+    assert "PYTHONPATH" in text
+    assert "install" in text
     assert "\n" not in text
 
 
@@ -38,7 +41,8 @@ def test_a_missing_dependency_inside_the_module_is_named(module_dir: Path) -> No
     assert caught.value.missing == "pl_test_requests_like"
     text = str(caught.value)
     assert "'pl_test_acme' (PLANLOOP_TOOL_MODULES) was found" in text
-    assert "'pl_test_requests_like'" in text and "PYTHONPATH" not in text
+    assert "'pl_test_requests_like'" in text
+    assert "PYTHONPATH" not in text
 
 
 def test_a_missing_submodule_of_an_existing_package_is_not_found(module_dir: Path) -> None:
