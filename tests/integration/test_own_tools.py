@@ -19,6 +19,7 @@ import pytest
 from planloop.core.heartbeat import read_heartbeats
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
+from tests.llm_server import ScriptedLLMServer
 from tests.integration.conftest import MakeStack, PrivateStack
 
 pytestmark = pytest.mark.integration
@@ -81,12 +82,10 @@ def elsewhere(root: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def acme_stack(private_stack: MakeStack, tmp_path: Path) -> PrivateStack:
-    """A supervisor without acme's code and a worker started in acme's folder, serving it
-    besides the bench tools; returned once the worker's heartbeat lists acme.greet."""
-    built = private_stack(workers=0, supervisors=1)
-    folder = module_dir(tmp_path, ACME_MODULE, ACME_SOURCE)
+def start_acme_worker(built: PrivateStack, root: Path) -> None:
+    """A worker started in acme's folder, serving acme.greet besides the bench tools; back
+    once its heartbeat lists acme.greet."""
+    folder = module_dir(root, ACME_MODULE, ACME_SOURCE)
     modules = json.dumps([BENCH_TOOLS, ACME_MODULE])
     built.start_worker(4, cwd=folder, env={"PLANLOOP_TOOL_MODULES": modules})
     wait_for(
@@ -94,6 +93,13 @@ def acme_stack(private_stack: MakeStack, tmp_path: Path) -> PrivateStack:
         60,
         "the acme worker's heartbeat",
     )
+
+
+@pytest.fixture
+def acme_stack(private_stack: MakeStack, tmp_path: Path) -> PrivateStack:
+    """A supervisor without acme's code, and the acme worker (:func:`start_acme_worker`)."""
+    built = private_stack(workers=0, supervisors=1)
+    start_acme_worker(built, tmp_path)
     return built
 
 
@@ -214,3 +220,45 @@ def test_with_no_live_worker_the_local_catalogue_is_used_and_said(
         "note: no live worker: using the local tool catalogue (bundled toolsets and "
         "PLANLOOP_TOOL_MODULES) instead of the one workers publish"
     ]
+
+
+def test_the_planner_is_shown_the_tools_live_workers_serve(
+    private_stack: MakeStack, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    llm_server.reset()
+    built = private_stack(
+        workers=0,
+        supervisors=1,
+        llm_base_url=llm_server.base_url,
+        llm_api_key="test",
+        llm_max_retries=0,
+    )
+    start_acme_worker(built, tmp_path)
+    step = {"id": "hello", "tool": "acme.greet", "params": {"name": "Ada"}, "dependencies": []}
+    llm_server.script("planner", {"steps": [step]})
+    env, home = user_env(built), elsewhere(tmp_path)
+
+    try:
+        done = cli(
+            "submit",
+            "--goal",
+            "greet Ada",
+            "--tools",
+            "acme",
+            "--mode",
+            "plan",
+            "--wait",
+            env=env,
+            cwd=home,
+        )
+        planner_prompts = [r.prompt_text for r in llm_server.requests_for("planner")]
+    finally:
+        llm_server.reset()
+
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert len(planner_prompts) == 1
+    assert "acme.greet" in planner_prompts[0]
+    assert "Greets someone by name." in planner_prompts[0]
+    assert "Who to greet." in planner_prompts[0]  # the published params schema
+    record = built.producer.session(done.stdout.splitlines()[0].strip())
+    assert record.status == "completed", record.error
