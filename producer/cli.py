@@ -577,9 +577,9 @@ def tools_command(as_json: bool) -> None:
     producer = Producer.from_settings(_settings(), on_local_catalogue=lambda note: None)
     try:
         if as_json:
-            print(json.dumps(catalogue_doc(producer), indent=2))
+            print(json.dumps(catalogue_doc(producer.tools), indent=2))
         else:
-            print_catalogue(producer)
+            print_catalogue(producer.tools)
     finally:
         producer.close()
 

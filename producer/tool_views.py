@@ -9,7 +9,6 @@ import click
 from planloop.core.heartbeat import Heartbeat
 from planloop.core.live_tools import LOCAL_NOTE, CatalogueSource, LiveTools
 from planloop.core.tools import ToolRegistry, ToolSpec
-from planloop.producer.client import Producer
 
 DESCRIPTION_CHARS = 72
 
@@ -35,10 +34,9 @@ def tool_doc(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-def catalogue_doc(producer: Producer) -> dict[str, Any]:
+def catalogue_doc(tools: ToolRegistry) -> dict[str, Any]:
     """The catalogue as JSON: ``source`` (live/local), the live ``workers`` with their
     queues and tools, and every listed tool's contract under ``tools``."""
-    tools: ToolRegistry = producer.tools
     if not isinstance(tools, LiveTools) or tools.source is CatalogueSource.LOCAL:
         return {
             "source": CatalogueSource.LOCAL.value,
@@ -67,10 +65,10 @@ def _short(text: str) -> str:
     return line if len(line) <= DESCRIPTION_CHARS else line[: DESCRIPTION_CHARS - 1] + "…"
 
 
-def print_catalogue(producer: Producer) -> None:
+def print_catalogue(tools: ToolRegistry) -> None:
     """One row per tool and worker serving it (worker, queue, tool, description); with no
     live worker, a line saying so and one row per local tool."""
-    doc = catalogue_doc(producer)
+    doc = catalogue_doc(tools)
     described = {t["name"]: _short(str(t["description"])) for t in doc["tools"]}
     if doc["source"] == CatalogueSource.LOCAL.value:
         click.echo(f"{LOCAL_NOTE}:")

@@ -19,8 +19,8 @@ import pytest
 from planloop.core.heartbeat import read_heartbeats
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
-from tests.llm_server import ScriptedLLMServer
 from tests.integration.conftest import MakeStack, PrivateStack
+from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.integration
 

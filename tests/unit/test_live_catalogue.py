@@ -193,3 +193,52 @@ def test_an_unreadable_catalogue_keeps_the_last_one_read() -> None:
     tools.refresh()
     assert tools.source is CatalogueSource.LIVE
     assert tools.names() == ["acme.greet"]
+
+
+# --- planloop tools --------------------------------------------------------------------------
+def test_the_tools_view_lists_each_worker_with_its_queues(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from planloop.producer.tool_views import catalogue_doc, print_catalogue
+
+    snapshot = Snapshot(
+        [heartbeat("w1@host", "acme.greet", queue="acme"), heartbeat("w2@host", "acme.greet")],
+        {"acme.greet": entry(GREET)},
+    )
+    tools = live_view(snapshot)
+    doc = catalogue_doc(tools)
+    assert doc["source"] == "live"
+    assert [(w["worker"], w["queues"], w["tools"]) for w in doc["workers"]] == [
+        ("w1@host", ["acme"], ["acme.greet"]),
+        ("w2@host", ["planloop"], ["acme.greet"]),
+    ]
+    print_catalogue(tools)
+    rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["w1@host", "acme", "acme.greet"], ["w2@host", "planloop", "acme.greet"]]
+
+
+def test_the_tools_view_reads_a_queues_list_where_a_heartbeat_has_one() -> None:
+    from planloop.producer.tool_views import worker_queues
+
+    class PooledBeat(Heartbeat):  # the shape per-toolset queues may give heartbeats
+        queues: list[str] = []
+
+    now = time.time()
+    beat = PooledBeat(
+        worker="w", queue="planloop", queues=["acme", "bench"], seen_at=now, expires_at=now
+    )
+    assert worker_queues(beat) == ["acme", "bench"]
+    assert worker_queues(heartbeat("w", queue="planloop")) == ["planloop"]
+
+
+def test_the_tools_view_says_when_it_shows_the_local_catalogue(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from planloop.producer.tool_views import catalogue_doc, print_catalogue
+
+    tools = live_view(Snapshot())
+    assert catalogue_doc(tools)["source"] == "local"
+    print_catalogue(tools)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{LOCAL_NOTE}:"
+    assert [line.split()[2] for line in out[2:]] == ["acme.greet", "shop.noop"]

@@ -65,3 +65,21 @@ def test_an_importable_module_registers_its_tools(module_dir: Path) -> None:
     (module_dir / "pl_test_fine.py").write_text("VALUE = 1\n")
     import_tool_module("pl_test_fine")
     assert sys.modules["pl_test_fine"].VALUE == 1
+
+
+def test_planloop_worker_imports_tool_modules_from_the_directory_it_starts_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the `planloop` script, unlike `python -m`, does not put the current directory on the path
+    from planloop.config.settings import Settings
+    from planloop.producer.cli import _import_tool_modules
+
+    (tmp_path / "pl_test_here.py").write_text("HERE = True\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        _import_tool_modules(Settings(tool_modules=["pl_test_here"]))
+        assert sys.modules["pl_test_here"].HERE is True
+        assert sys.path[0] == str(tmp_path)
+    finally:
+        sys.modules.pop("pl_test_here", None)
