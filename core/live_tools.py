@@ -157,6 +157,10 @@ class LiveTools(ToolRegistry):
         self._refresh()
         return list(self._listed)
 
+    def known_names(self) -> list[str]:
+        self._refresh()
+        return sorted(self._known)
+
     def specs(self) -> list[ToolSpec]:
         self._refresh()
         return [self._known[name] for name in self._listed]

@@ -191,6 +191,10 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return sorted(self._specs)
 
+    def known_names(self) -> list[str]:
+        """Every tool a plan may name (a live view lists fewer in :meth:`names`)."""
+        return self.names()
+
     def specs(self) -> list[ToolSpec]:
         return [self._specs[name] for name in self.names()]
 

@@ -162,9 +162,10 @@ class Producer:
 
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []
+        known = self.tools.known_names()  # served now, or local (its workers may start later)
         for prefix in prefixes:
-            if not self.tools.subset([prefix]).names():
-                raise UnknownToolError(prefix, self.tools.names())
+            if not any(name.startswith(f"{prefix.rstrip('.')}.") for name in known):
+                raise UnknownToolError(prefix, known)
         if check_workers or wait_for_workers_s > 0:
             from planloop.producer.liveness import goal_tools
 

@@ -242,3 +242,10 @@ def test_the_tools_view_says_when_it_shows_the_local_catalogue(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{LOCAL_NOTE}:"
     assert [line.split()[2] for line in out[2:]] == ["acme.greet", "shop.noop"]
+
+
+def test_a_tool_known_locally_is_known_while_other_workers_are_live() -> None:
+    snapshot = Snapshot([heartbeat("w1@host", "acme.greet")], {"acme.greet": entry(GREET)})
+    tools = live_view(snapshot)
+    assert tools.names() == ["acme.greet"]
+    assert tools.known_names() == ["acme.greet", "shop.noop"]
