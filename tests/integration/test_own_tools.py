@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+import planloop
+from planloop.core.errors import PlanValidationError
 from planloop.core.heartbeat import read_heartbeats
+from planloop.core.live_tools import LOCAL_NOTE
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
@@ -262,3 +265,30 @@ def test_the_planner_is_shown_the_tools_live_workers_serve(
     assert "Who to greet." in planner_prompts[0]  # the published params schema
     record = built.producer.session(done.stdout.splitlines()[0].strip())
     assert record.status == "completed", record.error
+
+
+def test_the_python_client_validates_against_the_live_catalogue(acme_stack: PrivateStack) -> None:
+    assert ACME_MODULE not in sys.modules  # this process has none of acme's code
+    plan = {"goal": "greet", "steps": [{"id": "hello", "tool": "acme.greet", "params": {}}]}
+    with planloop.Client(acme_stack.settings) as client:
+        with pytest.raises(PlanValidationError, match="step 'hello': param 'name': Field required"):
+            client.submit(plan)
+        plan["steps"][0]["params"] = {"name": "Bo"}
+        report = client.wait(client.submit(plan), timeout_s=60)
+    assert report.status == "completed"
+    assert report.outputs["hello"] == {"text": "hello Bo"}
+
+
+def test_the_python_client_logs_the_local_fallback(
+    private_stack: MakeStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    built = private_stack(workers=0, supervisors=0)
+    plan = {"steps": [{"id": "a", "tool": "bench.echo", "params": {"value": 1}}]}
+    with (
+        caplog.at_level("WARNING", logger="planloop.core.live_tools"),
+        planloop.Client(built.settings) as client,
+    ):
+        client.submit(plan)
+        client.submit(plan)
+    notes = [r.getMessage() for r in caplog.records if "no live worker" in r.getMessage()]
+    assert notes == [LOCAL_NOTE]  # once, not once per submit
