@@ -16,7 +16,9 @@ local), else the local tool, else the last entry any worker published.
 
 The catalogue is read again at most every ``max_age_s``, and when a tool nobody knows is
 looked up (at most once a second): two HGETALLs with a short socket timeout, because a
-supervisor reads it on its event loop. A Redis fault keeps the last catalogue read.
+supervisor reads it on its event loop. A Redis fault keeps the last catalogue read (and the
+next read waits ``max_age_s``); a producer, whose next Redis call would meet the same fault,
+has it raised instead (``keep_last_on_fault=False``: the command says Redis is unreachable).
 """
 
 from __future__ import annotations
@@ -94,10 +96,12 @@ class LiveTools(ToolRegistry):
         *,
         max_age_s: float = 5.0,
         on_local: Callable[[str], None] | None = None,
+        keep_last_on_fault: bool = True,
     ) -> None:
         """``read`` reads the catalogue (None: never, the local tools only; unit tests give
         a function of their own); ``on_local`` is told :data:`LOCAL_NOTE` each time the
-        fallback begins (default: a warning in the log)."""
+        fallback begins (default: a warning in the log); ``keep_last_on_fault`` as in the
+        module doc."""
         super().__init__()
         self.local = local
         self.read = read
@@ -112,6 +116,7 @@ class LiveTools(ToolRegistry):
         self._told_local = False
         self._reachable = True
         self._on_local = on_local or _log_local
+        self._keep_last_on_fault = keep_last_on_fault
 
     @classmethod
     def from_redis(
@@ -122,10 +127,15 @@ class LiveTools(ToolRegistry):
         *,
         max_age_s: float = 5.0,
         on_local: Callable[[str], None] | None = None,
+        keep_last_on_fault: bool = True,
     ) -> LiveTools:
         """A view reading the catalogue of ``keys`` with ``client`` (closed by :meth:`close`)."""
         tools = cls(
-            local, lambda: read_snapshot(client, keys), max_age_s=max_age_s, on_local=on_local
+            local,
+            lambda: read_snapshot(client, keys),
+            max_age_s=max_age_s,
+            on_local=on_local,
+            keep_last_on_fault=keep_last_on_fault,
         )
         tools.client = client
         return tools
@@ -177,13 +187,16 @@ class LiveTools(ToolRegistry):
         if self.read is None:
             return
         age = time.monotonic() - self._read_at
-        if not force and age < (MIN_RELOAD_S if missing else self.max_age_s):
+        soon = missing and self._reachable  # an outage is not asked about every second
+        if not force and age < (MIN_RELOAD_S if soon else self.max_age_s):
             return
         with self._lock:
             self._read_at = time.monotonic()
             try:
                 snapshot = self.read()
             except redis.RedisError as exc:
+                if not self._keep_last_on_fault:
+                    raise
                 if self._reachable:  # once per outage, not per look-up
                     log.warning("tool catalogue unreadable (%s); using the last one read", exc)
                 self._reachable = False

@@ -91,6 +91,7 @@ class Producer:
             keys,
             max_age_s=settings.worker_heartbeat_s,
             on_local=on_local_catalogue,
+            keep_last_on_fault=False,  # the command reports Redis unreachable (exit 3)
         )
         return cls(settings, HotState(client, keys), tools)
 

@@ -249,3 +249,14 @@ def test_a_tool_known_locally_is_known_while_other_workers_are_live() -> None:
     tools = live_view(snapshot)
     assert tools.names() == ["acme.greet"]
     assert tools.known_names() == ["acme.greet", "shop.noop"]
+
+
+def test_a_producer_view_raises_the_fault_its_next_redis_call_would_meet() -> None:
+    import redis
+
+    def read() -> Snapshot:
+        raise redis.ConnectionError("down")
+
+    tools = LiveTools(ToolRegistry([LOCAL_ONLY]), read, keep_last_on_fault=False)
+    with pytest.raises(redis.ConnectionError):
+        tools.names()
