@@ -72,13 +72,16 @@ class Settings(BaseSettings):
     tool_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Extra modules to import for @tool registrations (besides entry points): "
-        "a comma list (acme.tools,acme.more) or a JSON list.",
+        "a comma list (acme.tools,acme.more) or a JSON list. Workers serve them and publish "
+        "their contracts; producers and supervisors use them only when no worker is live. "
+        "A module that cannot be imported stops any command (exit 2). Default: none.",
     )
     worker_heartbeat_s: float = Field(
         5.0,
         gt=0,
         description="Seconds between a worker's heartbeats (pl:workers: its name and tools); "
-        "a worker unheard of for three periods counts as gone. Default 5.",
+        "a worker unheard of for three periods counts as gone, and producers and supervisors "
+        "re-read the live tool catalogue this often. Default 5.",
     )
 
     # --- Steps ---------------------------------------------------------------------------

@@ -53,6 +53,7 @@ class CatalogueEntry(BaseModel):
     params_schema: dict[str, object] = Field(default_factory=dict)
     side_effect: SideEffect = "read"
     compensate: str | None = None
+    timeout_s: float | None = Field(None, description="The tool's own timeout, seconds.")
     sensitive: list[str] = Field(default_factory=list, description="Params never shown.")
     worker: str = Field("", description="The worker that published this entry last.")
     published_at: float = Field(0.0, description="When it did, seconds since the epoch.")
@@ -71,6 +72,7 @@ def catalogue_entry(spec: ToolSpec, worker: str, now: float) -> CatalogueEntry:
         params_schema=spec.params_schema(),
         side_effect=spec.side_effect,
         compensate=spec.compensate,
+        timeout_s=spec.timeout_s,
         sensitive=sorted(spec.sensitive_fields()),
         worker=worker,
         published_at=now,

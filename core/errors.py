@@ -4,6 +4,7 @@
 
     PlanloopError
     ├── ConfigError                 settings that cannot work (no LLM endpoint for --goal, ...)
+    │   └── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
     │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
@@ -40,6 +41,33 @@ class PlanloopError(Exception):
 
 class ConfigError(PlanloopError):
     """Settings that cannot work together."""
+
+
+class ToolModuleError(ConfigError):
+    """A module named by ``PLANLOOP_TOOL_MODULES`` that cannot be imported.
+
+    ``missing`` tells the two cases apart: None when the module itself is not found (not
+    installed, its folder not on the path), else the name the module's own import failed on
+    (a dependency of the module that is not installed); ``reason`` is that failure in a line.
+    """
+
+    def __init__(self, module: str, *, missing: str | None = None, reason: str = "") -> None:
+        self.module, self.missing, self.reason = module, missing, reason
+        where = f"tool module {module!r} (PLANLOOP_TOOL_MODULES)"
+        if missing is None and not reason:
+            message = (
+                f"{where} is not importable here: install it into this environment, or put "
+                "the folder that holds it on PYTHONPATH (`planloop worker` also imports from "
+                "the directory it is started in)"
+            )
+        elif missing is not None:
+            message = (
+                f"{where} was found, but its own import of {missing!r} failed: install "
+                f"{missing!r} into this environment (or fix that import in {module!r})"
+            )
+        else:
+            message = f"{where} was found, but importing it failed: {reason}"
+        super().__init__(message)
 
 
 class InputLimitError(PlanloopError):

@@ -19,12 +19,21 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
-from planloop.core.errors import PermanentToolError, TransientToolError, UnknownToolError
+from planloop.core.errors import (
+    PermanentToolError,
+    ToolModuleError,
+    TransientToolError,
+    UnknownToolError,
+)
 from planloop.core.masking import validation_summary
 
 ENTRY_POINT_GROUP = "planloop.tools"
 
 SideEffect = Literal["read", "write"]
+
+ParamError = tuple[tuple[str | int, ...], str]
+"""Where params break a tool's schema (the path, first part the param's name) and why,
+in words that never repeat the value (it may be a secret)."""
 
 
 class EffectLedger(Protocol):
@@ -127,6 +136,22 @@ class ToolSpec:
         """Params never shown in prompts, logs or Flower."""
         return _sensitive_fields(self.params_model)
 
+    def param_names(self) -> frozenset[str]:
+        """The params the tool declares (with their aliases)."""
+        return _param_names(self.params_model)
+
+    def takes_extra_params(self) -> bool:
+        """Whether params the tool does not declare are accepted too."""
+        return self.params_model.model_config.get("extra") == "allow"
+
+    def params_errors(self, params: Mapping[str, Any]) -> list[ParamError]:
+        """Every way ``params`` break the params model (empty when they fit)."""
+        try:
+            self.params_model.model_validate(dict(params))
+        except ValidationError as exc:
+            return [(tuple(e["loc"]), e["msg"]) for e in exc.errors(include_url=False)]
+        return []
+
     def run(self, params: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Validate ``params``, run the tool and return its output as JSON-ready data."""
         try:
@@ -165,6 +190,10 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._specs)
+
+    def known_names(self) -> list[str]:
+        """Every tool a plan may name (a live view lists fewer in :meth:`names`)."""
+        return self.names()
 
     def specs(self) -> list[ToolSpec]:
         return [self._specs[name] for name in self.names()]
@@ -210,12 +239,50 @@ def tool(
 
 
 def load_tools(modules: Iterable[str] = ()) -> ToolRegistry:
-    """Import every entry-point toolset and ``modules``; return the filled registry."""
+    """Import every entry-point toolset and ``modules``; return the filled registry.
+
+    Raises:
+        ToolModuleError: a module of ``modules`` cannot be imported (it says why).
+    """
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         importlib.import_module(ep.value)
     for module in modules:
-        importlib.import_module(module)
+        import_tool_module(module)
     return REGISTRY
+
+
+def import_tool_module(module: str) -> None:
+    """Import a user's tool module, telling "not found" from "found, but its import failed".
+
+    Raises:
+        ToolModuleError: ``missing`` None when ``module`` (or a package above it) is not
+            found; the missing name when the module's own import of something failed.
+    """
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        gone = exc.name or ""
+        if gone and (module == gone or module.startswith(f"{gone}.")):
+            raise ToolModuleError(module) from None
+        raise ToolModuleError(module, missing=gone or str(exc)) from None
+    except ImportError as exc:  # `from x import y` where x has no y
+        raise ToolModuleError(module, reason=_one_line(f"ImportError: {exc}")) from None
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise ToolModuleError(module, reason=_one_line(f"{type(exc).__name__}: {exc}")) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@functools.cache  # one params model per tool: built once per process, not once per step
+def _param_names(model: type[BaseModel]) -> frozenset[str]:
+    names = set(model.model_fields)
+    for info in model.model_fields.values():
+        for alias in (info.alias, info.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+    return frozenset(names)
 
 
 @functools.cache

@@ -13,12 +13,9 @@ the main steps they depend on instead of walking the plan again.
 from __future__ import annotations
 
 import difflib
-import functools
 from collections import ChainMap
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from planloop.core.errors import PlanValidationError
 from planloop.core.tools import ToolRegistry, ToolSpec
@@ -263,39 +260,26 @@ def _unfit_params(steps: Sequence[Step], tools: ToolRegistry) -> Iterator[PlanVa
 
 
 def params_problem(params: Mapping[str, Any], spec: ToolSpec) -> str | None:
-    """Why ``params`` do not fit ``spec``'s params model, or None when they do.
+    """Why ``params`` do not fit ``spec``'s params, or None when they do.
 
-    A param whose value holds a ``{{ref}}`` is only checked to exist: its type is known at
-    dispatch, when the reference is resolved.
+    The spec says what fits, whether its contract is a local pydantic model or a JSON schema
+    a worker published (core/published_tools.py). A param whose value holds a ``{{ref}}``
+    is only checked to exist: its type is known at dispatch, when the reference is resolved.
     """
-    model: type[BaseModel] = spec.params_model
-    if model.model_config.get("extra") != "allow":
-        accepted = _accepted_names(model)
+    if not spec.takes_extra_params():
+        accepted = spec.param_names()
         for name in params:
             if name not in accepted:
                 listed = ", ".join(sorted(accepted)) or "none"
                 return f"param {name!r}: unknown param for tool {spec.name!r} (params: {listed})"
-    try:
-        model.model_validate(dict(params))
-    except ValidationError as exc:
-        with_refs = {name for name, value in params.items() if has_reference(value)}
-        for error in exc.errors(include_url=False):
-            loc = error["loc"]
-            if with_refs and (not loc or str(loc[0]) in with_refs):
-                continue  # placeholders cannot satisfy types or model-level checks yet
-            where = ".".join(str(part) for part in loc)
-            return f"param {where!r}: {error['msg']}" if where else f"params: {error['msg']}"
+    errors = spec.params_errors(params)
+    with_refs = {name for name, value in params.items() if has_reference(value)}
+    for loc, message in errors:
+        if with_refs and (not loc or str(loc[0]) in with_refs):
+            continue  # placeholders cannot satisfy types or model-level checks yet
+        where = ".".join(str(part) for part in loc)
+        return f"param {where!r}: {message}" if where else f"params: {message}"
     return None
-
-
-@functools.cache  # one params model per tool: built once per process, not once per step
-def _accepted_names(model: type[BaseModel]) -> frozenset[str]:
-    names = set(model.model_fields)
-    for info in model.model_fields.values():
-        for alias in (info.alias, info.validation_alias):
-            if isinstance(alias, str):
-                names.add(alias)
-    return frozenset(names)
 
 
 def _bad_references(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from planloop.config.settings import Settings
-from planloop.core.errors import ConfigError, PlanloopError
+from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
 from planloop.core.models import SessionOptions
 from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
@@ -42,11 +42,14 @@ def _service_urls() -> tuple[str, str]:
 
 class PlanloopGroup(click.Group):
     """The ``planloop`` group: an unreachable Redis or database ends any command with one line
-    naming the URL and what to do, and exit code 3 (producer/exits.py), not a traceback."""
+    naming the URL and what to do, and exit code 3 (producer/exits.py), not a traceback; a
+    tool module that cannot be imported, with one line naming it, and exit code 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ToolModuleError as exc:
+            _fail(str(exc))
         except Exception as exc:
             seen: BaseException | None = exc
             while seen is not None:  # the fault may be the cause of a wrapping error
@@ -218,7 +221,7 @@ def submit(
                 update={"answer_schema": read_answer_schema(answer_schema_file)}
             )
         settings = _settings()
-        producer = Producer.from_settings(settings)
+        producer = Producer.from_settings(settings, on_local_catalogue=_say_local)
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
             sid = producer.submit_goal(
@@ -240,6 +243,8 @@ def submit(
                 wait_for_workers_s=wait_for_workers_s,
                 on_wait=lambda missing: _say_waiting(missing, wait_for_workers_s),
             )
+    except ToolModuleError:
+        raise  # one line, exit 2 (PlanloopGroup)
     except PlanloopError as exc:
         _fail(f"{exc}\n(nothing was submitted)")
         return
@@ -248,6 +253,10 @@ def submit(
         from planloop.producer.watch import watch_session
 
         _exit_for(watch_session(producer, sid))
+
+
+def _say_local(note: str) -> None:
+    click.echo(f"note: {note}", err=True)
 
 
 def _say_waiting(missing: list[str], wait_s: float) -> None:
@@ -526,8 +535,13 @@ def skip(session_id: str, step_id: str, note: str) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("--name", default=None, help="Worker node name (default: unique per process).")
 def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
-    """Start a Celery worker for step tasks."""
+    """Start a Celery worker for step tasks.
+
+    The worker serves the bundled toolsets and the modules of PLANLOOP_TOOL_MODULES, which
+    may live in the directory it is started in.
+    """
     settings = _settings()
+    _import_tool_modules(settings)
     chosen_pool = pool or settings.worker_pool
     metrics_dir = ""
     if settings.metrics_port and chosen_pool == "prefork":
@@ -569,6 +583,39 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     sys.exit(code)
 
 
+def _import_tool_modules(settings: Settings) -> None:
+    """Import the worker's tool modules now, from the current directory too, so that one
+    that cannot be imported ends the command in one line (exit 2) before Celery starts.
+
+    ``python -m`` puts the current directory on ``sys.path``, the ``planloop`` script does
+    not: a user starting ``planloop worker`` in their tool module's folder expects it found.
+    """
+    from planloop.core.tools import load_tools
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    load_tools(settings.tool_modules)  # raises ToolModuleError: PlanloopGroup says it
+
+
+@cli.command("tools")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
+def tools_command(as_json: bool) -> None:
+    """List the tools live workers serve, by worker and queue (with none live: the local
+    catalogue, saying so)."""
+    from planloop.producer.client import Producer
+    from planloop.producer.tool_views import catalogue_doc, print_catalogue
+
+    producer = Producer.from_settings(_settings(), on_local_catalogue=lambda note: None)
+    try:
+        if as_json:
+            print(json.dumps(catalogue_doc(producer.tools), indent=2))
+        else:
+            print_catalogue(producer.tools)
+    finally:
+        producer.close()
+
+
 @cli.command()
 @click.option("--loglevel", default="INFO", show_default=True)
 def supervisor(loglevel: str) -> None:
@@ -579,6 +626,8 @@ def supervisor(loglevel: str) -> None:
     _setup_logging(loglevel, settings)
     try:
         serve(settings)
+    except ToolModuleError:
+        raise  # a bad setting: one line, exit 2 (PlanloopGroup)
     except ConfigError as exc:  # e.g. the record's schema is behind: say what to run
         _fail(str(exc), code=1)
 
@@ -620,7 +669,7 @@ def up(
     except NoLiveWorkerError as exc:  # the stack ran, its workers never served the plan
         _fail(f"{exc} (the stack was stopped)", code=1)
         return
-    except PlanError as exc:
+    except (PlanError, ToolModuleError) as exc:
         _fail(f"{exc} (nothing was started)")
         return
     except PlanloopError as exc:

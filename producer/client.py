@@ -24,6 +24,7 @@ from planloop.core.errors import (
 from planloop.core.hot_state import HotState, connect
 from planloop.core.input_limits import InputLimits, text_problem, value_problem
 from planloop.core.keys import Keys
+from planloop.core.live_tools import LiveTools
 from planloop.core.models import (
     Event,
     EventType,
@@ -70,11 +71,29 @@ class Producer:
             self.record.engine.dispose()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Producer:
+    def from_settings(
+        cls, settings: Settings, *, on_local_catalogue: Callable[[str], None] | None = None
+    ) -> Producer:
+        """A producer on ``settings``' Redis whose plans are checked against the live tool
+        catalogue (core/live_tools.py); with no live worker, against the bundled toolsets
+        and ``PLANLOOP_TOOL_MODULES``, and ``on_local_catalogue`` is told so (default: a
+        warning in the log).
+
+        Raises:
+            ToolModuleError: a module of ``PLANLOOP_TOOL_MODULES`` cannot be imported.
+        """
         # a person waits on this: an unreachable host is reported in seconds (exit 3)
         client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
-        state = HotState(client, Keys(settings.key_prefix))
-        return cls(settings, state, load_tools(settings.tool_modules))
+        keys = Keys(settings.key_prefix)
+        tools = LiveTools.from_redis(
+            load_tools(settings.tool_modules),
+            client,
+            keys,
+            max_age_s=settings.worker_heartbeat_s,
+            on_local=on_local_catalogue,
+            keep_last_on_fault=False,  # the command reports Redis unreachable (exit 3)
+        )
+        return cls(settings, HotState(client, keys), tools)
 
     def submit(
         self,
@@ -144,9 +163,10 @@ class Producer:
 
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []
+        known = self.tools.known_names()  # served now, or local (its workers may start later)
         for prefix in prefixes:
-            if not self.tools.subset([prefix]).names():
-                raise UnknownToolError(prefix, self.tools.names())
+            if not any(name.startswith(f"{prefix.rstrip('.')}.") for name in known):
+                raise UnknownToolError(prefix, known)
         if check_workers or wait_for_workers_s > 0:
             from planloop.producer.liveness import goal_tools
 

@@ -179,6 +179,8 @@ class Child:
     started_at: float = field(default_factory=time.monotonic)
     delay_s: float = RESTART_FIRST_S
     due: float | None = None  # when it is started again (set once it is seen dead)
+    cwd: Path | None = None  # its working directory (None: this process's)
+    env: Mapping[str, str] | None = None  # variables over the stack's, for this child only
 
 
 @dataclass
@@ -197,27 +199,52 @@ class Stack:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        proc = self._popen(f"{name}-{len(self.processes)}", args)
-        self.processes.append(proc)
-        self.children.append(Child(name, args, proc))
-        return proc
+    def _spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        child = Child(name, args, self._popen(f"{name}-{len(self.processes)}", args, cwd, env))
+        child.cwd, child.env = cwd, env
+        self.processes.append(child.process)
+        self.children.append(child)
+        return child.process
 
-    def _popen(self, log_name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _popen(
+        self,
+        log_name: str,
+        args: list[str],
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
             return subprocess.Popen(
                 [*self.command, *args],
-                env=self.env,
-                cwd=self.cwd,
+                env={**self.env, **(env or {})},
+                cwd=cwd or self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
 
-    def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
+    def start_worker(
+        self,
+        concurrency: int = 8,
+        pool: str = "threads",
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A worker process; ``cwd`` is its working directory (a user's tool module may live
+        there), ``env`` variables over the stack's for it alone (its PLANLOOP_TOOL_MODULES)."""
         return self._spawn(
             "worker",
             ["worker", "--concurrency", str(concurrency), "--pool", pool, "--loglevel", "WARNING"],
+            cwd=cwd,
+            env=env,
         )
 
     def start_supervisor(self) -> subprocess.Popen[bytes]:
@@ -245,7 +272,9 @@ class Stack:
             if now < child.due:
                 continue
             old = child.process
-            child.process = self.processes[index] = self._popen(f"{child.name}-{index}", child.args)
+            child.process = self.processes[index] = self._popen(
+                f"{child.name}-{index}", child.args, child.cwd, child.env
+            )
             lines.append(
                 f"{child.name} pid {old.pid} exited with code {old.returncode} after "
                 f"{child.due - child.delay_s - child.started_at:.0f}s; restarted as pid "

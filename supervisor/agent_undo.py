@@ -92,7 +92,7 @@ def effect_undos(
         spec = tools.get(effect.tool)
         if spec.side_effect != "write" or not spec.compensate or spec.compensate not in tools:
             continue
-        accepted = set(tools.get(spec.compensate).params_model.model_fields) - {"simulate"}
+        accepted = set(tools.get(spec.compensate).param_names()) - {"simulate"}
         params = {k: v for k, v in effect.receipt.items() if k in accepted}
         undos.append(Undo(effect.created_at, step, spec.compensate, params, effect.turn))
     return undos

@@ -280,7 +280,7 @@ def compensation_of(end: Ending, step: Step) -> tuple[str, dict[str, Any]] | Non
     spec = io.tools.get(step.tool)
     if spec.side_effect != "write" or not spec.compensate or spec.compensate not in io.tools:
         return None
-    accepted = set(io.tools.get(spec.compensate).params_model.model_fields) - {"simulate"}
+    accepted = set(io.tools.get(spec.compensate).param_names()) - {"simulate"}
     output = state.outputs.get(step.id)
     known = {**step.params, **(output if isinstance(output, dict) else {})}
     return spec.compensate, {k: v for k, v in known.items() if k in accepted}

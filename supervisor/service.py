@@ -17,8 +17,10 @@ import redis
 
 from planloop.config.settings import Settings
 from planloop.core import metrics, tracing
+from planloop.core.catalogue import catalogue_client
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.live_tools import LiveTools
 from planloop.core.logs import bind
 from planloop.core.models import SessionStatus
 from planloop.core.record import SqlRecord
@@ -75,7 +77,17 @@ class Supervisor:
     def __init__(self, settings: Settings, name: str | None = None) -> None:
         self.settings = settings
         self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        tools = load_tools(settings.tool_modules)
+        # The planner's prompt lists what live workers serve (core/live_tools.py), read on
+        # the event loop with a short socket timeout; the tools imported here are the
+        # fallback when no worker is live.
+        tools = LiveTools.from_redis(
+            load_tools(settings.tool_modules),
+            catalogue_client(settings.redis_url),
+            Keys(settings.key_prefix),
+            max_age_s=settings.worker_heartbeat_s,
+            on_local=lambda note: log.info("supervisor: %s", note),
+        )
+        self._tools = tools
         record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
         chat = build_chat_model(settings) if settings.llm_base_url else None
         self.ctx = SupervisorContext(
@@ -157,6 +169,7 @@ class Supervisor:
             if self.ctx.events is not None:
                 await self.ctx.events.close()
             self.ctx.dispatcher.close()
+            self._tools.close()
             await self.store.r.aclose()
 
     async def _wait_out(self, exc: redis.RedisError, stop: asyncio.Event) -> None:

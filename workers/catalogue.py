@@ -52,6 +52,11 @@ class CataloguePublisher:
             if self._tools is None:  # imported once: the modules do not change while serving
                 self._tools = load_tools(self.settings.tool_modules)
             tools = self._tools
+            # the catalogue first: a producer that sees a tool in a heartbeat finds its
+            # published contract (core/live_tools.py)
+            if time.monotonic() >= self._catalogue_due:
+                count = publish_catalogue(client, keys, tools, self.worker)
+                self._catalogue_due = time.monotonic() + self.settings.catalogue_refresh_s
             beat(
                 client,
                 keys,
@@ -60,9 +65,6 @@ class CataloguePublisher:
                 tools=tools.names(),
                 period_s=self.settings.worker_heartbeat_s,
             )
-            if time.monotonic() >= self._catalogue_due:
-                count = publish_catalogue(client, keys, tools, self.worker)
-                self._catalogue_due = time.monotonic() + self.settings.catalogue_refresh_s
         except redis.RedisError as exc:
             if self._published:
                 log.warning("worker %s: tool catalogue not published (%s)", self.worker, exc)

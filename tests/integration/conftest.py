@@ -162,8 +162,16 @@ class PrivateStack:
         self.supervisors.append(proc)
         return proc
 
-    def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
-        proc = self.stack.start_worker(concurrency, pool)
+    def start_worker(
+        self,
+        concurrency: int = 8,
+        pool: str = "threads",
+        *,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A worker of this stack; ``cwd`` and ``env`` as for :meth:`Stack.start_worker`."""
+        proc = self.stack.start_worker(concurrency, pool, cwd=cwd, env=env)
         self.workers.append(proc)
         return proc
 

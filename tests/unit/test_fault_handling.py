@@ -73,7 +73,7 @@ def test_dead_children_restart_with_doubling_back_off(tmp_path: Path) -> None:
     stack = Stack(env={}, log_dir=tmp_path)
     started: list[FakeProcess] = []
 
-    def popen(_log_name: str, _args: list[str]) -> Any:
+    def popen(_log_name: str, _args: list[str], *_where: Any) -> Any:  # cwd, env
         started.append(FakeProcess())
         return started[-1]
 
