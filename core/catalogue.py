@@ -54,6 +54,10 @@ class CatalogueEntry(BaseModel):
     side_effect: SideEffect = "read"
     compensate: str | None = None
     sensitive: list[str] = Field(default_factory=list, description="Params never shown.")
+    non_retryable: list[str] = Field(
+        default_factory=list,
+        description="Exception classes (by name) that fail the step at once, not retried.",
+    )
     worker: str = Field("", description="The worker that published this entry last.")
     published_at: float = Field(0.0, description="When it did, seconds since the epoch.")
 
@@ -72,6 +76,7 @@ def catalogue_entry(spec: ToolSpec, worker: str, now: float) -> CatalogueEntry:
         side_effect=spec.side_effect,
         compensate=spec.compensate,
         sensitive=sorted(spec.sensitive_fields()),
+        non_retryable=spec.non_retryable_names(),
         worker=worker,
         published_at=now,
     )

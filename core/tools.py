@@ -118,6 +118,9 @@ class ToolSpec:
     side_effect: SideEffect = "read"
     timeout_s: float | None = None
     compensate: str | None = None
+    # Exceptions of the tool that retrying cannot fix, besides PermanentToolError: an attempt
+    # that raises one fails for good at once; any other exception is retried (max_retries).
+    non_retryable: tuple[type[BaseException], ...] = ()
 
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of the params, as shown to planners."""
@@ -127,11 +130,17 @@ class ToolSpec:
         """Params never shown in prompts, logs or Flower."""
         return _sensitive_fields(self.params_model)
 
+    def non_retryable_names(self) -> list[str]:
+        """The ``non_retryable`` classes by name (``ValueError``, ``acme.errors.Gone``), as
+        the catalogue publishes them."""
+        return [exception_name(cls) for cls in self.non_retryable]
+
     def run(self, params: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Validate ``params``, run the tool and return its output as JSON-ready data."""
         try:
             parsed = self.params_model.model_validate(dict(params))
         except ValidationError as exc:  # its str() would repeat the values: secrets too
+            # permanent: the same params fail the same schema on every attempt
             raise PermanentToolError(
                 f"tool {self.name!r}: params do not fit: {validation_summary(exc)}"
             ) from None
@@ -187,9 +196,22 @@ def tool(
     side_effect: SideEffect = "read",
     timeout_s: float | None = None,
     compensate: str | None = None,
+    non_retryable: Iterable[type[BaseException]] = (),
     registry: ToolRegistry | None = None,
 ) -> Callable[[ToolFunc], ToolFunc]:
-    """Register the decorated function as tool ``name``."""
+    """Register the decorated function as tool ``name``.
+
+    An exception the tool raises is retried within the step's ``max_retries``, unless it is
+    a :class:`PermanentToolError` or an instance of a class in ``non_retryable`` (e.g.
+    ``[KeyError, acme.NotFound]``): those fail the step at once.
+
+    Raises:
+        TypeError: ``non_retryable`` holds something that is not an exception class.
+    """
+    declared = tuple(non_retryable)
+    for cls in declared:
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError(f"tool {name!r}: non_retryable takes exception classes, not {cls!r}")
 
     def register(func: ToolFunc) -> ToolFunc:
         (registry or REGISTRY).register(
@@ -202,6 +224,7 @@ def tool(
                 side_effect=side_effect,
                 timeout_s=timeout_s,
                 compensate=compensate,
+                non_retryable=declared,
             )
         )
         return func
@@ -216,6 +239,13 @@ def load_tools(modules: Iterable[str] = ()) -> ToolRegistry:
     for module in modules:
         importlib.import_module(module)
     return REGISTRY
+
+
+def exception_name(cls: type[BaseException]) -> str:
+    """``ValueError`` for a builtin, ``module.Qualname`` for any other exception class."""
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @functools.cache
