@@ -177,10 +177,39 @@ class Client:
 
         Raises:
             ValueError: neither or both of ``step`` and ``action`` given.
+            CommandRefusedError: no such step, a step that waits for no approval (not
+                ``requires_approval``, approved already, started or finished), or an
+                ``action`` for a session that waits for no decision; nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
         """
         if (step is None) == (action is None):
             raise ValueError("give either step= or action=")
         return self._producer.approve(sid, action, note, step=step)
+
+    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+        """Run ``step``, which failed for good (or was interrupted), once more; its skipped
+        dependents wait for it again. The event's stream id.
+
+        Raises:
+            CommandRefusedError: no such step, or one that is not failed or interrupted
+                (the error's ``state`` says what it is); nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
+        """
+        return self._producer.retry_step(sid, step, note)
+
+    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+        """Give up ``step`` (failed, or not started: an approval rejected): it and its
+        dependents end skipped. The event's stream id.
+
+        Raises:
+            CommandRefusedError: no such step, or one that is running or has finished;
+                nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
+        """
+        return self._producer.skip_step(sid, step, note)
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
