@@ -17,6 +17,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import PlanloopError
 from planloop.core.input_limits import InputLimits
 from planloop.core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.core.settings_check import check_settings, load_settings
 from planloop.planner.plan import Plan, load_plan
 from planloop.producer.client import Producer
 from planloop.report import Report, build_report
@@ -59,9 +60,16 @@ class Client:
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
         """Settings come from ``PLANLOOP_*`` variables unless given; ``overrides`` replace
-        single fields (``Client(redis_url="redis://host:6379/0")``)."""
-        base = settings or Settings()
+        single fields (``Client(redis_url="redis://host:6379/0")``).
+
+        Raises:
+            ConfigError: a setting that cannot work, named (``setting`` holds its
+                ``PLANLOOP_*`` variable); the database URL is checked when the record is
+                first read.
+        """
+        base = settings or load_settings()
         self.settings = base.model_copy(update=overrides) if overrides else base
+        check_settings(self.settings, record=False)
         self._producer = Producer.from_settings(self.settings)
 
     # --- submitting -------------------------------------------------------------------
