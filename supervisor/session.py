@@ -668,7 +668,7 @@ class SessionRunner:
         st, step = self.state.states.get(step_id), self.state.steps.get(step_id)
         return step_command_refusal(
             command,
-            st.status if st is not None and step is not None else None,
+            st.status if st is not None else None,
             requires_approval=bool(step and step.requires_approval),
             approved=step_id in self.state.approved,
         )
