@@ -211,6 +211,7 @@ def test_the_sdk_raises_the_refusal_with_step_and_state(
 
         # what applies still goes through, and then the same approval no longer applies
         client.approve(gated, step="gate", note="go")
+        wait_for(lambda: "gate" in producer.session(gated).approved, 30, "the owner to apply it")
         with pytest.raises(planloop.CommandRefusedError, match="step 'gate'"):
             client.approve(gated, step="gate")
         report = client.wait(gated, timeout_s=30)
