@@ -275,7 +275,12 @@ class Settings(BaseSettings):
     )
 
     # --- Flower --------------------------------------------------------------------------
-    flower_port: int = Field(5555, description="Port Flower listens on.")
+    flower_port: int = Field(
+        5555,
+        ge=1,
+        le=65535,
+        description="Port Flower listens on (`planloop flower`), default 5555.",
+    )
     flower_basic_auth: SecretStr = Field(
         SecretStr("admin:planloop"), description="user:password Flower asks for."
     )

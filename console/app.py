@@ -23,7 +23,12 @@ from planloop.config.settings import Settings
 from planloop.console import data, live
 from planloop.console.guard import BasicAuth, action_refused
 from planloop.core import metrics
-from planloop.core.errors import PlanloopError, SessionEndedError, SessionNotFoundError
+from planloop.core.errors import (
+    CommandRefusedError,
+    PlanloopError,
+    SessionEndedError,
+    SessionNotFoundError,
+)
 from planloop.core.hot_state import HotState
 from planloop.producer.client import Producer
 
@@ -38,7 +43,7 @@ def error_response(exc: Exception) -> JSONResponse:
     """A PlanloopError (or Redis being away) as JSON with the status that fits."""
     if isinstance(exc, SessionNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
-    if isinstance(exc, SessionEndedError):
+    if isinstance(exc, SessionEndedError | CommandRefusedError):  # the state forbids it
         return JSONResponse({"error": str(exc)}, status_code=409)
     if isinstance(exc, redis.RedisError):
         return JSONResponse({"error": f"Redis is unreachable: {exc}"}, status_code=503)

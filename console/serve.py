@@ -6,7 +6,9 @@ import uvicorn
 
 from planloop.config.settings import Settings
 from planloop.console.app import create_app
+from planloop.core.ports import bind_port
 from planloop.core.redis_faults import redact_url
+from planloop.producer.exits import EXIT_SESSION_FAILED
 
 
 def console_url(settings: Settings, port: int | None = None, address: str | None = None) -> str:
@@ -20,14 +22,27 @@ def run_console(
     address: str | None = None,
     loglevel: str = "WARNING",
 ) -> None:
-    """Serve the console until interrupted (basic auth: ``flower_basic_auth``)."""
+    """Serve the console until interrupted (basic auth: ``flower_basic_auth``); ``port``
+    and ``address`` are the options' values (``None``: the settings').
+
+    Raises:
+        PortInUseError: the port is taken (bound here, before anything is printed; uvicorn
+            serves on this very socket, so nothing can take it in between).
+        ConfigError: the address cannot be bound here.
+    """
+    sock = bind_port(
+        address or settings.console_address,
+        port or settings.console_port,
+        port_setting="--port" if port else "PLANLOOP_CONSOLE_PORT",
+        address_setting="--address" if address else "PLANLOOP_CONSOLE_ADDRESS",
+    )
     user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
     print(
         f"console on {console_url(settings, port, address)} (user {user!r}), "
         f"Redis {redact_url(settings.redis_url)}",
         flush=True,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=address or settings.console_address,
         port=port or settings.console_port,
@@ -35,3 +50,8 @@ def run_console(
         # the live streams hold connections open; Ctrl-C should not wait on them for long
         timeout_graceful_shutdown=2,
     )
+    server = uvicorn.Server(config)
+    with sock:
+        server.run(sockets=[sock])
+    if not server.started:  # uvicorn logged why (the app's startup failed)
+        raise SystemExit(EXIT_SESSION_FAILED)

@@ -55,6 +55,10 @@ class CatalogueEntry(BaseModel):
     compensate: str | None = None
     timeout_s: float | None = Field(None, description="The tool's own timeout, seconds.")
     sensitive: list[str] = Field(default_factory=list, description="Params never shown.")
+    non_retryable: list[str] = Field(
+        default_factory=list,
+        description="Exception classes (by name) that fail the step at once, not retried.",
+    )
     worker: str = Field("", description="The worker that published this entry last.")
     published_at: float = Field(0.0, description="When it did, seconds since the epoch.")
 
@@ -74,6 +78,7 @@ def catalogue_entry(spec: ToolSpec, worker: str, now: float) -> CatalogueEntry:
         compensate=spec.compensate,
         timeout_s=spec.timeout_s,
         sensitive=sorted(spec.sensitive_fields()),
+        non_retryable=spec.non_retryable_names(),
         worker=worker,
         published_at=now,
     )

@@ -3,7 +3,10 @@
 ::
 
     PlanloopError
-    ├── ConfigError                 settings that cannot work (no LLM endpoint for --goal, ...)
+    ├── ConfigError                 settings that cannot work (no LLM endpoint for --goal, a
+    │   │                           Redis URL that is not one, a database driver not installed,
+    │   │                           ...); ``setting`` names the PLANLOOP_* variable or option
+    │   ├── PortInUseError          a server's port is taken; names the port and what chose it
     │   └── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
@@ -26,7 +29,9 @@
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
-    │   └── SessionEndedError       the session has ended; it is never reopened or rewritten
+    │   ├── SessionEndedError       the session has ended; it is never reopened or rewritten
+    │   └── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
+    │                               state the command cannot apply to (nothing was sent)
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
         └── LLMResponseError        an answer that is not usable JSON; carries the raw text
@@ -40,7 +45,26 @@ class PlanloopError(Exception):
 
 
 class ConfigError(PlanloopError):
-    """Settings that cannot work together."""
+    """Settings that cannot work (together); ``setting`` names the ``PLANLOOP_*`` variable
+    or the command-line option at fault, when one is."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        self.setting = setting
+        super().__init__(message)
+
+
+class PortInUseError(ConfigError):
+    """``address:port``, chosen by ``setting`` (a ``PLANLOOP_*`` variable or an option),
+    is taken by another process."""
+
+    def __init__(self, address: str, port: int, *, setting: str) -> None:
+        self.address = address
+        self.port = port
+        super().__init__(
+            f"port {port} on {address} is in use (chosen by {setting}): stop what listens "
+            f"there, or choose another port with {setting}",
+            setting=setting,
+        )
 
 
 class ToolModuleError(ConfigError):
@@ -67,7 +91,7 @@ class ToolModuleError(ConfigError):
             )
         else:
             message = f"{where} was found, but importing it failed: {reason}"
-        super().__init__(message)
+        super().__init__(message, setting="PLANLOOP_TOOL_MODULES")
 
 
 class InputLimitError(PlanloopError):
@@ -267,6 +291,28 @@ class SessionEndedError(SessionError):
         super().__init__(
             f"session {session_id} has ended ({status}); an ended session is never reopened",
             session_id=session_id,
+        )
+
+
+class CommandRefusedError(SessionError):
+    """A person's ``command`` (retry, skip, approve) cannot apply to step ``step_id`` of the
+    session (``None``: to the session itself), which is ``state`` (a step status, ``None``
+    for a step that does not exist); ``reason`` says why. Nothing was sent."""
+
+    def __init__(
+        self,
+        session_id: str,
+        command: str,
+        step_id: str | None,
+        state: str | None,
+        reason: str,
+    ) -> None:
+        self.command = command
+        self.step_id = step_id
+        self.state = state
+        what = f"step {step_id!r} of session {session_id}" if step_id else f"session {session_id}"
+        super().__init__(
+            f"cannot {command} {what}: {reason} (nothing was sent)", session_id=session_id
         )
 
 

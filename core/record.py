@@ -242,7 +242,15 @@ class Checkpoint:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and a busy timeout so processes can share it."""
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so processes can share it.
+
+    Raises:
+        ConfigError: ``url`` is not a URL of a backend the record runs on, or its driver is
+            not installed (names PLANLOOP_DATABASE_URL; core/settings_check.py).
+    """
+    from planloop.core.settings_check import check_database_url
+
+    check_database_url(url)  # SQLAlchemy's own errors here are tracebacks a user cannot act on
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
     is_sqlite = url.startswith("sqlite")

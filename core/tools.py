@@ -127,6 +127,9 @@ class ToolSpec:
     side_effect: SideEffect = "read"
     timeout_s: float | None = None
     compensate: str | None = None
+    # Exceptions of the tool that retrying cannot fix, besides PermanentToolError: an attempt
+    # that raises one fails for good at once; any other exception is retried (max_retries).
+    non_retryable: tuple[type[BaseException], ...] = ()
 
     def params_schema(self) -> dict[str, Any]:
         """JSON schema of the params, as shown to planners."""
@@ -152,11 +155,17 @@ class ToolSpec:
             return [(tuple(e["loc"]), e["msg"]) for e in exc.errors(include_url=False)]
         return []
 
+    def non_retryable_names(self) -> list[str]:
+        """The ``non_retryable`` classes by name (``ValueError``, ``acme.errors.Gone``), as
+        the catalogue publishes them."""
+        return [exception_name(cls) for cls in self.non_retryable]
+
     def run(self, params: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Validate ``params``, run the tool and return its output as JSON-ready data."""
         try:
             parsed = self.params_model.model_validate(dict(params))
         except ValidationError as exc:  # its str() would repeat the values: secrets too
+            # permanent: the same params fail the same schema on every attempt
             raise PermanentToolError(
                 f"tool {self.name!r}: params do not fit: {validation_summary(exc)}"
             ) from None
@@ -216,9 +225,22 @@ def tool(
     side_effect: SideEffect = "read",
     timeout_s: float | None = None,
     compensate: str | None = None,
+    non_retryable: Iterable[type[BaseException]] = (),
     registry: ToolRegistry | None = None,
 ) -> Callable[[ToolFunc], ToolFunc]:
-    """Register the decorated function as tool ``name``."""
+    """Register the decorated function as tool ``name``.
+
+    An exception the tool raises is retried within the step's ``max_retries``, unless it is
+    a :class:`PermanentToolError` or an instance of a class in ``non_retryable`` (e.g.
+    ``[KeyError, acme.NotFound]``): those fail the step at once.
+
+    Raises:
+        TypeError: ``non_retryable`` holds something that is not an exception class.
+    """
+    declared = tuple(non_retryable)
+    for cls in declared:
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError(f"tool {name!r}: non_retryable takes exception classes, not {cls!r}")
 
     def register(func: ToolFunc) -> ToolFunc:
         (registry or REGISTRY).register(
@@ -231,6 +253,7 @@ def tool(
                 side_effect=side_effect,
                 timeout_s=timeout_s,
                 compensate=compensate,
+                non_retryable=declared,
             )
         )
         return func
@@ -283,6 +306,13 @@ def _param_names(model: type[BaseModel]) -> frozenset[str]:
             if isinstance(alias, str):
                 names.add(alias)
     return frozenset(names)
+
+
+def exception_name(cls: type[BaseException]) -> str:
+    """``ValueError`` for a builtin, ``module.Qualname`` for any other exception class."""
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @functools.cache

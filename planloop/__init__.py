@@ -24,12 +24,16 @@ if TYPE_CHECKING:
     from planloop.client import Client, PlanLike, SessionEvent, WaitTimeoutError
     from planloop.config.settings import Settings
     from planloop.core.errors import (
+        CommandRefusedError,
         ConfigError,
+        PermanentToolError,
         PlanError,
         PlanloopError,
         SessionEndedError,
         SessionError,
         SessionNotFoundError,
+        ToolError,
+        TransientToolError,
         UnknownToolError,
     )
     from planloop.core.models import (
@@ -49,12 +53,16 @@ _HOMES = {
     "Settings": "planloop.config.settings",
     **dict.fromkeys(
         (
+            "CommandRefusedError",
             "ConfigError",
+            "PermanentToolError",
             "PlanError",
             "PlanloopError",
             "SessionEndedError",
             "SessionError",
             "SessionNotFoundError",
+            "ToolError",
+            "TransientToolError",
             "UnknownToolError",
         ),
         "planloop.core.errors",
@@ -77,11 +85,13 @@ __all__ = [
     "Answer",
     "AsyncClient",
     "Client",
+    "CommandRefusedError",
     "Compensation",
     "ConfigError",
     "Event",
     "EventType",
     "Expectation",
+    "PermanentToolError",
     "Plan",
     "PlanError",
     "PlanLike",
@@ -99,6 +109,8 @@ __all__ = [
     "Step",
     "StepResult",
     "ToolContext",
+    "ToolError",
+    "TransientToolError",
     "UnknownToolError",
     "WaitTimeoutError",
     "load_plan",

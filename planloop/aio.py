@@ -94,6 +94,14 @@ class AsyncClient:
         """See :meth:`Client.approve`."""
         return await asyncio.to_thread(self.sync.approve, sid, step=step, action=action, note=note)
 
+    async def retry_step(self, sid: str, step: str, note: str = "") -> str:
+        """See :meth:`Client.retry_step`."""
+        return await asyncio.to_thread(self.sync.retry_step, sid, step, note)
+
+    async def skip_step(self, sid: str, step: str, note: str = "") -> str:
+        """See :meth:`Client.skip_step`."""
+        return await asyncio.to_thread(self.sync.skip_step, sid, step, note)
+
     async def close(self) -> None:
         """Close the Redis connections."""
         await asyncio.to_thread(self.sync.close)

@@ -17,6 +17,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import PlanloopError
 from planloop.core.input_limits import InputLimits
 from planloop.core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
+from planloop.core.settings_check import check_settings, load_settings
 from planloop.planner.plan import Plan, load_plan
 from planloop.producer.client import Producer
 from planloop.report import Report, build_report
@@ -59,9 +60,16 @@ class Client:
 
     def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
         """Settings come from ``PLANLOOP_*`` variables unless given; ``overrides`` replace
-        single fields (``Client(redis_url="redis://host:6379/0")``)."""
-        base = settings or Settings()
+        single fields (``Client(redis_url="redis://host:6379/0")``).
+
+        Raises:
+            ConfigError: a setting that cannot work, named (``setting`` holds its
+                ``PLANLOOP_*`` variable); the database URL is checked when the record is
+                first read.
+        """
+        base = settings or load_settings()
         self.settings = base.model_copy(update=overrides) if overrides else base
+        check_settings(self.settings, record=False)
         self._producer = Producer.from_settings(self.settings)
 
     # --- submitting -------------------------------------------------------------------
@@ -177,10 +185,39 @@ class Client:
 
         Raises:
             ValueError: neither or both of ``step`` and ``action`` given.
+            CommandRefusedError: no such step, a step that waits for no approval (not
+                ``requires_approval``, approved already, started or finished), or an
+                ``action`` for a session that waits for no decision; nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
         """
         if (step is None) == (action is None):
             raise ValueError("give either step= or action=")
         return self._producer.approve(sid, action, note, step=step)
+
+    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+        """Run ``step``, which failed for good (or was interrupted), once more; its skipped
+        dependents wait for it again. The event's stream id.
+
+        Raises:
+            CommandRefusedError: no such step, or one that is not failed or interrupted
+                (the error's ``state`` says what it is); nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
+        """
+        return self._producer.retry_step(sid, step, note)
+
+    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+        """Give up ``step`` (failed, or not started: an approval rejected): it and its
+        dependents end skipped. The event's stream id.
+
+        Raises:
+            CommandRefusedError: no such step, or one that is running or has finished;
+                nothing was sent.
+            SessionNotFoundError: no such session.
+            SessionEndedError: it has ended already.
+        """
+        return self._producer.skip_step(sid, step, note)
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

@@ -21,14 +21,21 @@ if TYPE_CHECKING:
 DEFAULT_WAIT_FOR_WORKERS_S = 60.0
 
 
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except ValueError as exc:
-        from planloop.core.masking import error_text
+def _settings(*, record: bool = False) -> Settings:
+    """This command's settings, read and checked once (core/settings_check.py); with
+    ``record`` (a command that opens the SQL record) the database URL and driver too.
 
-        _fail(f"invalid PLANLOOP_* settings: {' '.join(error_text(exc).split())}")
-        raise  # not reached: _fail exits
+    Raises:
+        ConfigError: a bad value, named; :class:`PlanloopGroup` makes it one line, exit 2.
+    """
+    from planloop.core.settings_check import check_database_url, load_settings
+
+    root = click.get_current_context().find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = load_settings()
+    if record:
+        check_database_url(root.obj.database_url)
+    return root.obj
 
 
 def _service_urls() -> tuple[str, str]:
@@ -41,15 +48,17 @@ def _service_urls() -> tuple[str, str]:
 
 
 class PlanloopGroup(click.Group):
-    """The ``planloop`` group: an unreachable Redis or database ends any command with one line
-    naming the URL and what to do, and exit code 3 (producer/exits.py), not a traceback; a
-    tool module that cannot be imported, with one line naming it, and exit code 2."""
+    """The ``planloop`` group: a bad setting or option (:class:`ConfigError`: a URL that is
+    not one, a driver not installed, a port in use, a tool module that cannot be imported,
+    ...) ends any command with one line naming it and exit code 2; an unreachable Redis or
+    database with one line naming the URL and what to do, and exit code 3
+    (producer/exits.py). Never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except ToolModuleError as exc:
-            _fail(str(exc))
+        except ConfigError as exc:
+            _fail(" ".join(str(exc).split()))
         except Exception as exc:
             seen: BaseException | None = exc
             while seen is not None:  # the fault may be the cause of a wrapping error
@@ -215,12 +224,12 @@ def submit(
         max_rounds=max_rounds,
         mode=mode,
     )
+    settings = _settings()  # a bad setting is its own line (PlanloopGroup), exit 2
     try:
         if answer_schema_file is not None:
             options = options.model_copy(
                 update={"answer_schema": read_answer_schema(answer_schema_file)}
             )
-        settings = _settings()
         producer = Producer.from_settings(settings, on_local_catalogue=_say_local)
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
@@ -485,7 +494,7 @@ def _lesson_store() -> tuple[LessonStore, Thresholds]:
     from planloop.core.lessons import LessonStore, Thresholds
     from planloop.core.record import make_engine
 
-    settings = _settings()
+    settings = _settings(record=True)
     thresholds = Thresholds(
         settings.lessons_min_similarity, settings.lessons_min_lexical_similarity
     )
@@ -540,7 +549,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     The worker serves the bundled toolsets and the modules of PLANLOOP_TOOL_MODULES, which
     may live in the directory it is started in.
     """
-    settings = _settings()
+    settings = _settings(record=True)
     _import_tool_modules(settings)
     chosen_pool = pool or settings.worker_pool
     metrics_dir = ""
@@ -622,7 +631,7 @@ def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
     from planloop.supervisor.service import serve
 
-    settings = _settings()
+    settings = _settings(record=True)
     _setup_logging(loglevel, settings)
     try:
         serve(settings)
@@ -664,8 +673,9 @@ def up(
         plan_file=plan_file,
         console=with_console,
     )
+    settings = _settings(record=True)  # a bad setting: exit 2 (PlanloopGroup), not 1
     try:
-        code = run_up(_settings(), options)
+        code = run_up(settings, options)
     except NoLiveWorkerError as exc:  # the stack ran, its workers never served the plan
         _fail(f"{exc} (the stack was stopped)", code=1)
         return
@@ -708,7 +718,7 @@ def console(port: int | None, address: str | None, loglevel: str) -> None:
     """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
     from planloop.console.serve import run_console
 
-    settings = _settings()
+    settings = _settings(record=True)
     _setup_logging(loglevel, settings)
     run_console(settings, port=port, address=address, loglevel=loglevel)
 
@@ -726,7 +736,7 @@ def db_upgrade(revision: str) -> None:
     from planloop.core.record import make_engine
     from planloop.core.redis_faults import redact_url
 
-    settings = _settings()
+    settings = _settings(record=True)
     engine = make_engine(settings.database_url)
     try:
         reached = upgrade(engine, revision)
@@ -741,7 +751,7 @@ def db_current() -> None:
     from planloop.core.migrate import current_revision, head_revision
     from planloop.core.record import make_engine
 
-    engine = make_engine(_settings().database_url)
+    engine = make_engine(_settings(record=True).database_url)
     try:
         current, head = current_revision(engine), head_revision()
     finally:

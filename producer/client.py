@@ -14,6 +14,7 @@ from pydantic_core import PydanticSerializationError
 
 from planloop.config.settings import Settings
 from planloop.core.errors import (
+    CommandRefusedError,
     ConfigError,
     InputLimitError,
     PlanValidationError,
@@ -33,6 +34,7 @@ from planloop.core.models import (
     SessionStatus,
     Severity,
 )
+from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner.plan import Plan, describe
 from planloop.planner.validation import validate_plan
@@ -186,10 +188,21 @@ class Producer:
         self, sid: str, action: str | None = None, note: str = "", *, step: str | None = None
     ) -> str:
         """Answer a session waiting for a person: let ``step`` (``requires_approval``) run,
-        or choose the ``action`` of a session whose re-plan budget is spent."""
+        or choose the ``action`` of a session whose re-plan budget is spent.
+
+        Raises:
+            SessionNotFoundError: no such session; nothing was appended.
+            SessionEndedError: the session has ended; nothing was appended.
+            CommandRefusedError: no such step, or one that is not waiting for an approval
+                (or, for ``action``, a session that waits for no decision); nothing was
+                appended.
+        """
         payload: dict[str, str] = {"command": "approve"}
         if step:
+            self._check_step_command(sid, StepCommand.APPROVE, step)
             payload["step"] = step
+        else:
+            self._check_waits_for_decision(sid)
         if action:
             payload["action"] = action.upper()
         return self._tell(
@@ -204,22 +217,79 @@ class Producer:
 
     def retry_step(self, sid: str, step: str, note: str = "") -> str:
         """Run a step that failed for good once more (its skipped dependents wait for it
-        again); the session's owner carries it out like an approval."""
-        return self._step_command(sid, "retry", step, note)
+        again); the session's owner carries it out like an approval.
+
+        Raises:
+            SessionNotFoundError, SessionEndedError: as for :meth:`approve`.
+            CommandRefusedError: no such step, or one that is not failed or interrupted;
+                nothing was appended.
+        """
+        return self._step_command(sid, StepCommand.RETRY, step, note)
 
     def skip_step(self, sid: str, step: str, note: str = "") -> str:
         """Give up a failed step, or one that has not started (an approval rejected): it
-        and its dependents end skipped."""
-        return self._step_command(sid, "skip", step, note)
+        and its dependents end skipped.
 
-    def _step_command(self, sid: str, command: str, step: str, note: str) -> str:
+        Raises:
+            SessionNotFoundError, SessionEndedError: as for :meth:`approve`.
+            CommandRefusedError: no such step, or one that is running or has finished;
+                nothing was appended.
+        """
+        return self._step_command(sid, StepCommand.SKIP, step, note)
+
+    def _check_step_command(self, sid: str, command: StepCommand, step: str) -> None:
+        """Refuse ``command`` where it cannot apply to ``step`` as the session stands now
+        (core/step_commands.py; the supervisor applies the same rule when it arrives)."""
+        record = self._live_session(sid)
+        raw = self.state.plan_json(sid, record.plan_version)
+        plan = Plan.model_validate_json(raw) if raw else None
+        spec = plan.by_id.get(step) if plan is not None else None
+        status = self.state.steps(sid, [step])[step].status if spec is not None else None
+        refusal = step_command_refusal(
+            command,
+            status,
+            requires_approval=bool(spec and spec.requires_approval),
+            approved=step in record.approved,
+        )
+        if refusal is None:
+            return
+        if plan is None:
+            refusal = "the session has no plan yet"
+        elif spec is None:
+            refusal += f" (its steps: {', '.join(s.id for s in plan.steps)})"
+        raise CommandRefusedError(
+            sid, command.value, step, status.value if status else None, refusal
+        )
+
+    def _check_waits_for_decision(self, sid: str) -> None:
+        """Refuse ``approve --action`` unless the session parked changes for a person."""
+        record = self._live_session(sid)
+        if not record.awaiting:
+            raise CommandRefusedError(
+                sid,
+                "approve",
+                None,
+                record.status.value,
+                f"it is {record.status.value} and waits for no decision (an action answers a "
+                "session whose re-plan budget is spent)",
+            )
+
+    def _live_session(self, sid: str) -> SessionRecord:
+        """The session's record, refusing an ended one (ended is final)."""
+        record = self.state.session(sid)  # raises SessionNotFoundError
+        if record.status.ended:
+            raise SessionEndedError(sid, record.status.value)
+        return record
+
+    def _step_command(self, sid: str, command: StepCommand, step: str, note: str) -> str:
+        self._check_step_command(sid, command, step)
         return self._tell(
             sid,
             Event(
                 type=EventType.EXTERNAL_SIGNAL,
                 severity=Severity.INFO,
                 description=note,
-                payload={"command": command, "step": step},
+                payload={"command": command.value, "step": step},
             ),
         )
 

@@ -333,7 +333,22 @@ def flower_command(
 
 
 def run_flower(settings: Settings, *, port: int | None, address: str) -> None:
-    """Replace this process with Flower (basic auth from the settings)."""
+    """Replace this process with Flower (basic auth from the settings); ``port`` is the
+    ``--port`` option's value (``None``: ``PLANLOOP_FLOWER_PORT``).
+
+    Raises:
+        PortInUseError: the port is taken (checked before Flower starts: its own bind
+            error is a long traceback).
+        ConfigError: the address cannot be bound here.
+    """
+    from planloop.core.ports import check_port_free
+
+    check_port_free(
+        address,
+        port or settings.flower_port,
+        port_setting="--port" if port else "PLANLOOP_FLOWER_PORT",
+        address_setting="--address",
+    )
     argv, env = flower_command(settings, port=port, address=address)
     user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
     print(

@@ -34,6 +34,7 @@ from planloop.core.models import (
 )
 from planloop.core.record import Claim
 from planloop.core.redis_faults import is_redis_fault
+from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tracing import SESSION
 from planloop.planner.llm import streams_plans
 from planloop.planner.plan import Plan, Step, load_stored_plan
@@ -642,7 +643,7 @@ class SessionRunner:
         elif command == "approve":
             await self._approve(event)
         elif command in ("retry", "skip"):
-            await self._step_command(str(command), str(event.payload.get("step")), event)
+            await self._step_command(StepCommand(command), str(event.payload.get("step")), event)
         elif event.payload.get("notice"):
             return  # the supervisor's own notice (no worker consumes): shown, never deliberated
         elif event.type in USER_CHANGES:
@@ -650,8 +651,9 @@ class SessionRunner:
 
     async def _approve_step(self, step_id: str, note: str) -> None:
         state = self.state
-        if step_id not in state.steps or not state.steps[step_id].requires_approval:
-            log.info("session=%s approval of %r ignored: no such step waits", self.sid, step_id)
+        refusal = self._refusal(StepCommand.APPROVE, step_id)
+        if refusal:  # the producer checked, but the step may have moved on since
+            log.info("session=%s approval of %r ignored: %s", self.sid, step_id, refusal)
             return
         state.approved.add(step_id)
         state.candidates.add(step_id)
@@ -660,18 +662,28 @@ class SessionRunner:
         await self.io.write_step(step_id, note=state.states[step_id].note)
         log.info("session=%s step=%s approved by a person", self.sid, step_id)
 
-    async def _step_command(self, command: str, step_id: str, event: Event) -> None:
+    def _refusal(self, command: StepCommand, step_id: str) -> str | None:
+        """Why ``command`` does not apply to the step now (core/step_commands.py, the rule
+        the producer applied before sending it), or None."""
+        st, step = self.state.states.get(step_id), self.state.steps.get(step_id)
+        return step_command_refusal(
+            command,
+            st.status if st is not None else None,
+            requires_approval=bool(step and step.requires_approval),
+            approved=step_id in self.state.approved,
+        )
+
+    async def _step_command(self, command: StepCommand, step_id: str, event: Event) -> None:
         """A person retries a step that failed for good, or skips one that failed or has
-        not started (an approval rejected); ignored (and logged) where it does not apply."""
-        st = self.state.states.get(step_id)
-        ended = (StepStatus.FAILED, StepStatus.INTERRUPTED)
-        skippable = (*ended, StepStatus.PENDING, StepStatus.READY)
-        if st is None or st.status not in (ended if command == "retry" else skippable):
-            status = st.status.value if st is not None else "no such step"
-            log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, status)
+        not started (an approval rejected); ignored (and logged) where it does not apply:
+        the producer refused it then, but the step may have moved on since."""
+        refusal = self._refusal(command, step_id)
+        if refusal:
+            log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, refusal)
             return
+        st = self.state.states[step_id]
         by = f"{command} by a person{': ' + event.description if event.description else ''}"
-        if command == "skip":
+        if command == StepCommand.SKIP:
             st.status, st.note = StepStatus.SKIPPED, by
             self.state.candidates.discard(step_id)
             self.state.dirty.add(step_id)

@@ -332,7 +332,7 @@ class StepExecutor:
         except TimeoutError:
             return _failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
         if failure is not None:
-            return _failed(failure, classify_error(failure))
+            return _failed(failure, classify_error(failure, spec.non_retryable))
         return self._completed(args, call.result())
 
     def _completed(self, args: StepTaskArgs, output: Any) -> Outcome:
@@ -369,14 +369,21 @@ def _tool_health(outcome: Outcome) -> bool | None:
     return outcome.status == StepStatus.COMPLETED
 
 
-def classify_error(exc: BaseException) -> ErrorKind:
+def classify_error(
+    exc: BaseException, non_retryable: tuple[type[BaseException], ...] = ()
+) -> ErrorKind:
+    """Whether a failed attempt is worth another (within the step's ``max_retries``).
+
+    As Celery's ``autoretry_for`` and Temporal's ``non_retryable_error_types`` have it: every
+    exception is retried unless declared permanent, by being a :class:`PermanentToolError`
+    (params that do not fit the tool's schema raise one: they cannot fit on a retry) or an
+    instance of a class in the tool's ``non_retryable``. A plain ``ValueError`` is retried:
+    a tool that knows better says so.
+    """
     if isinstance(exc, ToolTimeoutError | TimeoutError):
         return ErrorKind.TIMEOUT
-    if isinstance(exc, PermanentToolError | ValueError | TypeError | KeyError):
+    if isinstance(exc, PermanentToolError) or (non_retryable and isinstance(exc, non_retryable)):
         return ErrorKind.PERMANENT
-    if isinstance(exc, TransientToolError):
-        return ErrorKind.TRANSIENT
-    # An exception the tool did not classify is worth another try.
     return ErrorKind.TRANSIENT
 
 

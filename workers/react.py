@@ -147,7 +147,7 @@ class AgentStepRunner:
             failure = call.exception(max(timeout, 0.001))
         except TimeoutError:
             failure = ToolTimeoutError(tool, max(timeout, 0.0))
-        kind = classify_error(failure) if failure is not None else None
+        kind = classify_error(failure, spec.non_retryable) if failure is not None else None
         if kind in (None, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT):  # bad params say nothing
             self.state.count_on_breaker(tool, self.breaker, ok=failure is None)
         if failure is not None:

@@ -118,7 +118,8 @@ def test_bad_input_exits_2(tmp_path: Path, env_overrides: dict[str, str]) -> Non
     bad_settings = cli({"PLANLOOP_TOOL_MODULES": "[not json"}, "status")
     assert bad_settings.returncode == 2
     assert "PLANLOOP_* settings" in bad_settings.stderr
-    assert "tool_modules" in bad_settings.stderr
+    assert "PLANLOOP_TOOL_MODULES: not a JSON list" in bad_settings.stderr
+    assert len(bad_settings.stderr.strip().splitlines()) == 1, bad_settings.stderr
 
 
 def test_tool_modules_takes_a_comma_list(env_overrides: dict[str, str]) -> None:

@@ -22,9 +22,9 @@ from planloop.core.heartbeat import read_heartbeats
 from planloop.core.live_tools import LOCAL_NOTE
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
-from tests.shipped import shipped
 from tests.integration.conftest import MakeStack, PrivateStack
 from tests.llm_server import ScriptedLLMServer
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 

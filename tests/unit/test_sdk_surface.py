@@ -40,3 +40,15 @@ def test_approve_needs_exactly_one_of_step_and_action() -> None:
         client.approve("sid")
     with pytest.raises(ValueError, match="either step= or action="):
         client.approve("sid", step="a", action="abort")
+
+
+def test_the_error_types_a_tool_or_a_caller_needs_are_public() -> None:
+    from planloop.core import errors
+
+    assert planloop.TransientToolError is errors.TransientToolError
+    assert planloop.PermanentToolError is errors.PermanentToolError
+    assert issubclass(planloop.CommandRefusedError, planloop.SessionError)
+    assert issubclass(planloop.PermanentToolError, planloop.PlanloopError)
+    for name in ("TransientToolError", "PermanentToolError", "CommandRefusedError"):
+        assert name in planloop.__all__
+        assert name in (errors.__doc__ or ""), f"{name} missing from the tree in core/errors.py"

@@ -138,3 +138,27 @@ def test_a_step_whose_worker_lacks_the_tool_fails_the_session() -> None:
     assert status == SessionStatus.FAILED
     assert error.startswith("no worker serves t.a (steps a)")
     assert "PLANLOOP_TOOL_MODULES" in error
+
+
+def command(loop: SessionRunner, store: MemorySessionStore, **payload: str) -> None:
+    """A person's command, appended straight to the stream (as if the producer's check
+    passed and the step moved on before the owner read it), read and applied."""
+    store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, payload=payload))
+    run(loop._apply(run(loop._wait_for_events())))
+
+
+def test_the_owner_ignores_step_commands_the_state_no_longer_allows() -> None:
+    loop, store = runner(Plan(steps=[step("a"), step("b", requires_approval=True)]))
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "a")  # completed, then a retry and a skip arrive for it
+    command(loop, store, command="retry", step="a")
+    command(loop, store, command="skip", step="a")
+    command(loop, store, command="retry", step="nope")
+    command(loop, store, command="approve", step="a")  # needs no approval
+    assert loop.state.states["a"].status == StepStatus.COMPLETED
+    assert loop.state.states["a"].attempt == 1
+    assert "nope" not in loop.state.states
+    assert loop.state.approved == set()
+
+    command(loop, store, command="approve", step="b")  # what applies is carried out
+    assert loop.state.approved == {"b"}

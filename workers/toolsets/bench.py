@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from planloop.core.errors import TransientToolError
+from planloop.core.errors import PermanentToolError, TransientToolError
 from planloop.core.tools import ToolContext, simulate, tool
 from planloop.core.values import encode
 from planloop.workers.toolsets._data import ToolParams, receipt_id, undo_key
@@ -22,7 +22,26 @@ class SleepParams(ToolParams):
         default_factory=list,
         description="Attempt numbers (1-based) that fail with a transient error after sleeping.",
     )
+    fail_with: Literal["transient", "permanent", "ValueError", "non_retryable"] = Field(
+        "transient",
+        description="What a listed attempt raises: TransientToolError, PermanentToolError, a "
+        "plain ValueError (retried like any undeclared exception) or ScriptedNonRetryable "
+        "(declared in bench.sleep's non_retryable).",
+    )
     payload_bytes: int = Field(0, ge=0, description="Size of the returned payload string.")
+
+
+class ScriptedNonRetryable(Exception):  # noqa: N818 (reads as what it is)
+    """A plain exception ``bench.sleep`` lists in its ``non_retryable``: it fails the step
+    at once, as a user's own tool declares the errors retrying cannot fix."""
+
+
+_SCRIPTED_FAILURES: dict[str, type[Exception]] = {
+    "transient": TransientToolError,
+    "permanent": PermanentToolError,
+    "ValueError": ValueError,
+    "non_retryable": ScriptedNonRetryable,
+}
 
 
 class Slept(BaseModel):
@@ -36,9 +55,10 @@ class Slept(BaseModel):
 @tool(
     "bench.sleep",
     description="Sleep for some seconds, then answer (optionally with a payload of N bytes); "
-    "fails transiently on the listed attempt numbers.",
+    "fails on the listed attempt numbers (transiently unless fail_with says otherwise).",
     params=SleepParams,
     output=Slept,
+    non_retryable=[ScriptedNonRetryable],
 )
 def sleep(params: SleepParams, ctx: ToolContext) -> Slept:
     """Sleep, then fail if this attempt is listed, else answer."""
@@ -47,7 +67,7 @@ def sleep(params: SleepParams, ctx: ToolContext) -> Slept:
         # The sleep is the tool's work: benchmarks measure orchestration around it.
         time.sleep(params.seconds)
     if ctx.attempt in params.fail_attempts:
-        raise TransientToolError(
+        raise _SCRIPTED_FAILURES[params.fail_with](
             f"bench.sleep: scripted failure on attempt {ctx.attempt} "
             f"(fail_attempts={params.fail_attempts})"
         )
