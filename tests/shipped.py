@@ -180,11 +180,14 @@ class Shipped:
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: this process's environment) as a user's shell would have it:
-        the venv's ``bin`` first on ``PATH``, nothing of the checkout, and the test tool
-        modules' folder on ``PYTHONPATH``."""
+        the venv's ``bin`` first on ``PATH``, nothing of the checkout, and on ``PYTHONPATH``
+        the folders ``base`` had there (outside the checkout) and the test tool modules'."""
+        given = (os.environ if base is None else base).get("PYTHONPATH", "")
         env = clean_env(os.environ if base is None else base)
         env["PATH"] = os.pathsep.join([str(self.bin), env["PATH"]])
-        env["PYTHONPATH"] = str(self.tools)
+        # a user's own folders stay on the path (never one inside the checkout)
+        folders = [p for p in given.split(os.pathsep) if p and not _inside(Path(p), ROOT)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*folders, str(self.tools)]))
         return env
 
 

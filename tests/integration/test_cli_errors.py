@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
 from tests.conftest import wait_for
 from tests.integration.conftest import wait_ended
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +39,9 @@ def cli(
     """``planloop ARGS`` as a user runs it, with exactly these PLANLOOP_* variables."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PLANLOOP_")}
     return subprocess.run(
-        [sys.executable, "-m", "planloop.producer.cli", *args],
-        env={**base, **env},
-        cwd=cwd,
+        [*shipped().cli(), *args],
+        env=shipped().env({**base, **env}),
+        cwd=cwd or shipped().home,
         capture_output=True,
         text=True,
         timeout=60,
