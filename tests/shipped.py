@@ -94,10 +94,8 @@ def copy_files(root: Path, names: list[str], target: Path) -> None:
 
 def build_wheel(source: Path, out: Path) -> Path:
     """The wheel of the tree at ``source`` (pip's isolated build, as a user's ``pip wheel``)."""
-    subprocess.run(
+    _quietly(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
-        check=True,
-        timeout=600,
         cwd=out.parent,
     )
     (wheel,) = out.glob("planloop-*.whl")
@@ -108,21 +106,19 @@ def install_venv(target: Path, wheel: Path, extras: str = EXTRAS) -> None:
     """A new virtualenv at ``target`` with the wheel (and its dependencies) installed."""
     venv.EnvBuilder(with_pip=True, clear=True).create(target)
     spec = f"{wheel}[{extras}]" if extras else str(wheel)
-    subprocess.run(
-        [
-            str(target / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            spec,
-        ],
-        check=True,
-        timeout=900,
-        cwd=target,
-        env=clean_env(os.environ),
+    python = str(target / "bin" / "python")
+    _quietly(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec], cwd=target
     )
+
+
+def _quietly(argv: list[str], cwd: Path) -> None:
+    """Run a pip command; its chatter is shown only when it fails."""
+    done = subprocess.run(
+        argv, cwd=cwd, env=clean_env(os.environ), capture_output=True, text=True, timeout=900
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
 
 
 def clean_env(base: Mapping[str, str]) -> dict[str, str]:
