@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,8 +117,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """Six hosts; Redis and PostgreSQL running on ``data``. Everything is removed after,
-    whatever failed: the finalizers run in reverse order of their registration."""
+    """Six hosts; Redis and PostgreSQL running on ``data``. Whatever fails, the services are
+    stopped and the namespaces deleted (with any process still in them) after the module."""
     reason = netns.unavailable_reason()
     if reason is not None:
         pytest.skip(f"multi-host test needs network namespaces: {reason}")
@@ -144,7 +145,7 @@ def cluster() -> Iterator[Cluster]:
         for service in reversed(services):
             service.stop()
         net.destroy()
-        subprocess.run(["rm", "-rf", str(directory)], check=False)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _redis_answers(url: str) -> bool:
@@ -230,12 +231,16 @@ class Run:
             built.stop()
 
 
+MakeRun = Callable[[dict[str, list[str]]], Run]
+
+
 @pytest.fixture
-def make_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def make_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
     """A factory of runs (own key prefix and queue); their processes stopped after."""
     made: list[Run] = []
 
     def make(tool_modules: dict[str, list[str]]) -> Run:
+        """Two supervisors, and a worker on each host of ``tool_modules`` serving those."""
         prefix = f"mh{uuid.uuid4().hex[:6]}"
         directory = tmp_path_factory.mktemp(prefix)  # logs, plans, audits: kept by pytest
         settings = Settings(
@@ -312,8 +317,8 @@ class Cut:
         ),
     ],
 )
-def test_sessions_across_hosts_survive_a_cut_worker_link(make_run: Any, form: str) -> None:
-    run: Run = make_run(FORMS[form])
+def test_sessions_across_hosts_survive_a_cut_worker_link(make_run: MakeRun, form: str) -> None:
+    run = make_run(FORMS[form])
     producer, hot, record = local_observers(run)
     try:
         wait_for(lambda: live_worker_hosts(run, hot) == {"w1", "w2"}, 90, "both heartbeats")
@@ -403,12 +408,11 @@ def check_run(
     assert back, f"{form}: w1 ran nothing once its link was back"
     if form == "pools":
         tools = {s["id"]: s["tool"] for s in session_plan(0)["steps"]}
-        wrong = [
-            (a.session_id, a.step_id, host)
-            for a in done
-            if POOL_OF.get(tools[a.step_id].partition(".")[0], host := run.worker_host(a.worker))
-            != host
-        ]
+        wrong = []
+        for a in done:
+            host, toolset = run.worker_host(a.worker), tools[a.step_id].partition(".")[0]
+            if POOL_OF.get(toolset, host) != host:
+                wrong.append((a.session_id, a.step_id, host))
         assert not wrong, f"steps completed on a host without their tool: {wrong}"
     return {
         "steps": steps,
