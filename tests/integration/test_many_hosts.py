@@ -2,8 +2,10 @@
 
 Hosts (namespaces on a private switch, :mod:`tests.integration.netns`): ``data`` runs Redis
 and a PostgreSQL of its own; ``sup1`` and ``sup2`` a supervisor each; ``w1`` and ``w2`` a
-plain ``planloop worker`` each; ``prod`` the producer CLI. Every process reaches the others
-over the switch only. Mid-run, ``w1``'s link is cut for ``CUT_S`` seconds and restored.
+plain ``planloop worker`` each; ``prod`` the producer CLI. Every Planloop process is the
+shipped one (:mod:`tests.shipped`) started through ``ip netns exec``, and reaches the others
+over the switch only; the test process watches from the root namespace through the data
+host's Unix sockets. Mid-run, ``w1``'s link is cut for ``CUT_S`` seconds and restored.
 
 Two forms of the same run:
 
@@ -24,7 +26,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -47,13 +48,14 @@ from planloop.core.keys import Keys
 from planloop.core.models import SessionStatus, StepStatus
 from planloop.core.record import SqlRecord
 from planloop.producer.client import Producer
-from planloop.producer.stack import Stack, redis_server_binary, with_source_root
+from planloop.producer.stack import Stack, redis_server_binary
 from planloop.workers.toolsets import BENCH_TOOLS
 from planloop.workers.toolsets.qa import QA_TOOLS
 from tests.conftest import TEST_REDIS_SERVER, wait_for
 from tests.integration import netns
 from tests.integration.conftest import wait_ended
 from tests.integration.netns import Host, Network, Service
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -93,10 +95,11 @@ STEP_IDS = [s["id"] for s in session_plan(0)["steps"]]
 
 
 def cli(*args: str, host: Host, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the ``planloop`` CLI on ``host`` (the one place that names the command)."""
+    """Run the shipped ``planloop`` CLI on ``host`` (the one place that names the command)."""
     return subprocess.run(
-        [*host.prefix, sys.executable, "-m", "planloop.producer.cli", *args],
+        [*host.prefix, *shipped().cli(), *args],
         env=env,
+        cwd=shipped().home,
         capture_output=True,
         text=True,
         timeout=120,
@@ -183,17 +186,20 @@ class Run:
     sids: list[str] = field(default_factory=list)
 
     def env(self, **overrides: Any) -> dict[str, str]:
-        """The environment of a process on a host: these settings plus ``overrides``."""
+        """The environment of a process on a host: the shipped product's, with these
+        settings plus ``overrides``."""
         settings = self.settings.model_copy(update=overrides)
-        env = {**os.environ, **settings.to_env()}
-        env["PYTHONPATH"] = with_source_root(env.get("PYTHONPATH", ""))
-        return env
+        return shipped().env({**os.environ, **settings.to_env()})
 
     def stack(self, host: str, **overrides: Any) -> Stack:
+        """The processes of ``host``: shipped ones, each started through ``ip netns exec``."""
         log_dir = self.directory / f"logs-{host}"
         log_dir.mkdir()
         built = Stack(
-            env=self.env(**overrides), log_dir=log_dir, prefix=self.cluster.hosts[host].prefix
+            env=self.env(**overrides),
+            log_dir=log_dir,
+            command=[*self.cluster.hosts[host].prefix, *shipped().cli()],
+            cwd=shipped().home,
         )
         self.stacks[host] = built
         return built
