@@ -95,6 +95,7 @@ class Network:
 
     run_id: str
     hosts: list[Host] = field(default_factory=list)
+    destroyed: bool = False
 
     @property
     def switch(self) -> str:
@@ -139,7 +140,11 @@ class Network:
     def destroy(self) -> None:
         """Kill what still runs in the hosts (only this run's processes live there), then
         delete every namespace; deleting one removes its links. Errors are collected and
-        raised at the end, so one failure does not leave the rest behind."""
+        raised at the end, so one failure does not leave the rest behind. Once is enough:
+        a second call does nothing."""
+        if self.destroyed:
+            return
+        self.destroyed = True
         errors: list[str] = []
         for host in self.hosts:
             kill_namespace_processes(host.netns)
