@@ -105,8 +105,12 @@ class Network:
     def create(cls, run_id: str) -> Network:
         net = cls(run_id)
         _ip("netns", "add", net.switch)
-        _ip("-n", net.switch, "link", "add", "name", BRIDGE, "type", "bridge")
-        _ip("-n", net.switch, "link", "set", BRIDGE, "up")
+        try:
+            _ip("-n", net.switch, "link", "add", "name", BRIDGE, "type", "bridge")
+            _ip("-n", net.switch, "link", "set", BRIDGE, "up")
+        except NetnsError:
+            net.destroy()
+            raise
         return net
 
     def add_host(self, name: str) -> Host:
@@ -130,11 +134,13 @@ class Network:
         return host
 
     def cut(self, host: Host) -> None:
-        """Unplug ``host``: its link on the switch goes down (packets to and from it are lost;
-        its own side stays up, as when a cable or a switch port fails)."""
+        """Unplug ``host``: its port on the switch goes down, so its own link loses carrier
+        and every packet to or from it is lost, as when a cable is pulled. Its processes,
+        addresses and open connections stay; TCP retransmits once :meth:`restore` runs."""
         _ip("-n", self.switch, "link", "set", host.port, "down")
 
     def restore(self, host: Host) -> None:
+        """Plug ``host`` back in."""
         _ip("-n", self.switch, "link", "set", host.port, "up")
 
     def destroy(self) -> None:

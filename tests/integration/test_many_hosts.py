@@ -5,7 +5,9 @@ and a PostgreSQL of its own; ``sup1`` and ``sup2`` a supervisor each; ``w1`` and
 plain ``planloop worker`` each; ``prod`` the producer CLI. Every Planloop process is the
 shipped one (:mod:`tests.shipped`) started through ``ip netns exec``, and reaches the others
 over the switch only; the test process watches from the root namespace through the data
-host's Unix sockets. Mid-run, ``w1``'s link is cut for ``CUT_S`` seconds and restored.
+host's Unix sockets. Mid-run, just after a slow step starts on ``w1``, ``w1``'s link is cut
+until the supervisor has run that step again elsewhere (its timeout plus grace) and at
+least ``CUT_S`` seconds, then restored.
 
 Two forms of the same run:
 
@@ -16,8 +18,9 @@ Two forms of the same run:
 
 Asserted: every session completes; each write is applied once, counted in the workers'
 audit files (outside Redis); each step has one completed attempt in the SQL record and no
-attempt after it; both worker hosts ran steps, and the cut one ran steps after its link
-came back. The run's figures are printed (``-s``) for the record.
+attempt after it; the step caught on ``w1`` ran again (attempt 2 or later); both worker
+hosts ran steps, and the cut one ran steps after its link came back. The run's figures are
+printed (``-s``) for the record.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ pytestmark = pytest.mark.integration
 
 SESSIONS_BEFORE_CUT = 6  # submitted at the start
 SESSIONS_AFTER_CUT = 2  # submitted once the link is back: work the cut host must share
-CUT_S = 6.0  # the outage: past a step's timeout plus grace, short of a worker counting as gone
+CUT_S = 6.0  # the shortest outage: past a step's timeout plus grace, short of 15 s (a
+# worker unheard of for three heartbeats counts as gone)
 WORKER_THREADS = 3
 WRITE_STEPS = ("w1", "w2", "reserve", "w3")
 
@@ -92,6 +96,8 @@ def session_plan(n: int) -> dict[str, Any]:
 
 
 STEP_IDS = [s["id"] for s in session_plan(0)["steps"]]
+TOOLS = {s["id"]: s["tool"] for s in session_plan(0)["steps"]}
+SLOW_TOOLS = {"bench.sleep", "bench.write"}  # a second each in session_plan
 
 
 def cli(*args: str, host: Host, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -303,7 +309,9 @@ POOL_OF = {"bench": "w1", "qa": "w2"}
 class Cut:
     """What happened around the outage, for the figures and the checks."""
 
-    at_s: float = 0.0  # seconds into the run
+    at_s: float  # seconds into the run
+    caught: tuple[str, str]  # (session, step) running on w1 when its link went down
+    length_s: float = 0.0
     restored_at: float = 0.0  # wall clock (attempt rows carry wall-clock times)
     completed_meanwhile: int = 0
 
@@ -340,7 +348,7 @@ def test_sessions_across_hosts_survive_a_cut_worker_link(make_run: MakeRun, form
     print(
         f"\nmany hosts ({form}): {len(run.sids)} sessions, {figures['steps']} steps in "
         f"{elapsed:.1f}s; {figures['attempts']} attempts ({figures['reruns']} re-runs of "
-        f"attempts lost or late); w1 cut for {CUT_S:g}s at {cut.at_s:.1f}s "
+        f"attempts lost or late); w1 cut for {cut.length_s:.1f}s at {cut.at_s:.1f}s "
         f"({cut.completed_meanwhile} steps completed meanwhile); completed by host "
         f"{figures['by_host']}; {figures['applied']} writes applied for {figures['keys']} "
         f"keys, none twice (audit lines by host {figures['audit_lines']})"
@@ -348,24 +356,45 @@ def test_sessions_across_hosts_survive_a_cut_worker_link(make_run: MakeRun, form
 
 
 def drive(run: Run, hot: HotState, started: float) -> Cut:
-    """Submit, cut w1's link once steps run on it, restore it, submit more."""
+    """Submit; once a slow step has just started on w1, cut w1's link until the supervisor
+    has given that attempt up (and at least ``CUT_S``); restore it; submit more."""
     run.submit_all(range(SESSIONS_BEFORE_CUT))
 
-    def busy_w1() -> bool:
-        states = [st for sid in run.sids for st in hot.steps(sid, STEP_IDS).values()]
-        done = sum(st.status == StepStatus.COMPLETED for st in states)
-        running = [st for st in states if st.status == StepStatus.RUNNING]
-        return done >= 4 and any(run.worker_host(st.worker) == "w1" for st in running)
+    def just_started_on_w1() -> tuple[str, str, int] | None:
+        fail_if_any_session_failed(run, hot, "before the cut")
+        if completed_steps(run, hot) < 4:  # mid-run: some of it is done
+            return None
+        now = time.time()
+        for sid in run.sids:
+            for step, st in hot.steps(sid, STEP_IDS).items():
+                if (
+                    st.status == StepStatus.RUNNING
+                    and TOOLS[step] in SLOW_TOOLS
+                    and run.worker_host(st.worker) == "w1"
+                    and now - st.started_at < 0.5  # its outcome is due after the cut
+                ):
+                    return sid, step, st.attempt
+        return None
 
-    wait_for(busy_w1, 90, "4 completed steps and a step running on w1")
-    cut = Cut(at_s=time.monotonic() - started)
+    found = wait_for(just_started_on_w1, 90, "a slow step to start on w1")
+    assert found is not None  # wait_for returns a true value
+    sid, step, attempt = found
+    w1 = run.cluster.hosts["w1"]
+    cut_from = time.monotonic()
+    cut = Cut(at_s=cut_from - started, caught=(sid, step))
     before = completed_steps(run, hot)
-    run.cluster.net.cut(run.cluster.hosts["w1"])
-    # The outage itself: its length is the fault being injected, not a wait on state.
-    time.sleep(CUT_S)
+    run.cluster.net.cut(w1)
+    wait_for(
+        lambda: hot.steps(sid, [step])[step].attempt > attempt,
+        15,  # its timeout plus grace, with room; a worker counts as gone after 15 s
+        f"the supervisor to run {sid}:{step} again while w1 is cut off",
+    )
+    # The rest of the outage is the fault being injected, not a wait on state.
+    time.sleep(max(0.0, CUT_S - (time.monotonic() - cut_from)))
     cut.completed_meanwhile = completed_steps(run, hot) - before
-    run.cluster.net.restore(run.cluster.hosts["w1"])
+    run.cluster.net.restore(w1)
     cut.restored_at = time.time()
+    cut.length_s = time.monotonic() - cut_from
     run.submit_all(range(SESSIONS_BEFORE_CUT, SESSIONS_BEFORE_CUT + SESSIONS_AFTER_CUT))
     return cut
 
@@ -408,15 +437,17 @@ def check_run(
     ]
     assert not later, f"{form}: attempts dispatched after their step completed: {later}"
 
+    caught = [a for a in rows if (a.session_id, a.step_id) == cut.caught]
+    assert max(a.attempt for a in caught) > 1, f"{form}: {cut.caught} ran once: {caught}"
+
     by_host = Counter(run.worker_host(a.worker) for a in done)
     assert set(by_host) == {"w1", "w2"}, f"{form}: steps completed by host {by_host}"
     back = [a for a in done if run.worker_host(a.worker) == "w1" and a.started_at > cut.restored_at]
     assert back, f"{form}: w1 ran nothing once its link was back"
     if form == "pools":
-        tools = {s["id"]: s["tool"] for s in session_plan(0)["steps"]}
         wrong = []
         for a in done:
-            host, toolset = run.worker_host(a.worker), tools[a.step_id].partition(".")[0]
+            host, toolset = run.worker_host(a.worker), TOOLS[a.step_id].partition(".")[0]
             if POOL_OF.get(toolset, host) != host:
                 wrong.append((a.session_id, a.step_id, host))
         assert not wrong, f"steps completed on a host without their tool: {wrong}"
@@ -429,6 +460,14 @@ def check_run(
         "keys": len(expected),
         "audit_lines": {host: sum(c.values()) for host, c in audits.items()},
     }
+
+
+def fail_if_any_session_failed(run: Run, hot: HotState, when: str) -> None:
+    """Fail at once, with its error, when a session has ended other than completed."""
+    for sid in run.sids:
+        session = hot.session(sid)
+        if session.status.ended and session.status != SessionStatus.COMPLETED:
+            pytest.fail(f"session {sid} ended {session.status} {when}: {session.error}")
 
 
 def completed_steps(run: Run, hot: HotState) -> int:
