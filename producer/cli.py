@@ -493,9 +493,26 @@ def skip(session_id: str, step_id: str, note: str) -> None:
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("--name", default=None, help="Worker node name (default: unique per process).")
-def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
-    """Start a Celery worker for step tasks."""
+@click.option(
+    "--queues",
+    default=None,
+    metavar="A,B",
+    help="Also consume these queues (besides the pool queue derived from the tools it "
+    "serves); steps reach them by a step's queue: or PLANLOOP_TOOL_QUEUES. "
+    "Default: PLANLOOP_WORKER_QUEUES.",
+)
+def worker(
+    concurrency: int | None, pool: str | None, loglevel: str, name: str | None, queues: str | None
+) -> None:
+    """Start a Celery worker for step tasks.
+
+    It consumes the pool queue of the tools it serves (core/routing.py): the supervisor
+    sends a step only to a queue whose workers all serve its tool.
+    """
     settings = _settings()
+    if queues is not None:
+        names = [q.strip() for q in queues.split(",") if q.strip()]
+        settings = settings.model_copy(update={"worker_queues": names})
     chosen_pool = pool or settings.worker_pool
     metrics_dir = ""
     if settings.metrics_port and chosen_pool == "prefork":
@@ -514,7 +531,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     argv = [
         "worker",
         "-Q",
-        settings.queue,
+        ",".join(_worker_queues(settings)),
         "-c",
         str(slots),
         "-P",
@@ -535,6 +552,15 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
 
         shutil.rmtree(metrics_dir, ignore_errors=True)
     sys.exit(code)
+
+
+def _worker_queues(settings: Settings) -> list[str]:
+    """The queues ``planloop worker`` consumes: the pool queue of the tools it serves, and
+    ``--queues`` (core/routing.py)."""
+    from planloop.core.tools import load_tools
+    from planloop.workers.catalogue import worker_queues
+
+    return worker_queues(settings, load_tools(settings.tool_modules))
 
 
 @cli.command()

@@ -187,6 +187,7 @@ class Child:
     name: str
     args: list[str]
     process: subprocess.Popen[bytes]
+    env: dict[str, str] | None = None  # its own environment (None: the stack's)
     started_at: float = field(default_factory=time.monotonic)
     delay_s: float = RESTART_FIRST_S
     due: float | None = None  # when it is started again (set once it is seen dead)
@@ -205,27 +206,48 @@ class Stack:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        proc = self._popen(f"{name}-{len(self.processes)}", args)
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        proc = self._popen(f"{name}-{len(self.processes)}", args, env)
         self.processes.append(proc)
-        self.children.append(Child(name, args, proc))
+        self.children.append(Child(name, args, proc, env))
         return proc
 
-    def _popen(self, log_name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _popen(
+        self, log_name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with open(self.log_dir / f"{log_name}.log", "ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "planloop.producer.cli", *args],
-                env=self.env,
+                env=self.env if env is None else env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
 
-    def start_worker(self, concurrency: int = 8, pool: str = "threads") -> subprocess.Popen[bytes]:
-        return self._spawn(
-            "worker",
-            ["worker", "--concurrency", str(concurrency), "--pool", pool, "--loglevel", "WARNING"],
-        )
+    def start_worker(
+        self,
+        concurrency: int = 8,
+        pool: str = "threads",
+        *,
+        tool_modules: list[str] | None = None,
+        queues: list[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A worker of the stack's environment; ``tool_modules`` (its
+        ``PLANLOOP_TOOL_MODULES``), ``queues`` (``--queues``) and ``env`` (more variables)
+        make it a worker of another pool."""
+        args = ["worker", "--concurrency", str(concurrency), "--pool", pool]
+        args += ["--loglevel", "WARNING"]
+        if queues is not None:
+            args += ["--queues", ",".join(queues)]
+        own: dict[str, str] | None = None
+        if tool_modules is not None or env:
+            own = {**self.env, **(env or {})}
+            if tool_modules is not None:
+                own["PLANLOOP_TOOL_MODULES"] = ",".join(tool_modules)
+        return self._spawn("worker", args, own)
 
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
@@ -252,7 +274,10 @@ class Stack:
             if now < child.due:
                 continue
             old = child.process
-            child.process = self.processes[index] = self._popen(f"{child.name}-{index}", child.args)
+            again = (f"{child.name}-{index}", child.args)
+            child.process = self.processes[index] = (
+                self._popen(*again) if child.env is None else self._popen(*again, child.env)
+            )
             lines.append(
                 f"{child.name} pid {old.pid} exited with code {old.returncode} after "
                 f"{child.due - child.delay_s - child.started_at:.0f}s; restarted as pid "

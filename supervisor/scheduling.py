@@ -1,5 +1,6 @@
-"""Sending steps: dispatch what the scheduler picks, re-send unclaimed attempts, and the
-watchdog for lost ones."""
+"""Sending steps: dispatch what the scheduler picks to a queue a live worker serving its tool
+consumes (core/routing.py), hold back steps no live worker serves (bounded), re-send
+unclaimed attempts, and the watchdog for lost ones."""
 
 from __future__ import annotations
 
@@ -9,23 +10,38 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from planloop.core.errors import PlanError, PlanReferenceError
-from planloop.core.models import ErrorKind, Severity, StepStatus, StepTaskArgs, task_id
+from planloop.core.models import (
+    ErrorKind,
+    Event,
+    EventType,
+    Severity,
+    StepStatus,
+    StepTaskArgs,
+    task_id,
+)
 from planloop.core.values import ValueLimits, encode
+from planloop.planner.plan import Step
 from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.references import find_references, resolve_params
 from planloop.supervisor.big_params import SentParams, send_params
 from planloop.supervisor.consumers import ConsumerMonitor
 from planloop.supervisor.scheduler import ready_steps
 from planloop.supervisor.session_base import SessionIO
+from planloop.supervisor.session_state import OPEN
 from planloop.supervisor.step_message import Op
 
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL_S = 0.1
+UNSERVED = "unserved"  # the notice (event payload, progress note) of a step no worker serves
+SERVED = "served"  # ... and of its end: a live worker serves the tool now
 
 
 class TaskQueue(Protocol):
-    """Turns attempts into the ops that queue them (``supervisor.dispatch.Dispatcher``)."""
+    """Routes steps and turns attempts into the ops that queue them
+    (``supervisor.dispatch.Dispatcher``)."""
+
+    def route(self, step: Step, *, read: bool = True) -> str | None: ...
 
     def commands(self, *attempts: StepTaskArgs) -> list[Op]: ...
 
@@ -50,6 +66,8 @@ class Scheduling:
         self._look_again: dict[tuple[str, int], float] = {}
         self._next_sweep = 0.0  # when the watchdog looks at the steps in flight next
         self.unresolved: set[str] = set()  # steps failed by a reference that cannot resolve
+        # Ready steps whose tool no live worker serves -> when this owner first saw it.
+        self.waiting: dict[str, float] = {}
 
     def first_owner(self) -> None:
         """The session was never owned before (nothing of a former owner to look at)."""
@@ -60,7 +78,13 @@ class Scheduling:
         """Mark the ready steps running and queue their attempts, in one fenced write."""
         state, now = self.state, time.time()
         batch: list[StepTaskArgs] = []
-        for step_id in ready_steps(state, now, self.io.concurrency()):
+        if self.waiting:
+            await self._look_at_waiting(now)
+        for step_id in ready_steps(state, now, self.io.concurrency(), skip=self.waiting):
+            queue = self.queue.route(state.steps[step_id])
+            if queue is None:
+                await self._wait_for_worker(step_id, now)
+                continue
             try:
                 params = await self._params(step_id)
             except PlanError as exc:
@@ -75,7 +99,7 @@ class Scheduling:
                     self.unresolved.add(step_id)
                 await self.on_failure(step_id)
                 continue
-            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, params))
+            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, params, queue))
         if not batch:
             return
         # Marked running and queued in one fenced call: both happen, or neither does.
@@ -89,12 +113,17 @@ class Scheduling:
         state, now = self.state, time.time()
         limit = self.io.settings.inline_value_max_bytes
         batch: list[StepTaskArgs] = []
+        if self.waiting:
+            return None
         for step_id in ready_steps(state, now, self.io.concurrency()):
             params = state.steps[step_id].params
             if find_references(params) or any(len(encode(v)) > limit for v in params.values()):
                 return None
+            queue = self.queue.route(state.steps[step_id])
+            if queue is None:  # it waits for a worker: dispatch_ready says so
+                return None
             inline = SentParams(dict(params))
-            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, inline))
+            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, inline, queue))
         return self._mark_sent(batch, now) if batch else []
 
     def _mark_sent(self, batch: list[StepTaskArgs], now: float) -> list[Op]:
@@ -104,7 +133,7 @@ class Scheduling:
         for args in batch:
             st = state.states[args.step_id]
             st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.io.epoch
-            st.task_id, st.dispatched_at = args.task_id, now
+            st.task_id, st.dispatched_at, st.queue = args.task_id, now, args.queue
             st.started_at = st.finished_at = st.not_before = 0.0
             st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
             ops.append(self.io.store.step_write(self.io.sid, args.step_id, **st.to_fields()))
@@ -126,9 +155,10 @@ class Scheduling:
         """
         io, st = self.io, self.state.states[step_id]
         attempt_id = task_id(io.sid, step_id, st.attempt)
-        if st.resent == st.attempt and await io.store.queued(io.settings.queue, attempt_id):
+        sent_to = st.queue or io.settings.queue  # where the attempt was sent
+        if st.resent == st.attempt and await io.store.queued(sent_to, attempt_id):
             return False
-        args = self._task_args(step_id, st.attempt, await self._params(step_id))
+        args = self._task_args(step_id, st.attempt, await self._params(step_id), st.queue)
         st.dispatched_at, st.resent = time.time(), st.attempt
         sent = {"epoch": st.epoch, "dispatched_at": st.dispatched_at}
         queue = self.queue.commands(args.model_copy(update=sent))
@@ -149,7 +179,9 @@ class Scheduling:
             ttl_s=self.io.settings.blob_ttl_s,
         )
 
-    def _task_args(self, step_id: str, attempt: int, params: SentParams) -> StepTaskArgs:
+    def _task_args(
+        self, step_id: str, attempt: int, params: SentParams, queue: str
+    ) -> StepTaskArgs:
         step, sid = self.state.steps[step_id], self.io.sid
         return StepTaskArgs(
             session_id=sid,
@@ -166,7 +198,67 @@ class Scheduling:
             instruction=step.instruction if step.tool == REACT_TOOL else "",
             max_retries=self.io.max_retries(step),
             dispatched_at=time.time(),
+            queue=queue,
         )
+
+    # --- steps no live worker serves -------------------------------------------------------
+    async def _wait_for_worker(self, step_id: str, now: float) -> None:
+        """Hold back a ready step whose tool no live worker serves, and say so once: a log
+        WARNING, the step's note, a WARNING notice event and a progress note, each naming
+        the tool (``status``, ``watch`` and the console show them)."""
+        self.waiting[step_id] = now
+        io, tool = self.io, self.state.steps[step_id].tool
+        bound = io.settings.unserved_wait_s
+        text = f"no live worker serves {tool}: step {step_id} waits up to {bound:g} s for one"
+        log.warning(
+            "session=%s step=%s %s (start a worker whose PLANLOOP_TOOL_MODULES provides it)",
+            io.sid,
+            step_id,
+            text,
+        )
+        st = self.state.states[step_id]
+        st.note = f"waiting for a worker that serves {tool}"
+        await io.write_step(step_id, note=st.note)
+        await io.store.note_progress(io.sid, UNSERVED, step=step_id, tool=tool, wait_s=bound)
+        await io.append_event(
+            Event(
+                type=EventType.EXTERNAL_SIGNAL,
+                severity=Severity.WARNING,
+                step_id=step_id,
+                description=text,
+                payload={"notice": UNSERVED, "tool": tool, "wait_s": bound},
+            )
+        )
+
+    async def _look_at_waiting(self, now: float) -> None:
+        """Let a waiting step go once a live worker serves its tool; fail it ``unserved``
+        once it waited ``unserved_wait_s`` (or left the ready state: cancelled, skipped)."""
+        io, state = self.io, self.state
+        for step_id, since in sorted(self.waiting.items()):
+            st = state.states.get(step_id)
+            step = state.steps.get(step_id)
+            if st is None or step is None or st.status not in OPEN:
+                del self.waiting[step_id]
+                continue
+            if self.queue.route(step) is not None:
+                del self.waiting[step_id]  # dispatched by this very turn
+                log.info(
+                    "session=%s step=%s a live worker serves %s now", io.sid, step_id, step.tool
+                )
+                await io.store.note_progress(io.sid, SERVED, step=step_id, tool=step.tool)
+                continue
+            if now - since < io.settings.unserved_wait_s:
+                continue
+            del self.waiting[step_id]
+            st.status, st.error_kind = StepStatus.FAILED, ErrorKind.UNSERVED
+            st.error = (
+                f"no live worker serves {step.tool}: waited {now - since:.0f} s for one "
+                f"(unserved_wait_s); start a worker whose PLANLOOP_TOOL_MODULES provides it"
+            )
+            st.attempt += 1
+            st.note = ""
+            log.warning("session=%s step=%s failed: %s", io.sid, step_id, st.error)
+            await self.on_failure(step_id)
 
     async def watchdog(self) -> None:
         """End attempts whose worker vanished: started, and silent past timeout + grace.
