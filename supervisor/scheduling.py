@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 WATCHDOG_INTERVAL_S = 0.1
 UNSERVED = "unserved"  # the notice (event payload, progress note) of a step no worker serves
 SERVED = "served"  # ... and of its end: a live worker serves the tool now
+UNSERVED_FAILED = "unserved_failed"  # ... or: the wait ended, the step failed
 
 
 class TaskQueue(Protocol):
@@ -68,6 +69,7 @@ class Scheduling:
         self.unresolved: set[str] = set()  # steps failed by a reference that cannot resolve
         # Ready steps whose tool no live worker serves -> when this owner first saw it.
         self.waiting: dict[str, float] = {}
+        self._warned: set[str] = set()  # tools warned about while steps wait for them
 
     def first_owner(self) -> None:
         """The session was never owned before (nothing of a former owner to look at)."""
@@ -203,11 +205,17 @@ class Scheduling:
 
     # --- steps no live worker serves -------------------------------------------------------
     async def _wait_for_worker(self, step_id: str, now: float) -> None:
-        """Hold back a ready step whose tool no live worker serves, and say so once: a log
-        WARNING, the step's note, a WARNING notice event and a progress note, each naming
-        the tool (``status``, ``watch`` and the console show them)."""
+        """Hold back a ready step whose tool no live worker serves, and say so once per
+        tool: a log WARNING, a WARNING notice event and a progress note naming the tool
+        (``status``, ``watch`` and the console show them); each waiting step's note too."""
         self.waiting[step_id] = now
         io, tool = self.io, self.state.steps[step_id].tool
+        st = self.state.states[step_id]
+        st.note = f"waiting for a worker that serves {tool}"
+        await io.write_step(step_id, note=st.note)
+        if tool in self._warned:
+            return
+        self._warned.add(tool)
         bound = io.settings.unserved_wait_s
         text = f"no live worker serves {tool}: step {step_id} waits up to {bound:g} s for one"
         log.warning(
@@ -216,9 +224,6 @@ class Scheduling:
             step_id,
             text,
         )
-        st = self.state.states[step_id]
-        st.note = f"waiting for a worker that serves {tool}"
-        await io.write_step(step_id, note=st.note)
         await io.store.note_progress(io.sid, UNSERVED, step=step_id, tool=tool, wait_s=bound)
         await io.append_event(
             Event(
@@ -232,33 +237,37 @@ class Scheduling:
 
     async def _look_at_waiting(self, now: float) -> None:
         """Let a waiting step go once a live worker serves its tool; fail it ``unserved``
-        once it waited ``unserved_wait_s`` (or left the ready state: cancelled, skipped)."""
+        once it waited ``unserved_wait_s`` (or drop it: it left the ready state)."""
         io, state = self.io, self.state
         for step_id, since in sorted(self.waiting.items()):
-            st = state.states.get(step_id)
-            step = state.steps.get(step_id)
+            st, step = state.states.get(step_id), state.steps.get(step_id)
             if st is None or step is None or st.status not in OPEN:
                 del self.waiting[step_id]
-                continue
-            if self.queue.route(step) is not None:
+            elif self.queue.route(step) is not None:
                 del self.waiting[step_id]  # dispatched by this very turn
-                log.info(
-                    "session=%s step=%s a live worker serves %s now", io.sid, step_id, step.tool
+                await self._clear_warning(step.tool, SERVED)
+            elif now - since >= io.settings.unserved_wait_s:
+                del self.waiting[step_id]
+                st.status, st.error_kind = StepStatus.FAILED, ErrorKind.UNSERVED
+                st.error = (
+                    f"no live worker serves {step.tool}: waited {now - since:.0f} s for one "
+                    "(unserved_wait_s); start a worker whose PLANLOOP_TOOL_MODULES provides it"
                 )
-                await io.store.note_progress(io.sid, SERVED, step=step_id, tool=step.tool)
-                continue
-            if now - since < io.settings.unserved_wait_s:
-                continue
-            del self.waiting[step_id]
-            st.status, st.error_kind = StepStatus.FAILED, ErrorKind.UNSERVED
-            st.error = (
-                f"no live worker serves {step.tool}: waited {now - since:.0f} s for one "
-                f"(unserved_wait_s); start a worker whose PLANLOOP_TOOL_MODULES provides it"
-            )
-            st.attempt += 1
-            st.note = ""
-            log.warning("session=%s step=%s failed: %s", io.sid, step_id, st.error)
-            await self.on_failure(step_id)
+                st.attempt += 1
+                st.note = ""
+                log.warning("session=%s step=%s failed: %s", io.sid, step_id, st.error)
+                await io.write_step(step_id, **st.to_fields())  # what status and show read
+                await self._clear_warning(step.tool, UNSERVED_FAILED)
+                await self.on_failure(step_id)
+
+    async def _clear_warning(self, tool: str, kind: str) -> None:
+        """The warning about ``tool`` is over once no step waits for it (a progress note)."""
+        waiting = self.state.steps
+        if tool not in self._warned or any(waiting[i].tool == tool for i in self.waiting):
+            return
+        self._warned.discard(tool)
+        log.info("session=%s %s: %s", self.io.sid, tool, kind)
+        await self.io.store.note_progress(self.io.sid, kind, tool=tool)
 
     async def watchdog(self) -> None:
         """End attempts whose worker vanished: started, and silent past timeout + grace.
