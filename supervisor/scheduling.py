@@ -256,7 +256,8 @@ class Scheduling:
                 st.attempt += 1
                 st.note = ""
                 log.warning("session=%s step=%s failed: %s", io.sid, step_id, st.error)
-                await io.write_step(step_id, **st.to_fields())  # what status and show read
+                # what status and show read (the failure path writes only its own fields)
+                await io.write([io.store.step_write(io.sid, step_id, **st.to_fields())])
                 await self._clear_warning(step.tool, UNSERVED_FAILED)
                 await self.on_failure(step_id)
 
