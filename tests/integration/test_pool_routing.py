@@ -9,16 +9,20 @@ worker serving it starts, or fails ``unserved`` when ``unserved_wait_s`` passes.
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from collections.abc import Mapping
 
 import pytest
+from rich.console import Console
 
+from planloop.console.data import session_detail
 from planloop.core.heartbeat import Heartbeat, live_workers
 from planloop.core.models import ErrorKind, EventType, SessionStatus, Severity, StepState
 from planloop.core.routing import pool_queue
 from planloop.planner.plan import parse_plan
+from planloop.producer.watch import watch_session
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
@@ -147,9 +151,19 @@ def test_a_step_no_worker_serves_waits_warns_and_runs_once_one_starts(
     warned = wait_for(warning, 30, "the WARNING that no worker serves pool.greet")
     assert len(warned) == 1
     assert "pool.greet" in warned[0]
+    # status, watch and the console show it
     status = cli("status", sid, env=built.stack.env)
     assert status.returncode == 0, status.stderr
-    assert "pool.greet" in status.stdout, status.stdout
+    assert "WARNING      no live worker serves pool.greet" in status.stdout, status.stdout
+    console = Console(file=io.StringIO(), width=200, force_terminal=False)
+    watch_session(built.producer, sid, console=console, timeout_s=0.3)
+    assert isinstance(console.file, io.StringIO)
+    watched = console.file.getvalue()
+    assert "WARNING note unserved" in watched, watched
+    assert "no live worker serves pool.greet" in watched
+    detail = session_detail(built.producer, sid)
+    assert any("pool.greet" in ev["description"] for ev in detail["events"])
+    assert detail["steps"]["hi"]["note"] == "waiting for a worker that serves pool.greet"
     # The bench step that needs no greeting ran meanwhile.
     wait_for(
         lambda: built.step_states(sid, ["e1"])["e1"].status.value == "completed", 30, "e1 done"
