@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # Toolset names a pool queue's name spells out; more are counted (the hash stays exact).
 NAMED_TOOLSETS = 3
+# While Redis does not answer, the heartbeats are tried again this often at most, seconds.
+UNREACHABLE_S = 5.0
 
 
 def pool_queue(base: str, tools: Iterable[str]) -> str:
@@ -134,8 +136,10 @@ class LiveRoutes:
         self._reachable = True
 
     def fresh(self) -> bool:
-        """Whether the pools were read within the refresh period."""
-        return time.monotonic() - self._read_at < self.refresh_s
+        """Whether the pools were read within the refresh period (a longer one while Redis
+        does not answer: each try may hold the event loop up for the client's timeout)."""
+        period = self.refresh_s if self._reachable else max(self.refresh_s, UNREACHABLE_S)
+        return time.monotonic() - self._read_at < period
 
     def pools(self) -> list[Pool]:
         """The live pools, read again when the last read is older than the refresh period."""

@@ -160,11 +160,16 @@ class Scheduling:
         sent_to = st.queue or io.settings.queue  # where the attempt was sent
         if st.resent == st.attempt and await io.store.queued(sent_to, attempt_id):
             return False
-        args = self._task_args(step_id, st.attempt, await self._params(step_id), st.queue)
-        st.dispatched_at, st.resent = time.time(), st.attempt
+        # A step hash rebuilt from SQL (or written before pools) does not say where its
+        # attempt went: route it again (same task id: a copy elsewhere is a duplicate).
+        queue = st.queue or self.queue.route(self.state.steps[step_id]) or ""
+        args = self._task_args(step_id, st.attempt, await self._params(step_id), queue)
+        st.dispatched_at, st.resent, st.queue = time.time(), st.attempt, queue
         sent = {"epoch": st.epoch, "dispatched_at": st.dispatched_at}
-        queue = self.queue.commands(args.model_copy(update=sent))
-        await io.write_step(step_id, along=queue, dispatched_at=st.dispatched_at, resent=st.resent)
+        ops = self.queue.commands(args.model_copy(update=sent))
+        await io.write_step(
+            step_id, along=ops, dispatched_at=st.dispatched_at, resent=st.resent, queue=queue
+        )
         return True
 
     async def _params(self, step_id: str) -> SentParams:
