@@ -162,7 +162,11 @@ class Scheduling:
             return False
         # A step hash rebuilt from SQL (or written before pools) does not say where its
         # attempt went: route it again (same task id: a copy elsewhere is a duplicate).
-        queue = st.queue or self.queue.route(self.state.steps[step_id]) or ""
+        # With no live worker serving it yet (Redis lost the heartbeats too), nothing is
+        # sent: the watchdog looks again after timeout + grace.
+        queue = st.queue or self.queue.route(self.state.steps[step_id])
+        if not queue:
+            return False
         args = self._task_args(step_id, st.attempt, await self._params(step_id), queue)
         st.dispatched_at, st.resent, st.queue = time.time(), st.attempt, queue
         sent = {"epoch": st.epoch, "dispatched_at": st.dispatched_at}
