@@ -144,3 +144,24 @@ def test_routing_settings_parse_as_a_person_writes_them(monkeypatch: pytest.Monk
     assert settings.tool_queues == {"acme.greet": "gpu"}
     monkeypatch.setenv("PLANLOOP_WORKER_QUEUES", '["a"]')
     assert Settings().worker_queues == ["a"]
+
+
+def test_the_plan_json_schema_documents_a_steps_queue() -> None:
+    from planloop.planner.plan import Plan
+
+    queue = Plan.model_json_schema()["$defs"]["Step"]["properties"]["queue"]
+    assert "assignedWorker" in queue["description"]
+    assert any(option.get("pattern") for option in queue["anyOf"])
+
+
+def test_status_names_each_tool_steps_wait_for_until_it_is_served() -> None:
+    from planloop.producer.views import unserved_warnings
+
+    notes = [
+        {"kind": "unserved", "tool": "acme.greet", "step": "hi", "wait_s": "60", "at": "1"},
+        {"kind": "unserved", "tool": "acme.wave", "step": "yo", "wait_s": "60", "at": "2"},
+        {"kind": "served", "tool": "acme.wave", "at": "3"},
+    ]
+    (line,) = unserved_warnings(notes)
+    assert line.startswith("no live worker serves acme.greet: step hi waits up to 60 s")
+    assert unserved_warnings([*notes, {"kind": "unserved_failed", "tool": "acme.greet"}]) == []
