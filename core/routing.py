@@ -156,10 +156,6 @@ class LiveRoutes:
             self._pools = live_pools(beats, self.base, time.time())
         return self._pools
 
-    def cached(self) -> list[Pool]:
-        """The pools last read, without reading."""
-        return self._pools
-
     def close(self) -> None:
         self.client.close()
 

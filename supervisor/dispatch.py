@@ -84,16 +84,15 @@ class Dispatcher:
         self._channel: Any = None
         self._events: Any = None
 
-    def route(self, step: Step, *, read: bool = True) -> str | None:
+    def route(self, step: Step) -> str | None:
         """The queue to send ``step`` to, or None while no live worker serves its tool
-        (core/routing.py). ``read=False`` routes by the heartbeats last read, without
-        reading Redis (a hot path that falls back when they are stale)."""
+        (core/routing.py); the heartbeats are read at most every ``route_refresh_s``."""
         return route_step(
             step_needs(step),
             tool=step.tool,
             step_queue=step.queue,
             tool_queues=self.settings.tool_queues,
-            pools=self.routes.pools() if read else self.routes.cached(),
+            pools=self.routes.pools(),
             key=step.id,
         )
 

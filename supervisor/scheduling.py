@@ -42,7 +42,7 @@ class TaskQueue(Protocol):
     """Routes steps and turns attempts into the ops that queue them
     (``supervisor.dispatch.Dispatcher``)."""
 
-    def route(self, step: Step, *, read: bool = True) -> str | None: ...
+    def route(self, step: Step) -> str | None: ...
 
     def commands(self, *attempts: StepTaskArgs) -> list[Op]: ...
 
@@ -272,8 +272,10 @@ class Scheduling:
 
     async def _clear_warning(self, tool: str, kind: str) -> None:
         """The warning about ``tool`` is over once no step waits for it (a progress note)."""
-        waiting = self.state.steps
-        if tool not in self._warned or any(waiting[i].tool == tool for i in self.waiting):
+        steps = self.state.steps
+        if tool not in self._warned or any(
+            i in steps and steps[i].tool == tool for i in self.waiting
+        ):
             return
         self._warned.discard(tool)
         log.info("session=%s %s: %s", self.io.sid, tool, kind)

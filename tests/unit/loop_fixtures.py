@@ -53,7 +53,7 @@ class Queue:
         self.store = store
         self.revoked: list[str] = []
 
-    def route(self, step: Step, *, read: bool = True) -> str | None:
+    def route(self, step: Step) -> str | None:
         return step.queue or "q"  # every tool is served
 
     def commands(self, *attempts: StepTaskArgs) -> list[tuple[str, str, list[Any]]]:

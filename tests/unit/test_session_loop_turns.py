@@ -145,7 +145,7 @@ class Unserved(Dispatcher):
 
     served = False
 
-    def route(self, step: Any, *, read: bool = True) -> str | None:
+    def route(self, step: Any) -> str | None:
         return "q" if step.tool != "t.b" or self.served else None
 
 
