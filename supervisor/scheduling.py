@@ -154,18 +154,20 @@ class Scheduling:
         look (this owner's watchdog, or the next owner's takeover) sends another only when
         no copy is left in the queue (taken by a worker that died before claiming it): the
         queue never holds more than two copies of an attempt, however long nobody consumes.
+        A copy goes to the queue the step is routed to now (core/routing.py).
         """
         io, st = self.io, self.state.states[step_id]
         attempt_id = task_id(io.sid, step_id, st.attempt)
-        sent_to = st.queue or io.settings.queue  # where the attempt was sent
-        if st.resent == st.attempt and await io.store.queued(sent_to, attempt_id):
-            return False
-        # A step hash rebuilt from SQL (or written before pools) does not say where its
-        # attempt went: route it again (same task id: a copy elsewhere is a duplicate).
-        # With no live worker serving it yet (Redis lost the heartbeats too), nothing is
-        # sent: the watchdog looks again after timeout + grace.
-        queue = st.queue or self.queue.route(self.state.steps[step_id])
+        # Routed again: the pool it went to may have lost its workers since (stopped, or
+        # dead with their heartbeats expired), and a step hash rebuilt from SQL does not say
+        # where it went. The same task id makes a copy in another queue a duplicate the
+        # claim drops. With no live worker serving it, the copy goes where the first went
+        # (nowhere, when that is unknown: the watchdog looks again after timeout + grace).
+        queue = self.queue.route(self.state.steps[step_id]) or st.queue
         if not queue:
+            return False
+        moved = queue != (st.queue or io.settings.queue)
+        if not moved and st.resent == st.attempt and await io.store.queued(queue, attempt_id):
             return False
         args = self._task_args(step_id, st.attempt, await self._params(step_id), queue)
         st.dispatched_at, st.resent, st.queue = time.time(), st.attempt, queue

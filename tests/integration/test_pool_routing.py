@@ -10,6 +10,7 @@ worker serving it starts, or fails ``unserved`` when ``unserved_wait_s`` passes.
 from __future__ import annotations
 
 import io
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -193,3 +194,35 @@ def test_a_step_no_worker_serves_fails_unserved_when_the_wait_ends(
     assert "pool.greet" in state.error
     assert "waited" in state.error
     assert not state.worker  # never sent: no worker ever refused it
+
+
+def test_an_attempt_stranded_in_a_frozen_pool_moves_to_a_live_one(
+    private_stack: MakeStack,
+) -> None:
+    built = both_pools(private_stack, watchdog_grace_s=0.5)
+    frozen = built.start_worker(2, tool_modules=[BENCH_TOOLS, POOL_TOOLS])
+    (beat,) = wait_workers(built, 1)
+    built.signal(frozen, signal.SIGSTOP)  # its heartbeat holds for three periods more
+    try:
+        plan = parse_plan("steps: [{id: e, tool: bench.echo, params: {value: 1}, timeout_s: 1}]")
+        sid = built.producer.submit(plan)
+        wait_for(
+            lambda: built.step_states(sid, ["e"])["e"].queue == beat.queues[0],
+            30,
+            "the step sent to the frozen worker's pool",
+        )
+        other = built.start_worker(2, tool_modules=[BENCH_TOOLS])  # another pool serves it
+        record = built.finish(sid, ["e"], timeout_s=60)
+        assert record.status == SessionStatus.COMPLETED, record.error
+        state = built.step_states(sid, ["e"])["e"]
+        assert pid_of(state) == other.pid
+        assert state.attempt == 1  # the same attempt, re-sent: nothing ran twice
+        assert state.queue == pool_queue(built.settings.queue, live_tools(built, other.pid))
+    finally:
+        built.signal(frozen, signal.SIGKILL)
+
+
+def live_tools(built: PrivateStack, pid: int) -> list[str]:
+    """The tools the live worker of process ``pid`` serves, by its heartbeat."""
+    beats = live_workers(built.redis, built.keys, built.settings.queue)
+    return next(hb.tools for hb in beats if hb.worker.startswith(f"planloop-{pid}@"))
