@@ -24,9 +24,11 @@ from celery import Celery
 
 from planloop.config.celery import STEP_TASK, celery_config
 from planloop.config.settings import Settings
+from planloop.core.heartbeat import read_heartbeats
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
 from planloop.core.models import StepTaskArgs
+from planloop.core.routing import live_pools, route_step
 
 READ_BLOCK_MS = 200
 IDLE_EXIT_S = 60.0  # no new session for this long: the benchmark is gone
@@ -39,6 +41,10 @@ def relay(group: str, sent_key: str, count: int) -> None:
     app = Celery("planloop-floor", set_as_current=False)
     app.conf.update(celery_config(settings))
     app.connection_for_write().ensure_connection()  # connected before the first submit
+    # The queue the supervisor would route bench.sleep to: the live worker's pool queue.
+    pools = live_pools(read_heartbeats(client, keys), settings.queue, time.time())
+    needs = ["bench.sleep"]
+    queue = route_step(needs, tool=needs[0], step_queue=None, tool_queues={}, pools=pools)
     sent_at: dict[str, str] = {}
     last = time.monotonic()
     client.set(f"{sent_key}:ready", "1", ex=600)
@@ -67,7 +73,7 @@ def relay(group: str, sent_key: str, count: int) -> None:
                         STEP_TASK,
                         args=[args.model_dump(mode="json")],
                         task_id=args.task_id,
-                        queue=settings.queue,
+                        queue=queue or settings.queue,
                     )
                     sent_at[sid] = repr(time.time())
                     last = time.monotonic()

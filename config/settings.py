@@ -64,7 +64,36 @@ class Settings(BaseSettings):
     )
 
     # --- Workers -------------------------------------------------------------------------
-    queue: str = Field("planloop", description="Celery queue the step tasks go to.")
+    queue: str = Field(
+        "planloop",
+        description="The deployment's queue name: workers of this name consume pool queues "
+        "derived from it (<queue>.<toolsets>.<hash>, one per distinct tool set) and the "
+        "supervisor routes each step to one (core/routing.py). Default planloop.",
+    )
+    worker_queues: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Queues a worker consumes besides its derived pool queue (planloop worker "
+        "--queues a,b): a comma list or a JSON list. Steps reach them only by explicit "
+        "routing (a step's queue:, PLANLOOP_TOOL_QUEUES). Default none.",
+    )
+    tool_queues: dict[str, str] = Field(
+        default_factory=dict,
+        description="Explicit routing, tool name -> queue, as JSON "
+        '(\'{"acme.greet": "gpu"}\'): the supervisor sends that tool\'s steps to that queue '
+        "whether or not a live worker consumes it. A step's own queue: wins. Default none.",
+    )
+    unserved_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a step whose tool no live worker serves (and with no explicit "
+        "queue) waits for one before it fails with error kind unserved. Default 60.",
+    )
+    route_refresh_s: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds a supervisor routes by the worker heartbeats it last read before "
+        "reading them again (at most once per period, on demand). Default 1.",
+    )
     worker_concurrency: int = Field(8, ge=1, description="Threads (or processes) per worker.")
     worker_pool: Literal["threads", "prefork", "solo"] = Field(
         "threads", description="Celery pool; threads suit I/O-bound tools."
@@ -357,7 +386,7 @@ class Settings(BaseSettings):
         "object per line with session_id and step_id when the line is about one.",
     )
 
-    @field_validator("tool_modules", mode="before")
+    @field_validator("tool_modules", "worker_queues", mode="before")
     @classmethod
     def _comma_or_json_list(cls, value: Any) -> Any:
         # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.

@@ -30,6 +30,7 @@ from planloop.core.errors import (
     SessionNotFoundError,
 )
 from planloop.core.hot_state import HotState
+from planloop.core.routing import queue_lengths
 from planloop.producer.client import Producer
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def error_response(exc: Exception) -> JSONResponse:
 def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
     """``/metrics``: this process's metrics plus what the whole deployment shows in Redis
     (step queue depth, sessions not yet ended), read when scraped."""
-    lengths = metrics.redis_queue_lengths(state.r, [settings.queue])
+    lengths = queue_lengths(state.r, state.keys, settings.queue)
     active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
     app = metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active])
     return [Mount("/metrics", app=app)]

@@ -1,10 +1,12 @@
-"""Worker heartbeats: which workers are alive, on which queue, serving which tools.
+"""Worker heartbeats: which workers are alive, on which queues, serving which tools.
 
 Each worker writes its own field of the hash ``pl:workers`` (core/keys.py) every
 ``worker_heartbeat_s``: its name -> :class:`Heartbeat` as JSON, with ``expires_at`` three
 periods ahead (one or two beats may be lost to a Redis fault). A worker that stops deletes its
 field; one that dies is left out by readers once its entry has expired, and pruned by the next
-beat of any worker. ``submit`` reads this to refuse a plan whose tools no live worker serves.
+beat of any worker. ``submit`` reads this to refuse a plan whose tools no live worker serves;
+the supervisor routes each step to a queue a live worker serving its tool consumes
+(core/routing.py).
 """
 
 from __future__ import annotations
@@ -28,13 +30,22 @@ class Heartbeat(BaseModel):
     """One worker as it last reported itself."""
 
     worker: str
-    queue: str
+    queue: str = Field(description="The deployment's base queue (Settings.queue).")
+    queues: list[str] = Field(
+        default_factory=list,
+        description="The queues it consumes (its pool queue, --queues); empty: ``queue``.",
+    )
     tools: list[str] = Field(default_factory=list)
     seen_at: float = Field(description="When it beat, seconds since the epoch.")
     expires_at: float = Field(description="When the beat stops counting, seconds since the epoch.")
 
     def live(self, now: float) -> bool:
         return now < self.expires_at
+
+    def consumed(self) -> list[str]:
+        """The queues it takes steps from (a heartbeat of an older worker names none: its
+        base queue)."""
+        return self.queues or [self.queue]
 
     def toolsets(self) -> list[str]:
         """The tool name prefixes it serves (``bench``, ``ecommerce``, ...), sorted."""
@@ -49,12 +60,14 @@ def beat(
     queue: str,
     tools: list[str],
     period_s: float,
+    queues: list[str] | None = None,
 ) -> Heartbeat:
     """Write ``worker``'s heartbeat, and drop expired ones of other workers, in one round trip."""
     now = time.time()
     entry = Heartbeat(
         worker=worker,
         queue=queue,
+        queues=list(queues or []),
         tools=sorted(tools),
         seen_at=now,
         expires_at=now + LIVE_PERIODS * period_s,

@@ -16,6 +16,7 @@ metric                                          type         labels
 planloop_sessions_ended_total                   counter      status
 planloop_sessions_active                        gauge        (read at scrape time)
 planloop_steps_total                            counter      tool, status
+planloop_steps_dispatched_total                 counter      queue (at most MAX_QUEUES)
 planloop_step_duration_seconds                  histogram    tool
 planloop_dispatch_overhead_seconds              histogram    (dispatch -> worker start)
 planloop_replans_total                          counter      (re-plans counted on budget)
@@ -25,7 +26,8 @@ planloop_llm_calls_total                        counter      role, model
 planloop_llm_tokens_total                       counter      role, model, kind
 planloop_llm_cost_usd_total                     counter      role, model
 planloop_breaker_open                           gauge        tool (1: open, last seen)
-planloop_queue_depth                            gauge        queue (read at scrape time)
+planloop_queue_depth                            gauge        queue (read at scrape time: the
+                                                             base queue, live workers' queues)
 planloop_lease_takeovers_total                  counter      (sessions taken over)
 planloop_dead_letters_total                     counter      (stream entries dead-lettered)
 =============================================  ===========  ============================
@@ -96,6 +98,13 @@ LEASE_TAKEOVERS = Counter(
     "planloop_lease_takeovers", "Sessions a supervisor took over from an expired lease."
 )
 DEAD_LETTERS = Counter("planloop_dead_letters", "Stream entries moved to the dead letters.")
+DISPATCHED = Counter(
+    "planloop_steps_dispatched", "Step attempts a supervisor queued, by queue.", ["queue"]
+)
+# Queue label values one process uses at most: pool queues are one per distinct worker
+# build, but a plan's `queue:` is text a person typed. Beyond this many, "other".
+MAX_QUEUES = 64
+OTHER_QUEUE = "other"
 
 
 @lru_cache(maxsize=4096)
@@ -113,6 +122,18 @@ def _step_children(tool: str, status: str) -> tuple[Any, Any]:
     # step's children are looked up once per (tool, status) and kept.
     name = label(tool)
     return STEPS.labels(name, status), STEP_SECONDS.labels(name)
+
+
+_dispatched: dict[str, Any] = {}  # queue -> its counter child (bounded by MAX_QUEUES)
+
+
+def count_dispatched(queue: str) -> None:
+    """One attempt queued to ``queue`` (the supervisor's hot path: the child is kept)."""
+    child = _dispatched.get(queue)
+    if child is None:
+        name = label(queue) if len(_dispatched) < MAX_QUEUES else OTHER_QUEUE
+        child = _dispatched[queue] = DISPATCHED.labels(name)
+    child.inc()
 
 
 _breakers: dict[str, bool] = {}  # per process: the state last set, so a set is a change

@@ -82,7 +82,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # ran past its timeout; retry
     LOST = "lost"  # worker vanished; retry
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
-    UNSERVED = "unserved"  # the worker that took it does not serve the tool: the session fails
+    UNSERVED = "unserved"  # no live worker serves the tool (or the one that took it does not)
 
 
 # The kinds a retry can help with: the supervisor retries them within the step's budget.
@@ -146,6 +146,7 @@ class StepState(BaseModel):
     output_ref: str = ""
     note: str = ""
     resent: int = 0  # the attempt whose second copy the watchdog queued (one per attempt)
+    queue: str = ""  # the queue its attempt was sent to (core/routing.py); "": the base queue
 
     def to_fields(self) -> dict[str, str]:
         # The fields' own dict: iterating the model itself costs several times more, and
@@ -181,6 +182,8 @@ class StepTaskArgs(BaseModel):
     # When the supervisor queued the attempt (epoch seconds; 0: unknown): the worker's
     # dispatch-overhead histogram (core/metrics.py).
     dispatched_at: float = 0.0
+    # The queue the attempt is sent to (core/routing.py); "": the base queue (Settings.queue).
+    queue: str = ""
 
     @property
     def task_id(self) -> str:

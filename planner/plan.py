@@ -32,6 +32,8 @@ from planloop.core.input_limits import (
 )
 from planloop.planner.safe_yaml import YamlLimitError, load_yaml
 
+# A queue name: a Redis key kombu makes from it, and a Prometheus label value.
+QUEUE_PATTERN = r"^[A-Za-z0-9_.:+-]+$"
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 
 # True while the steps of a plan whose whole document passed the input limits in one walk
@@ -99,6 +101,14 @@ class Step(BaseModel):
     compensate: Compensation | None = None
     requires_approval: bool = False
     phase: str | None = None
+    queue: str | None = Field(
+        None,
+        pattern=QUEUE_PATTERN,
+        max_length=128,
+        description="The worker queue (pool) to send this step to, whether or not a live "
+        "worker consumes it (seed 004's assignedWorker); None = routed to a live worker "
+        "that serves the tool (core/routing.py).",
+    )
     expect: list[Expectation] = Field(default_factory=list)
     fallback: list[Step] = Field(
         default_factory=list,

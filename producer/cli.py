@@ -543,14 +543,29 @@ def skip(session_id: str, step_id: str, note: str) -> None:
 )
 @click.option("--loglevel", default="INFO", show_default=True)
 @click.option("--name", default=None, help="Worker node name (default: unique per process).")
-def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str | None) -> None:
+@click.option(
+    "--queues",
+    default=None,
+    metavar="A,B",
+    help="Also consume these queues (besides the pool queue derived from the tools it "
+    "serves); steps reach them by a step's queue: or PLANLOOP_TOOL_QUEUES. "
+    "Default: PLANLOOP_WORKER_QUEUES.",
+)
+def worker(
+    concurrency: int | None, pool: str | None, loglevel: str, name: str | None, queues: str | None
+) -> None:
     """Start a Celery worker for step tasks.
 
     The worker serves the bundled toolsets and the modules of PLANLOOP_TOOL_MODULES, which
-    may live in the directory it is started in.
+    may live in the directory it is started in. It consumes the pool queue of the tools it
+    serves (core/routing.py): the supervisor sends a step only to a queue whose workers all
+    serve its tool.
     """
     settings = _settings(record=True)
     _import_tool_modules(settings)
+    if queues is not None:
+        names = [q.strip() for q in queues.split(",") if q.strip()]
+        settings = settings.model_copy(update={"worker_queues": names})
     chosen_pool = pool or settings.worker_pool
     metrics_dir = ""
     if settings.metrics_port and chosen_pool == "prefork":
@@ -569,7 +584,7 @@ def worker(concurrency: int | None, pool: str | None, loglevel: str, name: str |
     argv = [
         "worker",
         "-Q",
-        settings.queue,
+        ",".join(_worker_queues(settings)),
         "-c",
         str(slots),
         "-P",
@@ -623,6 +638,15 @@ def tools_command(as_json: bool) -> None:
             print_catalogue(producer.tools)
     finally:
         producer.close()
+
+
+def _worker_queues(settings: Settings) -> list[str]:
+    """The queues ``planloop worker`` consumes: the pool queue of the tools it serves, and
+    ``--queues`` (core/routing.py)."""
+    from planloop.core.tools import load_tools
+    from planloop.workers.catalogue import worker_queues
+
+    return worker_queues(settings, load_tools(settings.tool_modules))
 
 
 @cli.command()

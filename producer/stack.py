@@ -236,16 +236,21 @@ class Stack:
         pool: str = "threads",
         *,
         cwd: Path | None = None,
+        tool_modules: list[str] | None = None,
+        queues: list[str] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """A worker process; ``cwd`` is its working directory (a user's tool module may live
-        there), ``env`` variables over the stack's for it alone (its PLANLOOP_TOOL_MODULES)."""
-        return self._spawn(
-            "worker",
-            ["worker", "--concurrency", str(concurrency), "--pool", pool, "--loglevel", "WARNING"],
-            cwd=cwd,
-            env=env,
-        )
+        there); ``tool_modules`` (its ``PLANLOOP_TOOL_MODULES``), ``queues`` (``--queues``) and
+        ``env`` (variables over the stack's, for it alone) make it a worker of another pool."""
+        args = ["worker", "--concurrency", str(concurrency), "--pool", pool]
+        args += ["--loglevel", "WARNING"]
+        if queues is not None:
+            args += ["--queues", ",".join(queues)]
+        own = dict(env or {})
+        if tool_modules is not None:
+            own["PLANLOOP_TOOL_MODULES"] = ",".join(tool_modules)
+        return self._spawn("worker", args, cwd=cwd, env=own or None)
 
     def start_supervisor(self) -> subprocess.Popen[bytes]:
         return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])

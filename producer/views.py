@@ -154,6 +154,26 @@ def consumer_warning(notes: Iterable[Mapping[str, str]]) -> str | None:
     )
 
 
+# supervisor/scheduling.py's notes: a step no live worker serves waits; a worker serves it
+# now; the wait ended and the step failed.
+UNSERVED_NOTES = ("unserved", "served", "unserved_failed")
+
+
+def unserved_warnings(notes: Iterable[Mapping[str, str]]) -> list[str]:
+    """One line per tool steps wait for, no live worker serving it (its latest note)."""
+    latest: dict[str, Mapping[str, str]] = {}
+    for note in notes:
+        if note.get("kind") in UNSERVED_NOTES:
+            latest[note.get("tool", "?")] = note
+    return [
+        f"no live worker serves {tool}: step {note.get('step', '?')} waits up to "
+        f"{note.get('wait_s', '?')} s for one (noticed at {clock(float(note.get('at') or 0))}): "
+        "start a worker whose PLANLOOP_TOOL_MODULES provides it"
+        for tool, note in sorted(latest.items())
+        if note.get("kind") == "unserved"
+    ]
+
+
 # --- status -------------------------------------------------------------------------------
 def _snapshot(
     producer: Producer, sid: str
@@ -188,8 +208,9 @@ def print_status(
         console.print(f"error        {short(record.error, 200)}")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.print(f"steps        {len(states)}: {summary or 'none'}")
-    warning = consumer_warning(n for _, n in producer.state.recent_progress(sid))
-    if warning and not record.status.ended:
+    notes = [n for _, n in producer.state.recent_progress(sid)]
+    warnings = [w for w in [consumer_warning(notes), *unserved_warnings(notes)] if w]
+    for warning in warnings if not record.status.ended else []:
         console.print(Text(f"WARNING      {warning}", style="bold yellow"))
 
 
@@ -203,7 +224,7 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
     from planloop.core.heartbeat import live_workers
 
     workers = [
-        {"worker": hb.worker, "tools": hb.tools, "seen_at": hb.seen_at}
+        {"worker": hb.worker, "queues": hb.consumed(), "tools": hb.tools, "seen_at": hb.seen_at}
         for hb in live_workers(producer.state.r, producer.state.keys, producer.settings.queue)
     ]
     if sid is None:
@@ -221,13 +242,16 @@ def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any
             )
         return cast(dict[str, Any], mask({"sessions": sessions, "workers": workers}))
     record, states, counts = _snapshot(producer, sid)
-    warning = consumer_warning(n for _, n in producer.state.recent_progress(sid))
+    notes = [n for _, n in producer.state.recent_progress(sid)]
+    warning = consumer_warning(notes)
+    waiting = unserved_warnings(notes)
     session = record.model_dump(mode="json", exclude={"report", "deliberation"})
     doc = {
         "session": session,
         "steps": {i: st.status.value for i, st in states.items()},
         "counts": counts,
         "warning": None if record.status.ended else warning,
+        "unserved": [] if record.status.ended else waiting,
         "workers": workers,
     }
     return cast(dict[str, Any], mask(doc))

@@ -22,7 +22,9 @@ from planloop.core.models import Event, SessionRecord, StepState, StepStatus
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 from planloop.producer.views import (
+    NO_CONSUMER_NOTES,
     SEVERITY_COLOURS,
+    UNSERVED_NOTES,
     clock,
     consumer_warning,
     event_line,
@@ -32,9 +34,12 @@ from planloop.producer.views import (
     seconds,
     short,
     styled_status,
+    unserved_warnings,
 )
 
 RECENT_EVENTS = 8
+# Notes that set or clear the view's WARNING line (no consumer; a step no worker serves).
+WARNING_NOTES = frozenset({*NO_CONSUMER_NOTES, *UNSERVED_NOTES})
 # Note fields that carry a person-readable text: shown whole (wrapped), never cut.
 LONG_FIELDS = frozenset({"reasoning", "reason", "error", "note", "feedback"})
 NOTE_VALUE_CHARS = 60
@@ -103,8 +108,9 @@ def poll(producer: Producer, view: WatchState) -> Changes:
         view.last_note = notes[-1][0]
         view.notes.extend(fields for _, fields in notes)
         view.end_noted |= any(fields.get("kind") == "ended" for _, fields in notes)
-        if any(fields.get("kind") in ("no_consumer", "consumer_back") for _, fields in notes):
-            view.warning = consumer_warning(fields for _, fields in notes)
+        if any(fields.get("kind") in WARNING_NOTES for _, fields in notes):
+            waiting = unserved_warnings(view.notes)
+            view.warning = consumer_warning(view.notes) or (waiting[0] if waiting else None)
     return Changes(
         [ev for _, ev in events], [fields for _, fields in notes], changed, budget_changed
     )
@@ -153,7 +159,7 @@ def note_line(note: dict[str, str]) -> str:
         if key not in ("kind", "at") and value
     )
     at = clock(float(note.get("at") or 0))
-    label = "WARNING note" if note.get("kind") == "no_consumer" else "note"
+    label = "WARNING note" if note.get("kind") in ("no_consumer", "unserved") else "note"
     return " ".join(part for part in (at, label, note.get("kind", "?"), extra) if part)
 
 

@@ -1,10 +1,11 @@
-"""Noticing that no worker consumes the step queue: one warning per episode, then its end.
+"""Noticing that no worker consumes the step queues: one warning per episode, then its end.
 
-The supervisor cannot see workers, only the queue: attempts that wait in it while it does not
-shrink mean nobody takes messages (no worker started, all of them dead, or listening to
-another queue). :class:`ConsumerWatch` is the pure bookkeeping of one session's view;
-:class:`ConsumerMonitor` feeds it the queue's length and what it learns about the session's
-own attempts, and tells the user (a log WARNING, a progress note, a WARNING event).
+The supervisor looks at the queues its attempts were sent to (core/routing.py picks them
+from the live workers' heartbeats, but a worker may die or stall after that): attempts that
+wait in them while they do not shrink mean nobody takes messages (all of its workers died,
+or none listens to an explicit queue). :class:`ConsumerWatch` is the pure bookkeeping of one
+session's view; :class:`ConsumerMonitor` feeds it the queues' length and what it learns about
+the session's own attempts, and tells the user (a log WARNING, a progress note, a WARNING event).
 """
 
 from __future__ import annotations
@@ -89,10 +90,14 @@ class ConsumerMonitor:
         sid: str,
         settings: Settings,
         append_event: Callable[[Event], Awaitable[None]],
+        queue_of: Callable[[str], str] | None = None,
     ) -> None:
         self.store = store
         self.sid = sid
-        self.queue = settings.queue
+        self.base = settings.queue
+        self.queue = settings.queue  # the queue(s) looked at last, as the warning names them
+        # step id -> the queue its attempt was sent to (core/routing.py): the queues watched
+        self.queue_of = queue_of or (lambda _step: self.base)
         self.watch = ConsumerWatch(settings.no_consumer_warning_s, time.time())
         self._append_event = append_event
         self._next_look = 0.0
@@ -121,7 +126,12 @@ class ConsumerMonitor:
             watch.consumed(now)  # nothing of ours waits
         elif now >= self._next_look:
             self._next_look = now + self.LOOK_INTERVAL_S
-            length = await self.store.queue_length(self.queue, max_age_s=self.SHARED_LOOK_S)
+            # The queues our attempts were sent to; their total shrinking means consumption.
+            queues = sorted({self.queue_of(step) or self.base for step in attempts})
+            self.queue = ", ".join(queues)
+            length = 0
+            for queue in queues:
+                length += await self.store.queue_length(queue, max_age_s=self.SHARED_LOOK_S)
             watch.look(now, length)
             if watch.due(now):
                 await self._check_unclaimed(now, attempts)

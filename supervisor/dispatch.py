@@ -12,6 +12,11 @@ event on its own, check the declarations and wrap a retry loop around each; meas
 costs the supervisor about 0.2 ms of CPU per step more (bench/README.md).
 ``tests/integration/test_dispatch.py`` checks that both produce the same messages.
 
+Each attempt goes to the queue in its arguments (``StepTaskArgs.queue``, which the session
+loop chose with :meth:`Dispatcher.route`, core/routing.py); the templates are made per queue,
+on the first attempt sent to it, since the queue is part of the message (its routing, the
+task-sent event Flower reads it from).
+
 Flower displays task arguments as sent, so each message carries ``argsrepr`` masked by the
 one masker (core/masking.py), with the sensitive fields of the local registry and of the tool
 catalogue workers publish; the params of a tool neither knows are hidden whole.
@@ -31,9 +36,14 @@ from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames, catalogue_client
 from planloop.core.keys import Keys
 from planloop.core.masking import MASK, mask
+from planloop.core.metrics import count_dispatched
 from planloop.core.models import StepTaskArgs
+from planloop.core.routing import LiveRoutes, route_step
 from planloop.core.tools import ToolRegistry
 from planloop.core.tracing import step_headers
+from planloop.planner.answer_step import ANSWER_TOOL
+from planloop.planner.plan import Step
+from planloop.planner.react_step import REACT_TOOL
 from planloop.supervisor.step_message import Op, StepMessages
 
 log = logging.getLogger(__name__)
@@ -62,17 +72,38 @@ class Dispatcher:
             Keys(settings.key_prefix),
             settings.catalogue_refresh_s,
         )
+        self.routes = LiveRoutes(
+            catalogue_client(settings.redis_url),
+            Keys(settings.key_prefix),
+            settings.queue,
+            settings.route_refresh_s,
+        )
         self.celery = Celery("planloop-supervisor", set_as_current=False)
         self.celery.conf.update(celery_config(settings))
-        self._messages: StepMessages | None = None
+        self._messages: dict[str, StepMessages] = {}
+        self._channel: Any = None
         self._events: Any = None
+
+    def route(self, step: Step) -> str | None:
+        """The queue to send ``step`` to, or None while no live worker serves its tool
+        (core/routing.py); the heartbeats are read at most every ``route_refresh_s``."""
+        return route_step(
+            step_needs(step),
+            tool=step.tool,
+            step_queue=step.queue,
+            tool_queues=self.settings.tool_queues,
+            pools=self.routes.pools(),
+            key=step.id,
+        )
 
     def commands(self, *attempts: StepTaskArgs) -> list[Op]:
         """The Redis commands that queue ``attempts`` under their deterministic task ids
-        (and announce them to Flower), for the caller's fenced write."""
-        messages = self._open()
+        (and announce them to Flower), each to its own queue, for the caller's fenced write."""
         ops: list[Op] = []
         for args in attempts:
+            queue = args.queue or self.settings.queue
+            messages = self._messages.get(queue) or self._open(queue)
+            count_dispatched(queue)
             ops += messages.ops(
                 args.task_id,
                 args.model_dump(mode="json"),
@@ -96,25 +127,26 @@ class Dispatcher:
         }
         return json.dumps([shown], default=str)
 
-    def _open(self) -> StepMessages:
-        """The step messages' templates, made on a kombu channel that knows the step queue
-        and the event exchange (declared once: the queue's binding is what routes messages
-        to it)."""
-        if self._messages is None:
+    def _open(self, queue: str) -> StepMessages:
+        """The step messages' templates of ``queue``, made on a kombu channel that knows the
+        queue and the event exchange (each declared once: the queue's binding is what routes
+        messages to it)."""
+        if self._channel is None:
             connection = self.celery.connection_for_write()
-            channel = connection.default_channel
-            self.celery.amqp.queues[self.settings.queue](channel).declare()
+            self._channel = connection.default_channel
             events = self.celery.events.Dispatcher(connection, enabled=True)
-            events.exchange(channel).declare()
+            events.exchange(self._channel).declare()
             self._events = events
-            self._messages = StepMessages(
-                self.celery,
-                channel,
-                events if self.celery.conf.task_send_sent_event else None,
-                self.settings.queue,
-                reply_to=self.celery.thread_oid,
-            )
-        return self._messages
+        self.celery.amqp.queues[queue](self._channel).declare()
+        messages = StepMessages(
+            self.celery,
+            self._channel,
+            self._events if self.celery.conf.task_send_sent_event else None,
+            queue,
+            reply_to=self.celery.thread_oid,
+        )
+        self._messages[queue] = messages
+        return messages
 
     def revoke(self, task_ids: Iterable[str]) -> None:
         """Ask workers to drop these attempts (a running one is fenced off anyway)."""
@@ -126,4 +158,16 @@ class Dispatcher:
         if self._events is not None:
             self._events.close()
         self.sensitive.close()
+        self.routes.close()
         self.celery.close()
+
+
+def step_needs(step: Step) -> list[str]:
+    """The tools a worker must serve to run ``step``: its tool; an agent step's tools (the
+    agent itself runs on any worker); nothing for an answer step."""
+    if step.tool == REACT_TOOL:
+        inner = step.params.get("tools")
+        return [str(t) for t in inner] if isinstance(inner, list) else []
+    if step.tool == ANSWER_TOOL:
+        return []
+    return [step.tool]

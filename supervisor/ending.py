@@ -353,6 +353,9 @@ async def _run_compensation(end: Ending, undo: Undo, params: dict[str, Any]) -> 
             params=params,
             timeout_s=timeout,
             idempotency_key=f"{io.sid}:{undo.key}:compensate",
+            # A worker serving the compensating tool (the step's own queue: wins); none
+            # live: the base queue, and the outcome's timeout says so.
+            queue=end.queue.route(step.model_copy(update={"tool": tool, "params": {}})) or "",
         )
         state = StepState(
             status=StepStatus.RUNNING,

@@ -6,6 +6,7 @@ bookkeeping, not a decision): the loop sends what they return.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from contextlib import closing
 
 from planloop.core.models import StepStatus
@@ -14,9 +15,12 @@ from planloop.supervisor.session_state import OPEN, SessionState
 MAX_WAIT_S = 1.0  # the loop looks at its timers at least this often
 
 
-def ready_steps(state: SessionState, now: float, concurrency: int) -> list[str]:
+def ready_steps(
+    state: SessionState, now: float, concurrency: int, skip: Container[str] = ()
+) -> list[str]:
     """Steps to dispatch now (first attempts, and retries whose back-off ended), in plan
-    order, within ``concurrency`` attempts in flight.
+    order, within ``concurrency`` attempts in flight; ``skip``: steps held back (waiting
+    for a worker that serves their tool), which take no slot.
 
     A step waiting for a person's approval is noted in ``state.awaiting_approval`` (the loop
     announces it once) and not returned.
@@ -42,7 +46,7 @@ def ready_steps(state: SessionState, now: float, concurrency: int) -> list[str]:
             if step.requires_approval and step_id not in state.approved:
                 state.awaiting_approval.add(step_id)
                 continue
-            if st.not_before <= now:
+            if st.not_before <= now and step_id not in skip:
                 ready.append(step_id)
                 if len(ready) >= slots:
                     break

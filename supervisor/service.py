@@ -26,6 +26,7 @@ from planloop.core.models import SessionStatus
 from planloop.core.record import SqlRecord
 from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
 from planloop.core.redis_version import require_supported_redis
+from planloop.core.routing import queue_lengths
 from planloop.core.tools import load_tools
 from planloop.planner.llm import build_chat_model
 from planloop.supervisor.batch_start import (
@@ -487,7 +488,7 @@ def serve_metrics(settings: Settings) -> None:
     if not settings.supervisor_metrics_port:
         return
     client = connect(settings.redis_url)
-    depth = metrics.QueueDepth(metrics.redis_queue_lengths(client, [settings.queue]))
+    depth = metrics.QueueDepth(queue_lengths(client, Keys(settings.key_prefix), settings.queue))
     active_key = Keys(settings.key_prefix).active
     active = metrics.ActiveSessions(lambda: int(client.scard(active_key)))
     try:

@@ -120,7 +120,13 @@ class SessionRunner:
             ctx.dispatcher.sensitive,
             self.io.load_outputs,
         )
-        consumers = ConsumerMonitor(ctx.store, sid, ctx.settings, self.io.append_event)
+        consumers = ConsumerMonitor(
+            ctx.store,
+            sid,
+            ctx.settings,
+            self.io.append_event,
+            queue_of=lambda step_id: self.state.states[step_id].queue,
+        )
         self.scheduling = Scheduling(
             self.io, ctx.dispatcher, on_failure=self._decide_failure, consumers=consumers
         )

@@ -25,6 +25,7 @@ from planloop.core.catalogue import publish_catalogue
 from planloop.core.heartbeat import beat, forget
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.routing import worker_queues as derive_queues
 from planloop.core.tools import ToolRegistry, load_tools
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class CataloguePublisher:
         self._published = True  # the last round's fate: log only when it changes
         self._catalogue_due = 0.0  # monotonic time of the next catalogue round
         self._tools: ToolRegistry | None = None
+        self.queues: list[str] = []  # what the worker consumes (set when it is ready)
 
     def publish(self) -> bool:
         """One round (the heartbeat, and the catalogue when it is due); False when Redis did
@@ -64,6 +66,7 @@ class CataloguePublisher:
                 queue=self.settings.queue,
                 tools=tools.names(),
                 period_s=self.settings.worker_heartbeat_s,
+                queues=self.queues or worker_queues(self.settings, tools),
             )
         except redis.RedisError as exc:
             if self._published:
@@ -98,6 +101,21 @@ class CataloguePublisher:
             self.publish()
 
 
+def worker_queues(settings: Settings, tools: ToolRegistry) -> list[str]:
+    """The queues a worker of ``settings`` serving ``tools`` consumes (core/routing.py)."""
+    return derive_queues(settings.queue, tools.names(), settings.worker_queues)
+
+
+def consumed_queues(celery_app: Celery) -> list[str]:
+    """The queues the worker of ``celery_app`` really consumes (its ``-Q``, or Celery's
+    default queue): what its heartbeat tells the supervisors, whatever started it."""
+    try:
+        return sorted(celery_app.amqp.queues.consume_from)
+    except Exception:  # the heartbeat then names the derived queues
+        log.warning("worker: the queues it consumes are unknown; publishing the derived ones")
+        return []
+
+
 def publish_while_serving(celery_app: Celery, settings: Settings) -> None:
     """Publish the catalogue while a worker of ``celery_app`` serves, until it shuts down.
 
@@ -110,6 +128,7 @@ def publish_while_serving(celery_app: Celery, settings: Settings) -> None:
         if getattr(sender, "app", None) is celery_app:
             # the Celery node name (planloop-123@host) is the name people see elsewhere
             publisher.worker = str(getattr(sender, "hostname", "") or publisher.worker)
+            publisher.queues = consumed_queues(celery_app)
             publisher.start()
 
     def shutdown(sender: Any = None, **_: Any) -> None:

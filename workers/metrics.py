@@ -15,7 +15,9 @@ from celery.signals import worker_process_shutdown, worker_ready
 
 from planloop.config.settings import Settings
 from planloop.core.hot_state import connect
-from planloop.core.metrics import QueueDepth, process_exited, redis_queue_lengths, serve
+from planloop.core.keys import Keys
+from planloop.core.metrics import QueueDepth, process_exited, serve
+from planloop.core.routing import queue_lengths
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,8 @@ def serve_metrics_while_serving(celery_app: Celery, settings: Settings) -> None:
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not celery_app:
             return
-        depth = QueueDepth(redis_queue_lengths(connect(settings.redis_url), [settings.queue]))
+        client = connect(settings.redis_url)
+        depth = QueueDepth(queue_lengths(client, Keys(settings.key_prefix), settings.queue))
         try:
             serve(settings.metrics_port, settings.metrics_address, extra=[depth])
         except OSError as exc:  # another worker on this host has the port: run without

@@ -46,7 +46,14 @@ def redis_client(test_settings: Settings) -> Iterator[redis.Redis]:
 
 
 def _delete_prefix(client: redis.Redis, prefix: str) -> None:
-    patterns = (f"{prefix}:*", prefix, f"_kombu.binding*.{prefix}", f"{prefix}\x06*")
+    patterns = (
+        f"{prefix}:*",
+        prefix,
+        f"{prefix}.*",  # pool queues (core/routing.py)
+        f"_kombu.binding*.{prefix}",
+        f"_kombu.binding*.{prefix}.*",
+        f"{prefix}\x06*",
+    )
     for pattern in patterns:
         batch = list(client.scan_iter(match=pattern, count=1000))
         if batch:
@@ -163,15 +170,11 @@ class PrivateStack:
         return proc
 
     def start_worker(
-        self,
-        concurrency: int = 8,
-        pool: str = "threads",
-        *,
-        cwd: Path | None = None,
-        env: dict[str, str] | None = None,
+        self, concurrency: int = 8, pool: str = "threads", **pool_options: Any
     ) -> subprocess.Popen[bytes]:
-        """A worker of this stack; ``cwd`` and ``env`` as for :meth:`Stack.start_worker`."""
-        proc = self.stack.start_worker(concurrency, pool, cwd=cwd, env=env)
+        """``pool_options``: ``cwd``, ``tool_modules``, ``queues``, ``env``
+        (:meth:`Stack.start_worker`)."""
+        proc = self.stack.start_worker(concurrency, pool, **pool_options)
         self.workers.append(proc)
         return proc
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from planloop.core.broker import KOMBU_UNACKED
+from planloop.core.heartbeat import live_workers
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan
 from tests.conftest import wait_for
@@ -147,6 +148,11 @@ def test_flower_shows_failures_retries_tool_names_and_queue_lengths(
     assert "bench.echo" in shown
     assert secret not in json.dumps(tasks)  # args/kwargs as Flower shows them are masked
 
+    # Each task shows the queue it was routed to: the worker's pool queue (core/routing.py).
+    (worker,) = live_workers(stack.redis, stack.keys, stack.settings.queue)
+    (pool,) = worker.queues
+    assert {t["routing_key"] for t in tasks.values()} == {pool}, tasks
+
     # The queue-length API (what the Broker page draws) knows our redis broker and queue.
     # Flower lists the queues its workers' inspect replies name (other test runs' workers
     # share the broker): ask again until our worker's reply is in.
@@ -154,11 +160,11 @@ def test_flower_shows_failures_retries_tool_names_and_queue_lengths(
         flower.answers("/api/workers?refresh=1")
         lengths = flower.answers("/api/queues/length") or {"active_queues": []}
         queues = {q["name"]: q["messages"] for q in lengths["active_queues"]}
-        return queues if stack.settings.queue in queues else None
+        return queues if pool in queues else None
 
     queues = wait_for(our_queue, 30, "flower's queue lengths to list our queue")
-    assert queues[stack.settings.queue] == 0
+    assert queues[pool] == 0
     url = f"http://127.0.0.1:{flower.port}/broker"
     with urllib.request.urlopen(url, timeout=10) as page:  # 404 before: "not supported"
         html = page.read().decode()
-    assert stack.settings.queue in html
+    assert pool in html

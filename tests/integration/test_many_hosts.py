@@ -11,10 +11,9 @@ least ``CUT_S`` seconds, then restored.
 
 Two forms of the same run:
 
-- ``shared``: both workers serve the same tools (bench and qa). Passes on main.
+- ``shared``: both workers serve the same tools (bench and qa).
 - ``pools``: ``w1`` serves bench, ``w2`` qa (and both the entry-point toolsets); every
-  plan needs both. Needs worker pools (issue 20 item 4): on main a step lands on whichever
-  worker pops it, so it is marked xfail (strict) until that lands.
+  plan needs both, and each step reaches a worker of its tool's pool.
 
 Asserted: every session completes; each write is applied once, counted in the workers'
 audit files (outside Redis); each step has one completed attempt in the SQL record and no
@@ -321,14 +320,7 @@ class Cut:
     "form",
     [
         "shared",
-        pytest.param(
-            "pools",
-            marks=pytest.mark.xfail(
-                reason="needs worker pools (issue 20 item 4): on main a step goes to whichever "
-                "worker pops it, so a qa step lands on the bench-only worker",
-                strict=True,
-            ),
-        ),
+        "pools",
     ],
 )
 def test_sessions_across_hosts_survive_a_cut_worker_link(make_run: MakeRun, form: str) -> None:

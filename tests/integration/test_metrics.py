@@ -9,6 +9,7 @@ from contextlib import suppress
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from planloop.core.heartbeat import live_workers
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan
 from tests.conftest import wait_for
@@ -84,5 +85,11 @@ def test_worker_and_supervisor_metrics_move_with_a_session(
     supervisor = wait_for(session_counted, 10, "the supervisor to count the session")
     assert supervisor[("planloop_sessions_active", ())] == 0
     assert supervisor[("planloop_queue_depth", (("queue", stack.settings.queue),))] == 0
+    # Per queue: the worker's pool queue (core/routing.py), its depth and what went to it.
+    (beat,) = live_workers(stack.redis, stack.keys, stack.settings.queue)
+    (pool_queue,) = beat.queues
+    assert supervisor[("planloop_queue_depth", (("queue", pool_queue),))] == 0
+    assert worker[("planloop_queue_depth", (("queue", pool_queue),))] == 0
+    assert supervisor[("planloop_steps_dispatched_total", (("queue", pool_queue),))] == 3
     decisions = {k: v for k, v in supervisor.items() if k[0] == "planloop_decisions_total"}
     assert sum(decisions.values()) >= 1  # the rule policy's verdict on the failed step

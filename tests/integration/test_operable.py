@@ -181,7 +181,7 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
     private_stack: MakeStack, tmp_path: Path
 ) -> None:
     # toolset A: the default catalogue (ecommerce, supply_chain); the plan needs B (bench)
-    ps = private_stack(tool_modules=[])
+    ps = private_stack(tool_modules=[], unserved_wait_s=2)  # a plan B needs fails soon
     wait_for(lambda: live_workers(ps.redis, ps.keys, ps.settings.queue), 60, "worker A's heartbeat")
     cli_env = {**ps.settings.to_env(), "PLANLOOP_TOOL_MODULES": BENCH_TOOLS}
 
@@ -202,8 +202,8 @@ def test_submit_refuses_a_tool_no_live_worker_serves_and_can_wait_for_one(
     with pytest.raises(NoLiveWorkerError):
         bench_producer.submit(parse_plan(DIAMOND.read_text()), check_workers=True)
 
-    # Without the check the plan reaches worker A, which lacks the tool: the session fails
-    # (it used to end "completed" around the failed step).
+    # Without the check no live worker serves the step: it waits (unserved_wait_s), is never
+    # sent to worker A, which lacks the tool, and the session fails naming the tool.
     sid = bench_producer.submit(
         parse_plan("steps: [{id: a, tool: bench.echo, params: {value: 1}}]")
     )

@@ -241,7 +241,8 @@ def test_a_worker_leaves_no_unacked_entry_behind(
         return [
             tag
             for tag, raw in redis_client.hscan_iter("unacked")
-            if json.loads(raw)[2] == test_settings.queue
+            # the routing key: the worker's pool queue (core/routing.py), under our queue
+            if json.loads(raw)[2].startswith(f"{test_settings.queue}.")
             and json.loads(raw)[0]["headers"]["id"].startswith(f"{sid}:")
         ]
 

@@ -23,6 +23,7 @@ import redis
 
 from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames, publish_catalogue, read_catalogue
+from planloop.core.heartbeat import live_workers
 from planloop.core.keys import Keys
 from planloop.core.models import StepTaskArgs
 from planloop.core.tools import ToolRegistry, load_tools
@@ -167,12 +168,20 @@ def test_no_output_path_shows_a_secret(
         worker_stacks.append(start_worker(stack, tmp_path / "worker-1"))
         wait_for(lambda: PARSE in read_catalogue(redis_client, keys), 30, "the tool catalogue")
         assert read_catalogue(redis_client, keys)[ECHO].sensitive == ["pin"]
+        (beat,) = wait_for(lambda: live_workers(redis_client, keys, stack.settings.queue), 30)
+        pool = beat.queues[0]  # the worker's pool queue (core/routing.py)
         worker_stacks[0].stop()
 
         tools = ToolRegistry(load_tools([]).specs())
         register(tools)
         assert ECHO not in load_tools([])  # this process's registry (and the supervisor's)
-        sid = Producer(stack.settings, stack.hot, tools).submit(secret_plan(secrets))
+        # Sent to the gone worker's pool queue explicitly: routed by live workers, the
+        # steps would wait unserved, unqueued, until worker 2 starts.
+        plan = secret_plan(secrets)
+        plan = plan.model_copy(
+            update={"steps": [st.model_copy(update={"queue": pool}) for st in plan.steps]}
+        )
+        sid = Producer(stack.settings, stack.hot, tools).submit(plan)
 
         # 2. The Celery messages as queued: their argsrepr/kwargsrepr is what Flower shows.
         messages = wait_for(

@@ -1,5 +1,10 @@
 """The watchdog with no worker consuming: one extra copy of an attempt at most, a warning
-that `status` and `watch` show, and its all-clear once a worker starts."""
+that `status` and `watch` show, and its all-clear once a worker starts.
+
+An attempt is sent to a queue nobody consumes only by explicit routing (a step's ``queue:``)
+or to a pool whose workers died with their heartbeats still fresh: with no worker at all, a
+routed step waits unserved instead (tests/integration/test_pool_routing.py).
+"""
 
 from __future__ import annotations
 
@@ -20,20 +25,23 @@ from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
-PLAN = parse_plan(
-    """
+PLAN = """
 goal: one step nobody takes at first
 steps:
-  - {id: only, tool: bench.sleep, params: {seconds: 0}, timeout_s: 1}
+  - {{id: only, tool: bench.sleep, params: {{seconds: 0}}, timeout_s: 1, queue: {queue}}}
 """
-)
 STILL_QUEUED = "unclaimed: its second copy is still queued"
 
 
+def explicit_queue(ps: PrivateStack) -> str:
+    """The queue the plan's step names (under the stack's prefix: wiped after the test)."""
+    return f"{ps.settings.queue}.nobody"
+
+
 def copies(ps: PrivateStack, attempt_id: str) -> int:
-    """Messages of ``attempt_id`` in the stack's Celery queue (a Redis list)."""
+    """Messages of ``attempt_id`` in the step's Celery queue (a Redis list)."""
     needle = f'"id": "{attempt_id}"'
-    return sum(1 for m in ps.redis.lrange(ps.settings.queue, 0, -1) if needle in m)
+    return sum(1 for m in ps.redis.lrange(explicit_queue(ps), 0, -1) if needle in m)
 
 
 def looks(ps: PrivateStack, what: str) -> int:
@@ -75,7 +83,8 @@ def test_an_unconsumed_attempt_is_resent_once_warned_about_and_cleared(
     ps = private_stack(
         workers=0, watchdog_grace_s=0.5, no_consumer_warning_s=2.0, default_step_timeout_s=1
     )
-    sid = ps.producer.submit(PLAN)
+    queue = explicit_queue(ps)
+    sid = ps.producer.submit(parse_plan(PLAN.format(queue=queue)))
     attempt_id = task_id(sid, "only", 1)
     seen: list[int] = []
 
@@ -93,7 +102,7 @@ def test_an_unconsumed_attempt_is_resent_once_warned_about_and_cleared(
     # by status and watch.
     notes = [n for _, n in ps.hot.progress(sid) if n.get("kind") == "no_consumer"]
     assert len(notes) == 1, f"one warning per episode, got {notes}"
-    assert notes[0]["queue"] == ps.settings.queue
+    assert notes[0]["queue"] == queue
     warnings = [
         ev
         for _, ev in ps.hot.events(sid)
@@ -101,12 +110,12 @@ def test_an_unconsumed_attempt_is_resent_once_warned_about_and_cleared(
     ]
     assert len(warnings) == 1
     assert warnings[0].severity == Severity.WARNING
-    assert f"no worker consumed queue {ps.settings.queue}" in warnings[0].description
-    assert f"WARNING      no worker consumed queue {ps.settings.queue}" in status_text(ps, sid)
-    assert f"no worker consumed queue {ps.settings.queue}" in cli_status(ps, sid)
+    assert f"no worker consumed queue {queue}" in warnings[0].description
+    assert f"WARNING      no worker consumed queue {queue}" in status_text(ps, sid)
+    assert f"no worker consumed queue {queue}" in cli_status(ps, sid)
     shown = watch_text(ps, sid)
     assert "WARNING note no_consumer" in shown
-    assert f"no worker consumed queue {ps.settings.queue}" in shown
+    assert f"no worker consumed queue {queue}" in shown
     assert not ps.hot.session(sid).deliberation.get("pending"), "the warning is no decision"
 
     # A takeover remembers the re-send: the next owner sends no third copy.
@@ -118,7 +127,7 @@ def test_an_unconsumed_attempt_is_resent_once_warned_about_and_cleared(
     assert max(seen) <= 2, f"copies of the attempt seen in the queue: {sorted(set(seen))}"
 
     # A worker: the attempt runs once, the session completes, the warning is cleared.
-    ps.start_worker()
+    ps.start_worker(queues=[queue])
     record = ps.finish(sid, ["only"], timeout_s=60)
     assert record.status.value == "completed"
     kinds = [n.get("kind") for _, n in ps.hot.progress(sid)]

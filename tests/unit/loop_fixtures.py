@@ -53,6 +53,9 @@ class Queue:
         self.store = store
         self.revoked: list[str] = []
 
+    def route(self, step: Step) -> str | None:
+        return step.queue or "q"  # every tool is served
+
     def commands(self, *attempts: StepTaskArgs) -> list[tuple[str, str, list[Any]]]:
         return [("LPUSH", "q", [f'{{"id": "{a.task_id}"}}']) for a in attempts]
 

@@ -162,3 +162,71 @@ def test_the_owner_ignores_step_commands_the_state_no_longer_allows() -> None:
 
     command(loop, store, command="approve", step="b")  # what applies is carried out
     assert loop.state.approved == {"b"}
+
+
+class Unserved(Dispatcher):
+    """A dispatcher whose live workers serve every tool but ``t.b``, until ``served``."""
+
+    served = False
+
+    def route(self, step: Any) -> str | None:
+        return "q" if step.tool != "t.b" or self.served else None
+
+
+def pooled_runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionStore]:
+    loop, store = runner(plan, **settings)
+    loop.scheduling.queue = Unserved(store)
+    return loop, store
+
+
+def warnings_of(store: MemorySessionStore) -> list[Event]:
+    return [
+        ev
+        for _, fields in store.streams.get(store.keys.events(SID), [])
+        if (ev := Event.from_fields(fields)).severity == "WARNING"
+        and ev.payload.get("notice") == "unserved"
+    ]
+
+
+def test_a_step_no_live_worker_serves_waits_with_one_warning_then_runs() -> None:
+    plan = Plan(steps=[step("a"), step("b", tool="t.b"), step("b2", "a", tool="t.b")])
+    loop, store = pooled_runner(plan)
+    run(loop.scheduling.dispatch_ready())
+    states = loop.state.states
+    assert states["a"].status == StepStatus.RUNNING
+    assert states["b"].status != StepStatus.RUNNING
+    assert queued(store) == 1  # only a's message: b is never sent to a worker lacking t.b
+    outcome(loop, store, "a")
+    run(loop.scheduling.dispatch_ready())  # b2 is ready too now: it waits without a warning
+    run(loop.scheduling.dispatch_ready())
+    (warning,) = warnings_of(store)
+    assert "t.b" in warning.description
+    assert warning.step_id == "b"
+    assert "t.b" in states["b2"].note
+    assert [kind for _, kind, _ in store.progress if "served" in kind] == ["unserved"]
+
+    loop.scheduling.queue.served = True  # type: ignore[attr-defined]
+    run(loop.scheduling.dispatch_ready())
+    assert states["b"].status == states["b2"].status == StepStatus.RUNNING
+    assert states["b"].queue == "q"
+    assert [kind for _, kind, _ in store.progress if "served" in kind] == ["unserved", "served"]
+
+
+def test_a_step_no_live_worker_serves_fails_unserved_when_its_wait_ends() -> None:
+    loop, store = pooled_runner(Plan(steps=[step("a"), step("b", tool="t.b")]), unserved_wait_s=5)
+    run(loop.scheduling.dispatch_ready())
+    outcome(loop, store, "a")
+    run(loop.scheduling.dispatch_ready())
+    assert loop.state.states["b"].status != StepStatus.FAILED  # still within its wait
+    loop.scheduling.waiting["b"] -= 5  # as if it had waited out unserved_wait_s
+    run(loop.scheduling.dispatch_ready())
+    b = loop.state.states["b"]
+    assert b.status == StepStatus.FAILED
+    assert b.error_kind == ErrorKind.UNSERVED
+    assert "no live worker serves t.b" in b.error
+    run(loop._think())
+    loop._check_end()
+    assert loop.state.outcome is not None
+    status, error = loop.state.outcome
+    assert status == SessionStatus.FAILED
+    assert error.startswith("no worker serves t.b (steps b)")
