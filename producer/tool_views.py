@@ -6,21 +6,10 @@ from typing import Any
 
 import click
 
-from planloop.core.heartbeat import Heartbeat
 from planloop.core.live_tools import LOCAL_NOTE, CatalogueSource, LiveTools
 from planloop.core.tools import ToolRegistry, ToolSpec
 
 DESCRIPTION_CHARS = 72
-
-
-def worker_queues(hb: Heartbeat) -> list[str]:
-    """The queues a worker consumes, as its heartbeat says: a ``queues`` list where the
-    heartbeat has one (per-toolset queues), else its one ``queue``."""
-    many = getattr(hb, "queues", None)
-    if isinstance(many, list | tuple) and many:
-        return [str(q) for q in many]
-    one = getattr(hb, "queue", "")
-    return [str(one)] if one else []
 
 
 def tool_doc(spec: ToolSpec) -> dict[str, Any]:
@@ -48,7 +37,7 @@ def catalogue_doc(tools: ToolRegistry) -> dict[str, Any]:
     workers = [
         {
             "worker": hb.worker,
-            "queues": worker_queues(hb),
+            "queues": hb.consumed(),
             "tools": sorted(name for name in hb.tools if name in listed),
         }
         for hb in tools.snapshot().workers

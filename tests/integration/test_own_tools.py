@@ -164,13 +164,15 @@ def test_planloop_tools_lists_the_tool_with_its_worker_and_queue(
 
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if "acme.greet" in line)
-    assert row.split()[:3] == [worker.worker, acme_stack.settings.queue, "acme.greet"]
+    # the pool queue of its tool set (core/routing.py), as its heartbeat says
+    assert row.split()[:3] == [worker.worker, ",".join(worker.consumed()), "acme.greet"]
     assert "Greets someone by name." in row
     doc = json.loads(as_json.stdout)
     assert doc["source"] == "live"
     mine = next(w for w in doc["workers"] if w["worker"] == worker.worker)
     assert "acme.greet" in mine["tools"]
-    assert mine["queues"] == [acme_stack.settings.queue]
+    assert mine["queues"] == worker.consumed()
+    assert worker.consumed()[0].startswith(f"{acme_stack.settings.queue}.acme+")
     greet = next(t for t in doc["tools"] if t["name"] == "acme.greet")
     assert set(greet["params_schema"]["properties"]) == {"name", "times"}
 

@@ -30,7 +30,12 @@ from tests.integration.conftest import MakeStack, PrivateStack
 
 pytestmark = pytest.mark.integration
 
-POOL_TOOLS = "pool_tools"  # tests/tool_modules, on the shipped processes' path
+# The shipped workers import it as `pool_tools` (tests/tool_modules, on their path). This
+# process imports it too, as a producer that has a tool's code may: the waiting tests submit
+# plans using it while no worker serving it has published it yet.
+import tests.tool_modules.pool_tools  # noqa: E402, F401
+
+POOL_TOOLS = "pool_tools"
 
 # Tools of both pools, with references across them.
 BOTH = """

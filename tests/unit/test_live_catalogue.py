@@ -217,18 +217,20 @@ def test_the_tools_view_lists_each_worker_with_its_queues(
     assert rows == [["w1@host", "acme", "acme.greet"], ["w2@host", "planloop", "acme.greet"]]
 
 
-def test_the_tools_view_reads_a_queues_list_where_a_heartbeat_has_one() -> None:
-    from planloop.producer.tool_views import worker_queues
-
-    class PooledBeat(Heartbeat):  # the shape per-toolset queues may give heartbeats
-        queues: list[str] = []
+def test_the_tools_view_shows_the_queues_a_heartbeat_names() -> None:
+    from planloop.producer.tool_views import catalogue_doc
 
     now = time.time()
-    beat = PooledBeat(
-        worker="w", queue="planloop", queues=["acme", "bench"], seen_at=now, expires_at=now
+    pooled = Heartbeat(
+        worker="w", queue="planloop", queues=["acme", "bench"], seen_at=now, expires_at=now + 60
     )
-    assert worker_queues(beat) == ["acme", "bench"]
-    assert worker_queues(heartbeat("w", queue="planloop")) == ["planloop"]
+    pooled = pooled.model_copy(update={"tools": ["acme.greet"]})
+    older = heartbeat("v", "acme.greet")  # a worker that names no queues: its base queue
+    assert pooled.consumed() == ["acme", "bench"]
+    assert older.consumed() == ["planloop"]
+    tools = live_view(Snapshot([pooled, older], {"acme.greet": entry(GREET)}))
+    shown = {w["worker"]: w["queues"] for w in catalogue_doc(tools)["workers"]}
+    assert shown == {"w": ["acme", "bench"], "v": ["planloop"]}
 
 
 def test_the_tools_view_says_when_it_shows_the_local_catalogue(
