@@ -83,6 +83,7 @@ class ErrorKind(StrEnum):
     LOST = "lost"  # worker vanished; retry
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
     UNSERVED = "unserved"  # the worker that took it does not serve the tool: the session fails
+    STALLED = "stalled"  # an agent step's loop stopped making progress; the same loop would too
 
 
 # The kinds a retry can help with: the supervisor retries them within the step's budget.
