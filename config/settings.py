@@ -119,6 +119,20 @@ class Settings(BaseSettings):
     react_step_timeout_s: float = Field(
         300.0, gt=0, description="Timeout of an agent step without its own, seconds."
     )
+    react_stall_repeats: int = Field(
+        3,
+        ge=0,
+        description="Turns in a row an agent step may make the same call (tool and params) "
+        "and get the same observation before it fails as stalled, a count (default 3; 0: "
+        "never; at least 2 otherwise).",
+    )
+    react_stall_refusals: int = Field(
+        3,
+        ge=0,
+        description="Tool calls in a row an agent step may have refused (a tool it may not "
+        "use, params that do not fit) before it fails as stalled, a count (default 3; 0: "
+        "never).",
+    )
     max_step_timeout_s: float = Field(
         3600.0, gt=0, description="Longest timeout a step may declare, seconds."
     )
@@ -399,6 +413,14 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"not a JSON list of module names: {exc}") from None
         return [name.strip() for name in text.split(",") if name.strip()]
+
+    @field_validator("react_stall_repeats")
+    @classmethod
+    def _repeats_need_two(cls, value: int) -> int:
+        # one call is not a repetition: 1 would fail every agent step at its first call
+        if value == 1:
+            raise ValueError("must be 0 (never) or at least 2: one call is not a repetition")
+        return value
 
     @model_validator(mode="after")
     def _step_timeout_is_waitable(self) -> Settings:

@@ -22,7 +22,10 @@
     │   │   └── EffectNotRecordedError  a write's key was claimed but holds no receipt
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
     │   │   ├── OutputTooLarge      an output or param above value_max_bytes
-    │   │   └── AgentStepExhausted  an agent step gave no final answer within its turns
+    │   │   ├── ToolParamsError     params that do not fit the tool's schema
+    │   │   ├── AgentStepExhausted  an agent step gave no final answer within its turns
+    │   │   └── AgentStepStalled    an agent step's loop stopped making progress (the same
+    │   │                           call and result, or refused calls, again and again)
     │   ├── ToolTimeoutError        the tool ran past its timeout
     │   └── StepAttemptFailed       the step task's Celery FAILURE, raised after the outcome
     │                               is recorded (Flower shows it; the supervisor reads streams)
@@ -194,6 +197,15 @@ class PermanentToolError(ToolError):
     """A failure that retrying cannot fix."""
 
 
+class ToolParamsError(PermanentToolError):
+    """Params that do not fit tool ``tool_name``'s schema: permanent, since the same params
+    fail the same schema on every attempt."""
+
+    def __init__(self, tool_name: str, problem: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(f"tool {tool_name!r}: params do not fit: {problem}")
+
+
 class StepAttemptFailed(ToolError):  # noqa: N818 (the state Flower shows, as it reads)
     """Attempt ``attempt`` of step ``step_id`` (tool ``tool``) in session ``session_id`` did
     not complete: raised by the Celery task after its outcome and event are recorded, so
@@ -245,6 +257,33 @@ class AgentStepExhausted(PermanentToolError):  # noqa: N818 (reads as what happe
         super().__init__(
             f"agent step {step_id!r} gave no final answer within {max_iterations} turn(s); "
             "raise its params.max_iterations or narrow its instruction"
+        )
+
+
+class AgentStepStalled(PermanentToolError):  # noqa: N818 (reads as what happened)
+    """Agent step ``step_id`` stopped making progress: ``rule`` fired after ``count`` turns in
+    a row whose calls were ``call`` (the last one, as ``tool {params}``).
+
+    ``rule`` is ``"repeated"`` (the same tool with the same params gave the same observation
+    each time) or ``"refused"`` (each call was refused before it ran: a tool the step may not
+    use, or params that do not fit). Permanent: the same loop would stall again.
+    """
+
+    def __init__(self, step_id: str, rule: str, count: int, call: str, detail: str = "") -> None:
+        self.step_id = step_id
+        self.rule = rule
+        self.count = count
+        self.call = call
+        self.detail = detail
+        if rule == "refused":
+            what = f"{count} tool calls in a row were refused; the last: {call}"
+        else:
+            what = f"the same call gave the same observation {count} times in a row: {call}"
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"agent step {step_id!r} stalled ({rule}): {what}{why}. The loop stopped without "
+            "asking the model again; give the step the tools it needs, narrow its "
+            "instruction, or re-plan it as explicit steps"
         )
 
 

@@ -83,6 +83,7 @@ class ErrorKind(StrEnum):
     LOST = "lost"  # worker vanished; retry
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
     UNSERVED = "unserved"  # no live worker serves the tool (or the one that took it does not)
+    STALLED = "stalled"  # an agent step's loop stopped making progress; the same loop would too
 
 
 # The kinds a retry can help with: the supervisor retries them within the step's budget.

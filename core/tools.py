@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from planloop.core.errors import (
     PermanentToolError,
     ToolModuleError,
+    ToolParamsError,
     TransientToolError,
     UnknownToolError,
 )
@@ -166,9 +167,7 @@ class ToolSpec:
             parsed = self.params_model.model_validate(dict(params))
         except ValidationError as exc:  # its str() would repeat the values: secrets too
             # permanent: the same params fail the same schema on every attempt
-            raise PermanentToolError(
-                f"tool {self.name!r}: params do not fit: {validation_summary(exc)}"
-            ) from None
+            raise ToolParamsError(self.name, validation_summary(exc)) from None
         result = self.func(parsed, ctx if ctx.tool else replace(ctx, tool=self.name))
         if isinstance(result, BaseModel):
             dumped: dict[str, Any] = result.model_dump(mode="json")

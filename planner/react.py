@@ -19,6 +19,7 @@ from planloop.core.errors import AgentStepExhausted
 from planloop.core.tools import ToolRegistry, ToolSpec
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import render_prompt, tool_catalogue
+from planloop.planner.react_stall import StallRules, find_stall
 
 OBSERVATION_CHARS = 4000  # of one observation's JSON shown to the model; the rest is cut
 
@@ -40,11 +41,16 @@ class ReactTurn(BaseModel):
 
 @dataclass(frozen=True)
 class Observation:
-    """What one tool call gave the loop: its output, or the error it ended with."""
+    """What one tool call gave the loop: its output, or the error it ended with.
+
+    ``refused``: the call never ran (a tool the step may not use, params that do not fit);
+    a streak of them is a stall (planner/react_stall.py).
+    """
 
     ok: bool
     output: Any = None
     error: str = ""
+    refused: bool = False
 
     def text(self, limit: int = OBSERVATION_CHARS) -> str:
         """The observation as the model reads it, cut to ``limit`` characters."""
@@ -66,13 +72,15 @@ class Iteration:
 
 @dataclass(frozen=True)
 class ReactTask:
-    """What an agent step asks: an instruction, the tools it may use, its turn budget."""
+    """What an agent step asks: an instruction, the tools it may use, its turn budget, and
+    when its loop counts as stalled."""
 
     step_id: str
     instruction: str
     tools: list[ToolSpec]
     max_iterations: int
     context: dict[str, Any] = field(default_factory=dict)
+    stall: StallRules = field(default_factory=StallRules)
 
 
 @dataclass(frozen=True)
@@ -169,14 +177,17 @@ class ReactAgent:
            call runs through ``call_tool`` (a tool outside the allowed set is refused
            there and then) and its observation goes back to the model. Every turn is
            handed to ``on_iteration``.
-        3. The turn before the last tells the model to answer next; a tool call in the
+        3. After each observation, the stall rules (``task.stall``, planner/react_stall.py):
+           the same call with the same observation, or refused calls, too many turns in a
+           row raise :class:`AgentStepStalled` before the model is asked again.
+        4. The turn before the last tells the model to answer next; a tool call in the
            last turn (handed over without an observation) raises
            :class:`AgentStepExhausted`.
 
         Raises:
             ReactStopped: No answer; its ``cause`` is :class:`AgentStepExhausted` (no
-                final answer within ``max_iterations`` turns), an ``LLMError``, or what
-                ``before_turn`` or ``call_tool`` raised.
+                final answer within ``max_iterations`` turns), :class:`AgentStepStalled`,
+                an ``LLMError``, or what ``before_turn`` or ``call_tool`` raised.
         """
         done: list[Iteration] = []
 
@@ -221,10 +232,13 @@ class ReactAgent:
             else:
                 listed = ", ".join(sorted(allowed))
                 refusal = f"tool {turn.tool!r} is not allowed here; use one of: {listed}"
-                observation = Observation(False, error=refusal)
+                observation = Observation(False, error=refusal, refused=True)
             step = Iteration(number, turn.thought, turn.tool, turn.params, observation, usage)
             done.append(step)
             on_iteration(step)
+            stalled = find_stall(task.step_id, done, task.stall)
+            if stalled is not None:
+                raise stalled
             messages += [
                 {"role": "assistant", "content": turn.model_dump_json(exclude_none=True)},
                 {"role": "user", "content": _observation_message(step, task.max_iterations)},

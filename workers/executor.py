@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from planloop.core.broker import receipts
 from planloop.core.errors import (
+    AgentStepStalled,
     OutputTooLarge,
     PermanentToolError,
     ToolError,
@@ -364,7 +365,12 @@ class StepExecutor:
 
 def _tool_health(outcome: Outcome) -> bool | None:
     """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
-    if outcome.error_kind in (ErrorKind.PERMANENT, ErrorKind.UNAVAILABLE, ErrorKind.UNSERVED):
+    if outcome.error_kind in (
+        ErrorKind.PERMANENT,
+        ErrorKind.UNAVAILABLE,
+        ErrorKind.UNSERVED,
+        ErrorKind.STALLED,
+    ):
         return None
     return outcome.status == StepStatus.COMPLETED
 
@@ -378,8 +384,11 @@ def classify_error(
     exception is retried unless declared permanent, by being a :class:`PermanentToolError`
     (params that do not fit the tool's schema raise one: they cannot fit on a retry) or an
     instance of a class in the tool's ``non_retryable``. A plain ``ValueError`` is retried:
-    a tool that knows better says so.
+    a tool that knows better says so. A stalled agent step is permanent with a kind of its
+    own, so the decider and the report can tell it from a tool's own failure.
     """
+    if isinstance(exc, AgentStepStalled):
+        return ErrorKind.STALLED
     if isinstance(exc, ToolTimeoutError | TimeoutError):
         return ErrorKind.TIMEOUT
     if isinstance(exc, PermanentToolError) or (non_retryable and isinstance(exc, non_retryable)):

@@ -7,8 +7,9 @@ step timeout, never past the agent step's deadline), the tool's circuit breaker 
 before, counted after, shared with every worker) and the effect ledger, under the
 idempotency key ``{step key}:react:{turn}`` (a retried attempt whose model makes the same
 write in the same turn finds the receipt instead of writing twice). A failed call is an
-observation the model reads, never the step's failure. Every turn is streamed as a
-``react_iteration`` progress note for ``watch``.
+observation the model reads, never the step's failure, unless the loop stalls on it
+(planner/react_stall.py, thresholds from the settings): params that do not fit count as a
+refused call. Every turn is streamed as a ``react_iteration`` progress note for ``watch``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import (
     PermanentToolError,
     SessionNotFoundError,
+    ToolParamsError,
     ToolTimeoutError,
     UnknownToolError,
 )
@@ -41,6 +43,7 @@ from planloop.planner.react import (
     ReactTask,
     usage_payload,
 )
+from planloop.planner.react_stall import StallRules
 from planloop.planner.react_step import REACT_TOOL, ReactParams
 from planloop.workers.executor import ToolThreads, classify_error
 
@@ -123,6 +126,10 @@ class AgentStepRunner:
             tools=specs,
             max_iterations=parsed.max_iterations,
             context=parsed.context,
+            stall=StallRules(
+                repeats=self.settings.react_stall_repeats,
+                refusals=self.settings.react_stall_refusals,
+            ),
         )
 
     def _call(
@@ -151,7 +158,10 @@ class AgentStepRunner:
         if kind in (None, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT):  # bad params say nothing
             self.state.count_on_breaker(tool, self.breaker, ok=failure is None)
         if failure is not None:
-            return Observation(False, error=f"{type(failure).__name__}: {error_text(failure)}")
+            # params that do not fit never reached the tool: a refusal, like an unknown tool
+            refused = isinstance(failure, ToolParamsError)
+            error = f"{type(failure).__name__}: {error_text(failure)}"
+            return Observation(False, error=error, refused=refused)
         return Observation(True, mask(call.result()))
 
     def _note(self, args: StepTaskArgs, it: Iteration) -> None:

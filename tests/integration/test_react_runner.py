@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis
 
 from planloop.config.settings import Settings
-from planloop.core.errors import ToolTimeoutError
+from planloop.core.errors import AgentStepStalled, ToolTimeoutError
 from planloop.core.hot_state import BreakerPolicy, HotState
 from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, StepTaskArgs
@@ -139,3 +140,26 @@ def test_no_turn_starts_once_the_sessions_token_budget_is_spent(hot: HotState) -
     assert "token budget spent (270 of 200 tokens)" in str(stopped.value.cause)
     assert len(chat.calls) == 2
     assert len(stopped.value.iterations) == 2  # their usage still reaches the supervisor
+
+
+def test_calls_whose_params_do_not_fit_stall_the_step_at_the_settings_threshold(
+    hot: HotState,
+) -> None:
+    chat = ScriptedChat(
+        {"tool": "bench.write", "params": {"label": ""}},
+        {"tool": "bench.write", "params": {"text": "no such param"}},
+        {"final_answer": {"never": "asked"}},
+    )
+    task, params = args(["bench.write"])
+    ledger = MemoryEffectLedger()
+    strict = replace(runner(hot, chat, ledger), settings=Settings(react_stall_refusals=2))
+
+    with pytest.raises(ReactStopped) as stopped:
+        strict.run(task, params)
+
+    cause = stopped.value.cause
+    assert isinstance(cause, AgentStepStalled)
+    assert (cause.rule, cause.count) == ("refused", 2)
+    assert "ToolParamsError: tool 'bench.write': params do not fit" in str(cause)
+    assert len(chat.calls) == 2  # the model was not asked a third time
+    assert ledger.counts == {}  # nothing was written
