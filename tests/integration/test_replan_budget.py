@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from planloop.config.settings import Settings
 from planloop.core.effects import SqlEffectLedger
 from planloop.core.hot_state import HotState
 from planloop.core.models import SessionOptions, SessionStatus, StepStatus
@@ -47,12 +48,25 @@ def running(hot: HotState, sid: str, step_id: str) -> bool:
     return st is not None and st.status == StepStatus.RUNNING and st.started_at > 0
 
 
+def decided_while_running(hot: HotState, sid: str, step_id: str) -> dict[str, str]:
+    """The session's first decision (a progress note), asserted to come while ``step_id`` ran:
+    a note that arrived after the step would prove nothing."""
+
+    def decided() -> dict[str, str] | None:
+        notes = [n for _, n in hot.progress(sid) if n.get("kind") == "decision"]
+        return notes[0] if notes else None
+
+    note = wait_for(decided, 20, "the note to be decided")
+    assert running(hot, sid, step_id), "the step ended before the note was decided"
+    return note
+
+
 # --- a note is not a reason to re-plan --------------------------------------------------------
 TWO_WRITES = """
 goal: two writes, the second one slow enough to be running when a note arrives
 steps:
   - {id: w1, tool: bench.write, params: {label: first}}
-  - {id: w2, tool: bench.write, params: {label: second, seconds: 2}, dependencies: [w1]}
+  - {id: w2, tool: bench.write, params: {label: second, seconds: 8}, dependencies: [w1]}
 """
 
 
@@ -75,6 +89,8 @@ def test_a_note_to_a_session_without_re_plans_left_lets_it_finish_with_its_write
         env={**os.environ, **env_overrides},
     )
     assert sent.returncode == 0, sent.stderr
+    note = decided_while_running(hot_state, sid, "w2")
+    assert (note["source"], note["action"]) == ("rule", "CONTINUE")
     session = wait_ended(producer, sid, 30)
 
     assert session.status == SessionStatus.COMPLETED, session.error
@@ -91,6 +107,31 @@ def test_a_note_to_a_session_without_re_plans_left_lets_it_finish_with_its_write
     assert (row.source, row.action) == ("rule", "CONTINUE")
     assert row.reasoning.startswith("re-plan budget spent (0/0), decided by the rule policy")
     assert session.replans == 0
+
+
+def test_with_a_model_a_note_past_the_budget_is_decided_without_asking_it(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_hot: HotState,
+    llm_effects: SqlEffectLedger,
+    llm_settings: Settings,
+) -> None:
+    sid = llm_producer.submit(parse_plan(TWO_WRITES), NO_REPLANS)
+    wait_for(lambda: running(llm_hot, sid, "w2"), 20, "the slow write to start")
+
+    sent = cli(
+        "signal", sid, "--signal", "just so you know", env={**os.environ, **llm_settings.to_env()}
+    )
+    assert sent.returncode == 0, sent.stderr
+    note = decided_while_running(llm_hot, sid, "w2")
+    assert (note["source"], note["action"]) == ("rule", "CONTINUE")
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert llm.requests_for("decider") == []  # the supervisor holds the budget, not the model
+    assert [llm_effects.count(f"{sid}:{i}") for i in ("w1", "w2")] == [1, 1]
+    assert [(d.source, d.action) for d in llm_record.decisions(sid)] == [("rule", "CONTINUE")]
 
 
 # --- a failure that needs a re-plan -----------------------------------------------------------
