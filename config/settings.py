@@ -194,8 +194,9 @@ class Settings(BaseSettings):
     )
     approval_on_budget: bool = Field(
         False,
-        description="When the re-plan budget is spent, wait for `planloop approve` "
-        "instead of aborting.",
+        description="When the re-plan budget is spent and a trigger needs a plan change, "
+        "wait for `planloop approve` instead of aborting (notes and changes the rules go on "
+        "with never wait); default false.",
     )
     session_max_tokens: int | None = Field(
         None,

@@ -76,6 +76,9 @@ class Situation:
     # Outputs whose JSON is longer are shown as a preview with their size (the setting
     # inline_value_max_bytes).
     preview_above_bytes: int = ValueLimits().inline_max_bytes
+    # The scope rule's pick for the failure at hand (supervisor/replan_scope.py), e.g.
+    # "REPLAN_REMAINING (1 of 4 steps downstream of b, ...)"; empty when no step failed.
+    scope_pick: str = ""
 
     @property
     def replans_left(self) -> int:
@@ -167,10 +170,14 @@ def _render(
         _events_section(s.events, level.events),
         _open_section(s.open_steps, hidden),
         f"## Re-plan budget\nRe-plans used: {s.replans_used} of {s.max_replans} "
-        f"({s.replans_left} left).",
+        f"({s.replans_left} left)." + _scope_line(s.scope_pick),
         _section("Tools that are down (plan no steps on them)", [f"- {t}" for t in s.down_tools]),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def _scope_line(pick: str) -> str:
+    return f"\nScope rule (full or incremental re-plan): {pick}." if pick else ""
 
 
 def _section(title: str, lines: list[str]) -> str:

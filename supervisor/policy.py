@@ -3,17 +3,20 @@
 Order (DESIGN.md): retry budget → fallback sub-graph → skip the branch if not critical → fail.
 The session loop asks :func:`decide_failure` whether a failed attempt is retried; once a
 failure is final, :func:`rule_verdict` is the decision of the no-LLM path and of the
-decision agent's fallback when the LLM fails: one policy for both.
+decision agent's fallback when the LLM fails: one policy for both. A re-plan it decides on
+takes the scope the scope rule (replan_scope.py) picks; without a model, the declared
+fallback is the only new work either scope can bring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 
 from planloop.core.models import RETRYABLE, Event, EventType
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.plan import Step
+from planloop.supervisor.replan_scope import ScopePick
 from planloop.supervisor.verdict import Verdict
 
 FAILURES = (EventType.TASK_FAILED, EventType.TASK_INTERRUPTED)
@@ -45,10 +48,21 @@ def decide_final_failure(step: Step) -> RuleAction:
     return RuleAction.FAIL_SESSION
 
 
-def rule_verdict(changes: Sequence[Event], steps: Mapping[str, Step]) -> Verdict:
+def rule_verdict(
+    changes: Sequence[Event],
+    steps: Mapping[str, Step],
+    scope: Callable[[str], ScopePick] | None = None,
+) -> Verdict:
     """The rule policy's verdict on ``changes``: the first final failure with a fallback
     injects it, the first critical one fails the session; else continue, skipping what
-    cannot run."""
+    cannot run.
+
+    Args:
+        changes: The context changes decided on.
+        steps: The current plan's steps by id.
+        scope: The scope rule's pick for a failed step id; the re-plan that injects a
+            fallback takes its action (REPLAN_REMAINING without it).
+    """
     for event in changes:
         if event.type not in FAILURES or event.step_id not in steps:
             continue
@@ -56,8 +70,12 @@ def rule_verdict(changes: Sequence[Event], steps: Mapping[str, Step]) -> Verdict
         action = decide_final_failure(step)
         if action == RuleAction.FALLBACK:
             text = f"{RULE}: {step.id} failed for good; inject its fallback"
+            replan = ReplanAction.REPLAN_REMAINING
+            if scope is not None:
+                pick = scope(step.id)
+                replan, text = pick.action, f"{text}; scope rule: {pick.reason}"
             decision = ReplanDecision(
-                action=ReplanAction.REPLAN_REMAINING,
+                action=replan,
                 reasoning=text,
                 steps_to_cancel=[],
                 confidence=1.0,

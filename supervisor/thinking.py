@@ -31,6 +31,8 @@ from planloop.planner.plan import Plan
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.supervisor.deadline import short_of_time
 from planloop.supervisor.policy import FAILURES, rule_verdict
+from planloop.supervisor.replan_budget import ReplanBudget, spent_budget_verdict
+from planloop.supervisor.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
 from planloop.supervisor.session_state import SessionState
 from planloop.supervisor.triggers import TriggerConfig, trigger_reason
 from planloop.supervisor.verdict import Decision, Verdict
@@ -216,23 +218,20 @@ class Deliberation:
         return Decision(verdict, changes, "approval")
 
     async def _decide(self, reason: str, changes: list[Event]) -> Verdict:
-        info = self.state.info
-        if info.replans >= self.max_replans and self.settings.approval_on_budget:
-            spent = f"{info.replans}/{self.max_replans}"
-            text = f"re-plan budget spent ({spent}): waiting for a person"
-            return Verdict(
-                ReplanDecision(action=ReplanAction.CONTINUE, reasoning=text), "await_human"
-            )
-        if info.replans >= self.max_replans:
-            text = f"re-plan budget spent ({info.replans}/{self.max_replans}): forced ABORT"
-            return Verdict(
-                ReplanDecision(action=ReplanAction.ABORT, reasoning=text, confidence=1.0), "budget"
-            )
+        budget = ReplanBudget(
+            self.state.info.replans, self.max_replans, self.settings.approval_on_budget
+        )
+        # the supervisor, not the decision agent, holds the budget: past it no model is asked
+        spent = spent_budget_verdict(
+            budget, changes, self.state.steps, planned_by_llm=self.chat is not None
+        )
+        if spent is not None:
+            return spent
         llm_spent = self.llm_budget_spent()
         if llm_spent is not None:
             return self.budget_verdict(llm_spent)
         if self.chat is None:
-            return rule_verdict(changes, self.state.steps)
+            return self.rules(changes)
         short = short_of_time(self.state, self.settings, time.time())
         if short:
             return self.rules_for_time(changes, short)
@@ -248,7 +247,7 @@ class Deliberation:
                 self.state.sid,
                 exc,
             )
-            verdict = rule_verdict(changes, self.state.steps)
+            verdict = self.rules(changes)
             verdict.decision = verdict.decision.model_copy(
                 update={
                     "reasoning": f"decision agent unavailable ({exc}); {verdict.decision.reasoning}"
@@ -257,10 +256,19 @@ class Deliberation:
             return verdict
         return Verdict(decision, "llm", [usage])
 
+    def rules(self, changes: list[Event]) -> Verdict:
+        """The rule policy's verdict, a re-plan taking the scope rule's pick."""
+        return rule_verdict(changes, self.state.steps, self.scope)
+
+    def scope(self, step_id: str) -> ScopePick:
+        """The scope rule's pick (full or incremental) for a re-plan after ``step_id`` failed."""
+        state = self.state
+        return pick_replan_scope(state.plan, step_id, state.states, state.info.replans)
+
     def rules_for_time(self, changes: list[Event], note: str) -> Verdict:
         """The rule policy's verdict when the deadline leaves no time for an LLM call."""
         log.info("session=%s %s", self.state.sid, note)
-        verdict = rule_verdict(changes, self.state.steps)
+        verdict = self.rules(changes)
         reasoning = f"{note}; {verdict.decision.reasoning}"
         verdict.decision = verdict.decision.model_copy(update={"reasoning": reasoning})
         verdict.deadline_note = note
@@ -350,7 +358,19 @@ class Deliberation:
             hints=tuple(self.hints),
             sensitive=frozenset(self._sensitive()),
             preview_above_bytes=self.settings.inline_value_max_bytes,
+            scope_pick=self._scope_pick(),
         )
+
+    def _scope_pick(self) -> str:
+        """The scope rule's pick for the steps of the plan that failed, told to the decider."""
+        state = self.state
+        failed = [
+            s.id
+            for s in state.plan.steps
+            if state.states[s.id].status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+        ]
+        pick = pick_for_failures(state.plan, failed, state.states, state.info.replans)
+        return pick.reason if pick is not None else ""
 
     def _sensitive(self) -> set[str]:
         # the catalogue's too: this supervisor may not have imported every tool's module

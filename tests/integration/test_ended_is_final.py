@@ -39,13 +39,14 @@ steps:
   - {id: w, tool: bench.write, params: {label: done}}
 """
 WRITE_THEN_FAIL = """
-goal: a write, then a step that fails for good
+goal: a write, then a critical step that fails for good (aborted with no re-plan left)
 steps:
   - {id: w, tool: bench.write, params: {label: undone}}
   - id: bad
     tool: bench.sleep
     params: {seconds: 0.01, simulate: {fail_attempts: [1], permanent: true}}
     dependencies: [w]
+    critical: true
 """
 LATE_CANCEL = """
 goal: a three-second write cancelled two seconds in

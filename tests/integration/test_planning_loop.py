@@ -219,15 +219,18 @@ steps:
 
     sid, session = run(llm_producer, llm_record, plan, SessionOptions(max_replans=3))
 
-    assert session.status == SessionStatus.ABORTED
+    # The fourth failure is not critical: past the budget the rules skip its branch (issue 21)
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert len(llm.requests_for("decider")) == 3
     replans = notes(llm_hot, sid, "replan_required")
     assert [n["count"] for n in replans] == ["1", "2", "3"]
     assert {n["action"] for n in replans} == {"REPLAN_REMAINING"}
     for note in replans:
         assert note["reason"] == "1 WARNING event(s) and nothing else can run"
     decided = notes(llm_hot, sid, "decision")
-    assert [(n["action"], n["source"]) for n in decided][-1] == ("ABORT", "budget")
-    assert notes(llm_hot, sid, "ended")[-1]["status"] == "aborted"
+    assert [(n["action"], n["source"]) for n in decided][-1] == ("CONTINUE", "rule")
+    assert decided[-1]["reasoning"].startswith("re-plan budget spent (3/3)")
+    assert notes(llm_hot, sid, "ended")[-1]["status"] == "completed"
 
 
 def test_sessions_replanning_at_the_same_time_stay_isolated(

@@ -154,3 +154,32 @@ def test_the_decider_sends_the_model_its_role_line_first() -> None:
     role, messages = seen[0]
     assert messages[0]["role"] == "system"
     assert messages[0]["content"].splitlines()[0] == f"ROLE: {role.value}" == "ROLE: decider"
+
+
+def test_the_decider_reads_the_scope_rules_pick_and_what_it_means() -> None:
+    seen: list[list[dict[str, str]]] = []
+
+    class Recording:
+        def complete_json(
+            self, role: Role, messages: list[dict[str, str]], schema: type[T]
+        ) -> tuple[T, Usage]:
+            seen.append(messages)
+            answer = schema.model_validate({"action": "CONTINUE", "reasoning": "fine"})
+            return answer, Usage(1, 1, 0.0, "m", str(role))
+
+    pick = "REPLAN_FULL (3 of 4 steps downstream of a, 3 levels deep, 0 re-plans so far)"
+    situation = Situation(
+        goal="g",
+        constraints=(),
+        steps=(StepView(id="a", tool="t", title="", status="failed", attempts=1, error="x"),),
+        events=(),
+        replans_used=0,
+        max_replans=3,
+        trigger="test",
+        scope_pick=pick,
+    )
+    Decider(Recording()).decide(situation, sensitive=set())
+    system, user = seen[0][0]["content"], seen[0][-1]["content"]
+    assert f"Scope rule (full or incremental re-plan): {pick}." in user
+    assert "the report's \"Scope rule\" line gives the rule policy's pick" in system
+    assert "When none are left you are not asked any more" in system

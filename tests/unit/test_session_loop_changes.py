@@ -100,7 +100,9 @@ def test_warnings_are_decided_in_batches_and_a_critical_event_at_once() -> None:
 
 
 def test_a_spent_re_plan_budget_forces_an_abort() -> None:
-    loop = Loop(Plan(steps=[step("a")]), settings=Settings(max_replans=1))
+    # a critical step failed for good: going on needs a plan change the budget rules out
+    # (a failure the rules would continue past is decided without one: test_replan_budget.py)
+    loop = Loop(Plan(steps=[step("a", critical=True)]), settings=Settings(max_replans=1))
     loop.state.info = loop.state.info.model_copy(update={"replans": 1})
     loop.brain.note(failed_for_good(loop, "a", Severity.CRITICAL))
     decision = run(loop.brain.maybe_decide(idle=False))
