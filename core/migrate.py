@@ -7,6 +7,9 @@ while the models in :mod:`core.record` and the revisions disagree.
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -60,17 +63,37 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
     """Bring the record to ``revision`` (the newest by default); the revision it is at now.
 
     Two processes upgrading at once are fine: PostgreSQL takes turns (an advisory lock in
-    ``env.py``); on SQLite the loser's failure is forgiven when the winner reached the head.
+    ``env.py``), and so do processes on one SQLite file (:func:`_sqlite_turn`); on another
+    database the loser's failure is forgiven when the winner reached the head.
     """
     config = alembic_config()
-    try:
-        with engine.begin() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
-    except DBAPIError:
-        if revision != "head" or current_revision(engine) != head_revision():
-            raise
+    with _sqlite_turn(engine):
+        if revision == "head" and current_revision(engine) == head_revision():
+            return head_revision()  # the process before us in line upgraded it
+        try:
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
+        except DBAPIError:
+            if revision != "head" or current_revision(engine) != head_revision():
+                raise
     return current_revision(engine)
+
+
+@contextmanager
+def _sqlite_turn(engine: Engine) -> Iterator[None]:
+    """Hold an exclusive lock on ``<file>.migrate-lock`` beside an SQLite record while it is
+    upgraded: a supervisor, a worker and a producer that start together on a new file would
+    otherwise each see no schema and run the first revision at once ("table sessions
+    already exists"), and SQLite's DDL is not transactional enough to let one of them lose
+    cleanly. Other databases pass through."""
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 def check(engine: Engine) -> None:

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -28,14 +28,82 @@ TEST_PG_URL = os.environ.get(
 )
 
 
+PRIVATE_PG = "PLANLOOP_TEST_PG_PRIVATE"  # set once this run's own database exists
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Build (or find) the shipped venv once, before any test process starts, and hand it to
-    every xdist worker: the whole run tests one wheel even if the checkout changes meanwhile."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get(SHIPPED_VENV):
+    """Once per run, before any xdist worker starts (they inherit the environment):
+
+    - build (or find) the shipped venv, so the whole run tests one wheel even if the
+      checkout changes meanwhile;
+    - make the run a PostgreSQL database of its own (``TEST_PG_URL``), dropped at the end:
+      the server is shared with other runs and checkouts, whose migrations may stand at
+      revisions this one does not know.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if config.args and all(str(arg).startswith("tests/unit") for arg in config.args):
-        return  # unit tests start no shipped process (`make check` needs no pip)
-    os.environ[SHIPPED_VENV] = str(ensure_venv())
+        return  # unit tests start no shipped process and use no PostgreSQL
+    if not os.environ.get(SHIPPED_VENV):
+        os.environ[SHIPPED_VENV] = str(ensure_venv())
+    if not os.environ.get(PRIVATE_PG):
+        private = create_private_database(TEST_PG_URL)
+        if private is not None:
+            os.environ["PLANLOOP_TEST_PG_URL"] = private
+            os.environ[PRIVATE_PG] = private
+            globals()["TEST_PG_URL"] = private
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    private = os.environ.get(PRIVATE_PG)
+    if private and not os.environ.get("PYTEST_XDIST_WORKER"):
+        drop_database(private)
+        del os.environ[PRIVATE_PG]
+
+
+def _admin(url: str) -> Any:
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    server = make_url(url).set(database="postgres")
+    return create_engine(server, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+
+
+def create_private_database(url: str) -> str | None:
+    """A new database beside ``url``'s on the same server, its URL; None where the server
+    cannot be had (the PostgreSQL tests then say so themselves)."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    name = f"{make_url(url).database or 'test'}_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = _admin(url)
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            admin.dispose()
+    except (SQLAlchemyError, ImportError, OSError):
+        return None
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        admin = _admin(url)
+        try:
+            with admin.connect() as conn:
+                name = make_url(url).database
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
+    except SQLAlchemyError:
+        pass  # a database left behind is only clutter
 
 
 def wait_for(predicate: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:

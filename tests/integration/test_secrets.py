@@ -77,7 +77,7 @@ def start_worker(stack: PrivateStack, log_dir: Path) -> Stack:
     """A worker that (alone) imports the secrets test's tools, logging at INFO."""
     log_dir.mkdir()
     env = {**stack.stack.env, "PLANLOOP_TOOL_MODULES": json.dumps([SECRET_TOOLS])}
-    workers = Stack(env=env, log_dir=log_dir)
+    workers = shipped().stack(env, log_dir)
     workers._spawn("worker", ["worker", "--concurrency", "2", "--loglevel", "INFO"])
     return workers
 

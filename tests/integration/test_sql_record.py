@@ -31,6 +31,7 @@ from planloop.producer.client import Producer
 from planloop.producer.stack import local_stack
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import RunPlan, _delete_prefix, report_steps, wait_ended
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,11 @@ def pg_stack(
     record = SqlRecord.from_url(TEST_PG_URL)
     running = PgStack(Producer.from_settings(settings), record, [])
     try:
-        with local_stack(settings.to_env(), log_dir=tmp_path_factory.mktemp("pglogs")):
+        with local_stack(
+            settings.to_env(),
+            log_dir=tmp_path_factory.mktemp("pglogs"),
+            **shipped().stack_options(),
+        ):
             yield running
     finally:
         with record.engine.begin() as db:
