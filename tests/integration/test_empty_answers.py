@@ -1,0 +1,181 @@
+"""Model answers that parse but add nothing, end to end: real Redis, workers and a
+supervisor from the installed wheel, a scripted LLM over HTTP.
+
+Each answer has a defined outcome (issue 21): the session ends in a terminal state with an
+answer, its decisions and their tokens are in the SQL record, and no supervisor logs a
+crash of its loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from planloop.core.models import SessionStatus, StepStatus
+from planloop.core.record import SqlRecord
+from planloop.core.hot_state import HotState
+from planloop.producer.client import Producer
+from planloop.producer.stack import Stack
+from tests.integration.conftest import report_steps
+from tests.integration.test_planning_loop import (
+    THREE_STEPS,
+    decision,
+    echo,
+    notes,
+    run,
+    subgraph,
+)
+from tests.integration.test_rounds import ONE_STEP, critique
+from tests.llm_server import ScriptedLLMServer, count_prompt_tokens
+
+pytestmark = pytest.mark.integration
+
+EMPTY: dict[str, Any] = {"steps": [], "reasoning": "nothing to add"}
+# What a supervisor logs when a session's loop crashes (supervisor/service.py).
+CRASHED = "loop crashed"
+
+
+def crash_lines(stack: Stack, sid: str) -> list[str]:
+    """The supervisors' log lines saying ``sid``'s loop crashed."""
+    lines: list[str] = []
+    for path in sorted(stack.log_dir.glob("supervisor-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if f"session={sid}" in line and CRASHED in line:
+                lines.append(line)
+    return lines
+
+
+def test_a_round_whose_replanner_adds_nothing_ends_with_the_critics_verdict(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("critic", critique(False, "the second value is missing", "second value"))
+    llm.script("replanner", EMPTY)
+    llm.script("summarizer", {"text": "only the first value: one", "data": None})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "did not pass the results" in session.error
+    assert "the re-planner added nothing" in session.error
+    assert (session.plan_version, session.replans) == (1, 0)  # no new version, no re-plan
+    report = session.report or {}
+    assert report["rounds"] == 1
+    assert report["critique"]["passed"] is False
+    assert report["critique"]["feedback"] == "the second value is missing"
+    assert report["answer"]["text"] == "only the first value: one"
+    assert report["answer"]["source"] == "summarizer"
+    assert report_steps(session)["first"]["status"] == "completed"
+    assert len(llm.requests_for("critic")) == 1  # the round ended: no second verdict
+    assert len(llm.requests_for("replanner")) == 1  # "nothing to add" is no error to repair
+    (summarizer,) = llm.requests_for("summarizer")
+    assert "NOT passed" in summarizer.prompt_text
+    roles = sorted(c.role for c in llm_record.llm_calls(sid))
+    assert roles == ["critic", "replanner", "summarizer"]  # the empty answer's tokens too
+    assert llm.pending() == 0
+
+
+def test_a_replan_that_adds_nothing_after_a_critical_failure_fails_the_session(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_hot: HotState,
+    llm_stack: Stack,
+) -> None:
+    llm.script("decider", decision("REPLAN_REMAINING", "s2 cannot work; drop s3", ["s3"]))
+    llm.script("replanner", EMPTY)
+    llm.script("summarizer", {"text": "s1 ran; s2 failed", "data": None})
+
+    sid, session = run(llm_producer, llm_record, THREE_STEPS)
+
+    assert crash_lines(llm_stack, sid) == []
+    # s2 is critical and nothing took its place: the rule policy's answer, not "completed"
+    assert session.status == SessionStatus.FAILED, session.error
+    assert "critical step s2" in session.error
+    assert "added nothing" in session.error
+    assert (session.plan_version, session.replans) == (1, 1)
+    steps = report_steps(session)
+    assert steps["s1"]["status"] == "completed"
+    assert steps["s2"]["status"] == "failed"
+    s3 = llm_hot.steps(sid, ["s3"])["s3"]
+    assert (s3.status, s3.attempt) == (StepStatus.CANCELLED, 0)  # dropped, never ran
+    report = session.report or {}
+    assert report["answer"]["text"] == "s1 ran; s2 failed"
+    assert report["answer"]["partial"] is True
+    # the decision is recorded with its tokens, and the re-planner's call with it
+    rows = llm_record.decisions(sid)
+    assert [(r.action, r.source) for r in rows] == [("REPLAN_REMAINING", "llm")]
+    (decider,) = llm.requests_for("decider")
+    assert rows[0].prompt_tokens == count_prompt_tokens(decider.messages)
+    assert rows[0].completion_tokens > 0
+    roles = [c.role for c in llm_record.llm_calls(sid)]
+    assert roles[:2] == ["decider", "replanner"]
+    assert "summarizer" in roles
+    (said,) = [n for n in notes(llm_hot, sid, "decision") if n["action"] == "REPLAN_REMAINING"]
+    assert said["source"] == "llm"
+    assert llm.pending() == 0
+
+
+NOT_CRITICAL = THREE_STEPS.replace("critical: true", "critical: false")
+
+
+def test_a_replan_that_adds_nothing_after_a_minor_failure_ends_with_what_it_has(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_hot: HotState,
+    llm_stack: Stack,
+) -> None:
+    llm.script("decider", decision("REPLAN_REMAINING", "s2 is not needed", []))
+    llm.script("replanner", EMPTY)
+
+    sid, session = run(llm_producer, llm_record, NOT_CRITICAL)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "completed around failed steps: s2" in session.error
+    steps = report_steps(session)
+    assert steps["s1"]["status"] == "completed"
+    assert steps["s2"]["status"] == "failed"
+    s3 = llm_hot.steps(sid, ["s3"])["s3"]
+    assert s3.status == StepStatus.CANCELLED  # the failed step's orphan is dropped
+    assert (session.report or {})["answer"]["text"] == "done"
+    (row,) = llm_record.decisions(sid)
+    assert (row.action, row.source) == ("REPLAN_REMAINING", "llm")
+    assert row.prompt_tokens > 0
+    assert [c.role for c in llm_record.llm_calls(sid)][:2] == ["decider", "replanner"]
+
+
+def test_a_full_replan_with_no_steps_ends_with_what_the_session_has(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("decider", decision("REPLAN_FULL", "start over"))
+    llm.script("replanner", {"goal": "anything", "steps": []})
+    llm.script("summarizer", {"text": "s1 ran; s2 failed", "data": None})
+
+    sid, session = run(llm_producer, llm_record, THREE_STEPS)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.FAILED, session.error
+    assert "critical step s2" in session.error
+    assert len(llm.requests_for("replanner")) == 1
+    (row,) = llm_record.decisions(sid)
+    assert row.action == "REPLAN_FULL"
+    assert [c.role for c in llm_record.llm_calls(sid)][:2] == ["decider", "replanner"]
+    assert (session.report or {})["answer"]["text"] == "s1 ran; s2 failed"
+
+
+def test_a_round_replan_that_only_repeats_a_completed_step_adds_nothing(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    # a sub-graph that only repeats the completed step unchanged adds nothing either
+    llm.script("critic", critique(False, "check again"))
+    llm.script("replanner", subgraph(echo("first", "one")))
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "the re-planner added nothing" in session.error
+    assert session.plan_version == 1
