@@ -17,6 +17,13 @@ from planloop.planner.merge import inject_fallback
 from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
 from planloop.supervisor.deadline import DEADLINE_NEAR, short_of_time
+from planloop.supervisor.nothing_added import (
+    DROPPED_NOTE,
+    NOTHING_ADDED,
+    dropped_steps,
+    nothing_added_verdict,
+    unreplaced_critical,
+)
 from planloop.supervisor.policy import FAILURES
 from planloop.supervisor.session_base import SessionIO
 from planloop.supervisor.session_state import has_ended
@@ -244,11 +251,39 @@ class PlanChanges:
             else:
                 cancel = brain.to_cancel(d, changes)
                 await self.cancel_steps(sorted(cancel))
-                plan, usages = await brain.replan(d, cancel)
+                replanned, usages = await brain.replan(d, cancel)
                 record_usage(state.batch, usages)
+                if replanned is None:
+                    await self.count_replan()
+                    await self.nothing_added(Decision(verdict, changes, decision.reason), cancel)
+                    return
+                plan = replanned
         except (PlanError, LLMError) as exc:
             log.error("session=%s re-plan failed: %s", sid, exc)
             await self.count_replan()
             brain.requeue(changes)
             return
         await self.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)
+
+    async def nothing_added(self, decision: Decision, removed: set[str]) -> None:
+        """The re-plan ``decision`` asked for added nothing (nothing_added.py): drop the
+        ``removed`` steps and their orphans, then fail the session if a critical step is
+        left failed with nothing in its place; else go on with what is left."""
+        state, sid = self.state, self.io.sid
+        dropped = dropped_steps(state.plan, state.states, removed)
+        await self.cancel_steps(dropped, DROPPED_NOTE)
+        log.info("session=%s %s; dropped: %s", sid, NOTHING_ADDED, ", ".join(dropped) or "nothing")
+        await self.store.note_progress(sid, "nothing_added", dropped=",".join(dropped))
+        critical = unreplaced_critical(state.plan, state.states, state.fallbacks)
+        verdict = nothing_added_verdict(decision.verdict.decision, critical)
+        if verdict is not None:
+            escalated = Decision(verdict, decision.changes, NOTHING_ADDED)
+            record_decision(state.batch, sid, escalated)
+            await self.store.note_progress(
+                sid,
+                "decision",
+                action=verdict.decision.action.value,
+                source=verdict.source,
+                reasoning=verdict.decision.reasoning,
+            )
+            state.outcome = (SessionStatus.FAILED, verdict.decision.reasoning)

@@ -702,7 +702,12 @@ class SessionRunner:
         await self._carry_out(decision)
 
     async def _carry_out(self, decision: Decision) -> None:
+        """Record ``decision`` (with its LLM calls) in SQL, then carry it out: a crash
+        while carrying it out loses neither, and the events that caused it, not yet
+        acknowledged, reach the next owner, which decides again."""
         record_decision(self.state.batch, self.sid, decision)
+        self.checkpointer.submit(self.state.take_decisions(), [])
+        await self.checkpointer.flush()
         await self.changes.execute(decision, self.brain)
 
     async def _announce_approvals(self) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from planloop.core.hot_state import HotState
 from planloop.core.models import SessionStatus, StepStatus
 from planloop.core.record import SqlRecord
-from planloop.core.hot_state import HotState
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
 from tests.integration.conftest import report_steps
@@ -105,7 +105,9 @@ def test_a_replan_that_adds_nothing_after_a_critical_failure_fails_the_session(
     assert report["answer"]["partial"] is True
     # the decision is recorded with its tokens, and the re-planner's call with it
     rows = llm_record.decisions(sid)
-    assert [(r.action, r.source) for r in rows] == [("REPLAN_REMAINING", "llm")]
+    assert [(r.action, r.source) for r in rows] == [("REPLAN_REMAINING", "llm"), ("ABORT", "rule")]
+    assert "critical step s2 failed and the re-planner added nothing" in rows[1].reasoning
+    assert (rows[1].prompt_tokens, rows[1].completion_tokens) == (0, 0)  # no model call
     (decider,) = llm.requests_for("decider")
     assert rows[0].prompt_tokens == count_prompt_tokens(decider.messages)
     assert rows[0].completion_tokens > 0
@@ -160,8 +162,9 @@ def test_a_full_replan_with_no_steps_ends_with_what_the_session_has(
     assert session.status == SessionStatus.FAILED, session.error
     assert "critical step s2" in session.error
     assert len(llm.requests_for("replanner")) == 1
-    (row,) = llm_record.decisions(sid)
-    assert row.action == "REPLAN_FULL"
+    rows = llm_record.decisions(sid)
+    assert [(r.action, r.source) for r in rows] == [("REPLAN_FULL", "llm"), ("ABORT", "rule")]
+    assert rows[0].prompt_tokens > 0
     assert [c.role for c in llm_record.llm_calls(sid)][:2] == ["decider", "replanner"]
     assert (session.report or {})["answer"]["text"] == "s1 ran; s2 failed"
 
