@@ -706,8 +706,10 @@ class SessionRunner:
         while carrying it out loses neither, and the events that caused it, not yet
         acknowledged, reach the next owner, which decides again."""
         record_decision(self.state.batch, self.sid, decision)
-        self.checkpointer.submit(self.state.take_decisions(), [])
-        await self.checkpointer.flush()
+        # Straight to SQL, fenced by the epoch, ahead of the batch the checkpoint writer
+        # groups: decision rows are only ever inserted, so no later write can undo this one.
+        taken = self.state.take_decisions()
+        await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, taken))
         await self.changes.execute(decision, self.brain)
 
     async def _announce_approvals(self) -> None:
