@@ -270,8 +270,12 @@ class PlanChanges:
         ``removed`` steps and their orphans, then fail the session if a critical step is
         left failed with nothing in its place; else go on with what is left."""
         state, sid = self.state, self.io.sid
-        dropped = dropped_steps(state.plan, state.states, removed)
-        await self.cancel_steps(dropped, DROPPED_NOTE)
+        orphaned = dropped_steps(state.plan, state.states, removed)
+        await self.cancel_steps(orphaned, DROPPED_NOTE)
+        named = [
+            i for i in removed if (st := state.states.get(i)) and st.status == StepStatus.CANCELLED
+        ]
+        dropped = sorted({*named, *orphaned})
         log.info("session=%s %s; dropped: %s", sid, NOTHING_ADDED, ", ".join(dropped) or "nothing")
         await self.store.note_progress(sid, "nothing_added", dropped=",".join(dropped))
         critical = unreplaced_critical(state.plan, state.states, state.fallbacks)
