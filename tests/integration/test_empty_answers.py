@@ -8,6 +8,7 @@ crash of its loop.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from planloop.core.record import SqlRecord
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
 from tests.integration.conftest import report_steps
+from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import (
     THREE_STEPS,
     decision,
@@ -182,3 +184,114 @@ def test_a_round_replan_that_only_repeats_a_completed_step_adds_nothing(
     assert session.status == SessionStatus.COMPLETED, session.error
     assert "the re-planner added nothing" in session.error
     assert session.plan_version == 1
+
+
+# --- every other model answer that parses but cannot be used ------------------------------
+CYCLE = subgraph(echo("r1", "x", "r2"), echo("r2", "y", "r1"))
+
+
+def test_a_subgraph_still_invalid_after_its_repairs_leaves_the_decision_to_the_rules(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("decider", decision("REPLAN_REMAINING", "replace s3 with a loop", ["s3"]))
+    llm.script("replanner", CYCLE, CYCLE, CYCLE)  # the answer and its two repairs
+    # the changes are decided again: the decider's next answers are unusable, so the rule
+    # policy decides (s2 is critical and has no fallback: the session fails)
+    llm.script("decider", *[json.dumps({"reasoning": "no action given"})] * 3)
+
+    sid, session = run(llm_producer, llm_record, THREE_STEPS)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.FAILED, session.error
+    assert "critical step s2 failed" in session.error
+    assert (session.plan_version, session.replans) == (1, 1)  # the failed re-plan counts
+    assert len(llm.requests_for("replanner")) == 3
+    assert "cycle" in llm.requests_for("replanner")[1].prompt_text
+    rows = llm_record.decisions(sid)
+    assert [(r.action, r.source) for r in rows] == [("REPLAN_REMAINING", "llm"), ("ABORT", "rule")]
+    assert rows[0].prompt_tokens > 0
+    assert rows[1].reasoning.startswith("decision agent unavailable")
+    assert (session.report or {})["answer"]["text"] == "done"
+    assert llm.pending() == 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"action": "RETRY_LATER", "reasoning": "an action that does not exist"},
+        {"reasoning": "the action is missing"},
+        {"action": "CONTINUE", "reasoning": "too sure", "confidence": 7},
+    ],
+    ids=["unknown-action", "missing-field", "out-of-range"],
+)
+def test_a_decider_answer_that_breaks_its_schema_is_decided_by_the_rules(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_stack: Stack,
+    reply: dict[str, Any],
+) -> None:
+    llm.script("decider", *[json.dumps(reply)] * 3)
+
+    sid, session = run(llm_producer, llm_record, NOT_CRITICAL)
+
+    assert crash_lines(llm_stack, sid) == []
+    # s2 is not critical: the rules skip its branch and the session completes around it
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert "completed around failed steps: s2" in session.error
+    (row,) = llm_record.decisions(sid)
+    assert (row.action, row.source) == ("CONTINUE", "rule")
+    assert row.reasoning.startswith("decision agent unavailable")
+    assert len(llm.requests_for("decider")) == 3
+    assert (session.report or {})["answer"]["text"] == "done"
+
+
+def test_a_critic_whose_verdict_is_unusable_lets_the_round_stand(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("critic", *[json.dumps({"feedback": "no verdict given"})] * 3)
+    llm.script("summarizer", {"text": "one", "data": None})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.error == ""
+    report = session.report or {}
+    assert "critique" not in report  # no verdict to report
+    assert report["answer"]["text"] == "one"
+    assert len(llm.requests_for("critic")) == 3
+    assert llm_record.decisions(sid) == []
+
+
+def test_a_summarizer_whose_answer_is_unusable_gives_way_to_planloops_account(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("summarizer", *[json.dumps({"data": {"no": "text"}})] * 3)
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    answer = (session.report or {})["answer"]
+    assert answer["source"] == "planloop"
+    assert "The session ended completed." in answer["text"]
+    assert "Completed: first." in answer["text"]
+    assert len(llm.requests_for("summarizer")) == 3
+
+
+def test_a_router_answering_an_unknown_mode_lets_the_goal_be_planned(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("router", *[json.dumps({"mode": "guess", "reasoning": "?"})] * 3)
+    llm.script("planner", {"steps": [echo("only", "one")]})
+    llm.script("summarizer", {"text": "one", "data": None})
+
+    sid = llm_producer.submit_goal("echo one", tools=["bench"])
+    session = wait_recorded(llm_producer, llm_record, sid)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert report_steps(session)["only"]["output"] == {"value": "one"}
+    assert (session.report or {})["answer"]["text"] == "one"
+    assert len(llm.requests_for("router")) == 3
