@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
 from planloop.core.tools import ToolRegistry
@@ -363,7 +363,7 @@ class Planner:
                 )
             else:
                 try:
-                    return check(answer), usages
+                    return _checked(check, answer), usages
                 except PlanValidationError as exc:
                     repairs += 1
                     if repairs > self.max_repairs:
@@ -425,6 +425,22 @@ class Decider:
             )
             decision = decision.model_copy(update={"steps_to_cancel": allowed})
         return decision, usage
+
+
+def _checked(check: Callable[[A], R], answer: A) -> R:
+    """``check(answer)``; a plan it builds that pydantic refuses (say, a merged plan past a
+    limit) is a plan error like the others: sent back for repair, never a crash."""
+    try:
+        return check(answer)
+    except ValidationError as invalid:
+        raise PlanValidationError(_first_error(invalid)) from invalid
+
+
+def _first_error(invalid: ValidationError) -> str:
+    """The first problem pydantic found in a plan built from an answer, for the model."""
+    first = invalid.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"the resulting plan is invalid{' at ' + where if where else ''}: {first['msg']}"
 
 
 def _frozen_note(installed: Sequence[Step]) -> str:

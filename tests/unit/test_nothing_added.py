@@ -223,3 +223,20 @@ def test_a_decision_is_committed_with_its_calls_before_it_is_carried_out() -> No
     assert [(c["role"], c["prompt_tokens"]) for c in calls] == [("decider", 30)]
     assert loop.state.batch.decisions == []  # not written a second time
     assert loop.state.fold_usage() == {"m": [30, 7]}  # and still counted in the budgets
+
+
+# --- a plan built from an answer that pydantic refuses ------------------------------------
+def test_a_plan_pydantic_refuses_in_a_check_is_repaired_then_a_plan_error() -> None:
+    from planloop.core.errors import PlanValidationError
+    from planloop.planner.decision import SubGraph
+
+    chat = ScriptedChat(replanner=[EMPTY, EMPTY])
+
+    def check(answer: SubGraph) -> Plan:
+        return Plan(steps=answer.steps)  # the shape of the crash in issue 21
+
+    planner = Planner(chat, registry(), max_repairs=1)  # type: ignore[arg-type]
+    with pytest.raises(PlanValidationError, match="still invalid after 1 repair"):
+        planner._ask(Role.REPLANNER, [], SubGraph, check, lambda _: [])
+    assert len(chat.asked) == 2
+    assert "the resulting plan is invalid at steps" in chat.asked[1][1][-1]["content"]
