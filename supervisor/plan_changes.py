@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from planloop.core.errors import LLMError, PlanError
@@ -33,6 +33,11 @@ from planloop.supervisor.verdict import Decision
 log = logging.getLogger(__name__)
 
 Revoke = Callable[[Iterable[str]], None]  # revoke queued task ids (the dispatcher's)
+CommitDecisions = Callable[[], Awaitable[None]]  # write the decisions recorded so far to SQL
+
+
+async def _kept_for_the_checkpoint() -> None:
+    """No commit of its own: the decisions go with the session's next checkpoint."""
 
 
 def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
@@ -52,11 +57,17 @@ def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
 class PlanChanges:
     """The freeze / prune / inject path every decision goes through."""
 
-    def __init__(self, io: SessionIO, revoke: Revoke) -> None:
+    def __init__(
+        self,
+        io: SessionIO,
+        revoke: Revoke,
+        commit_decisions: CommitDecisions = _kept_for_the_checkpoint,
+    ) -> None:
         self.io = io
         self.state = io.state
         self.store = io.store
         self.revoke = revoke
+        self.commit_decisions = commit_decisions
 
     async def skip_descendants(self, step_id: str) -> None:
         state, sid = self.state, self.io.sid
@@ -230,12 +241,14 @@ class PlanChanges:
         if short:  # the decision took the time a re-plan needs: the rules decide instead
             ruled = Decision(brain.rules_for_time(changes, short), changes, decision.reason)
             record_decision(state.batch, sid, ruled)
+            await self.commit_decisions()
             await self.execute(ruled, brain)
             return
         spent = None if rules or verdict.source == "human" else brain.llm_budget_spent()
         if spent is not None:  # the decision's own call spent it: no re-planner call starts
             budget = Decision(brain.budget_verdict(spent), changes, "budget")
             record_decision(state.batch, sid, budget)
+            await self.commit_decisions()
             await self.execute(budget, brain)
             return
         await self.store.note_progress(
@@ -283,6 +296,7 @@ class PlanChanges:
         if verdict is not None:
             escalated = Decision(verdict, decision.changes, NOTHING_ADDED)
             record_decision(state.batch, sid, escalated)
+            await self.commit_decisions()
             await self.store.note_progress(
                 sid,
                 "decision",

@@ -21,6 +21,7 @@ from planloop.producer.stack import Stack
 from tests.integration.conftest import report_steps
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import (
+    FAIL,
     THREE_STEPS,
     decision,
     echo,
@@ -119,6 +120,35 @@ def test_a_replan_that_adds_nothing_after_a_critical_failure_fails_the_session(
     (said,) = [n for n in notes(llm_hot, sid, "decision") if n["action"] == "REPLAN_REMAINING"]
     assert said["source"] == "llm"
     assert llm.pending() == 0
+
+
+RESERVE_THEN_FAIL = f"""
+goal: reserve stock, then a critical check that cannot succeed
+steps:
+  - {{id: reserve, tool: supply_chain.reserve_stock, params: {{sku: SKU12345, qty: 5}}}}
+  - {{id: check, tool: bench.sleep, params: {FAIL}, dependencies: [reserve], max_retries: 0,
+      critical: true}}
+  - {{id: after, tool: bench.echo, params: {{value: later}}, dependencies: [check]}}
+"""
+
+
+def test_a_critical_failure_nothing_replaced_undoes_the_completed_write(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("decider", decision("REPLAN_REMAINING", "the check cannot pass", ["after"]))
+    llm.script("replanner", EMPTY)
+
+    sid, session = run(llm_producer, llm_record, RESERVE_THEN_FAIL)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.FAILED, session.error
+    comps = (session.report or {})["compensations"]
+    assert [(c["step"], c["tool"], c["status"]) for c in comps] == [
+        ("reserve", "supply_chain.cancel_reservation", "completed")
+    ]
+    answer = (session.report or {})["answer"]
+    assert answer["partial"] is True
+    assert answer["text"] == "done"  # the summarizer's (the scripted default)
 
 
 NOT_CRITICAL = THREE_STEPS.replace("critical: true", "critical: false")

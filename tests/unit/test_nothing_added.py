@@ -240,3 +240,22 @@ def test_a_plan_pydantic_refuses_in_a_check_is_repaired_then_a_plan_error() -> N
         planner._ask(Role.REPLANNER, [], SubGraph, check, lambda _: [])
     assert len(chat.asked) == 2
     assert "the resulting plan is invalid at steps" in chat.asked[1][1][-1]["content"]
+
+
+def test_the_rules_escalation_is_committed_before_the_session_ends_too() -> None:
+    loop, _store = runner(CHAIN)
+    loop.state.states["a"].status = StepStatus.COMPLETED
+    loop.state.states["b"].status, loop.state.states["b"].note = StepStatus.FAILED, FINAL
+    loop.brain.chat = ScriptedChat(replanner=[EMPTY])  # type: ignore[assignment]
+    asked = ReplanDecision(action=ReplanAction.REPLAN_REMAINING, reasoning="b cannot work")
+    failed = [Event(type=EventType.TASK_FAILED, step_id="b", attempt=1, description="boom")]
+
+    run(loop._carry_out(Decision(Verdict(asked, "llm"), failed, "CRITICAL")))
+
+    assert loop.state.outcome is not None
+    assert loop.state.outcome[0] == SessionStatus.FAILED
+    assert loop.state.batch.decisions == []  # both went to SQL as they were made
+    assert [(d["action"], d["source"]) for d in decisions(loop)] == [
+        ("REPLAN_REMAINING", "llm"),
+        ("ABORT", "rule"),
+    ]
