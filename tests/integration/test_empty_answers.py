@@ -325,3 +325,48 @@ def test_a_router_answering_an_unknown_mode_lets_the_goal_be_planned(
     assert report_steps(session)["only"]["output"] == {"value": "one"}
     assert (session.report or {})["answer"]["text"] == "one"
     assert len(llm.requests_for("router")) == 3
+
+
+def test_a_summarizer_answering_no_text_is_repaired(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("summarizer", {"text": "", "data": None}, {"text": "one", "data": None})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    answer = (session.report or {})["answer"]
+    assert (answer["text"], answer["source"]) == ("one", "summarizer")
+    _first, repair = llm.requests_for("summarizer")
+    assert "the answer's text is empty" in repair.prompt_text
+
+
+def test_a_summarizer_that_never_writes_text_gives_way_to_planloops_account(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("summarizer", *[{"text": " ", "data": None}] * 3)
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    answer = (session.report or {})["answer"]
+    assert answer["source"] == "planloop"
+    assert answer["text"].startswith("The session ended completed.")
+
+
+def test_a_passing_verdict_with_a_blank_answer_leaves_the_answer_to_the_summarizer(
+    llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_stack: Stack
+) -> None:
+    llm.script("critic", {"passed": True, "answer": ""})
+    llm.script("summarizer", {"text": "one", "data": None})
+
+    sid, session = run(llm_producer, llm_record, ONE_STEP)
+
+    assert crash_lines(llm_stack, sid) == []
+    assert session.status == SessionStatus.COMPLETED, session.error
+    report = session.report or {}
+    assert report["critique"]["passed"] is True
+    assert (report["answer"]["text"], report["answer"]["source"]) == ("one", "summarizer")
+    assert len(llm.requests_for("critic")) == 1  # the verdict stood: no repair

@@ -259,3 +259,24 @@ def test_the_rules_escalation_is_committed_before_the_session_ends_too() -> None
         ("REPLAN_REMAINING", "llm"),
         ("ABORT", "rule"),
     ]
+
+
+# --- answers with no text ---------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_an_answer_with_no_text_is_refused_for_repair(text: str) -> None:
+    from pydantic import ValidationError
+
+    from planloop.planner.summarizer import Answer
+
+    with pytest.raises(ValidationError, match="the answer's text is empty"):
+        Answer.model_validate({"text": text, "data": None})
+
+
+@pytest.mark.parametrize("blank", ["", " ", {"text": "", "data": {"n": 1}}, {"text": None}])
+def test_a_passing_verdict_with_a_blank_answer_keeps_the_verdict_without_it(blank: Any) -> None:
+    from planloop.planner.critic import CriticReply
+
+    reply = CriticReply.model_validate({"passed": True, "answer": blank})
+
+    assert reply.passed is True
+    assert reply.stated_answer() is None  # the summarizer writes the answer
