@@ -12,13 +12,16 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from planloop.core.hot_state import HotState
-from planloop.core.models import SessionStatus, StepStatus
+from planloop.core.models import Event, EventType, SessionStatus, StepStatus
 from planloop.core.record import SqlRecord
+from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
-from tests.integration.conftest import report_steps
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, report_steps, wait_ended
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import (
     FAIL,
@@ -370,3 +373,54 @@ def test_a_passing_verdict_with_a_blank_answer_leaves_the_answer_to_the_summariz
     assert report["critique"]["passed"] is True
     assert (report["answer"]["text"], report["answer"]["source"]) == ("one", "summarizer")
     assert len(llm.requests_for("critic")) == 1  # the verdict stood: no repair
+
+
+# --- a loop that crashes anyway (a cause not found yet) ---------------------------------------
+WRITE_THEN_HOLD = """
+goal: a write, then a step that holds the session open
+steps:
+  - {id: w, tool: bench.write, params: {label: first}}
+  - {id: hold, tool: bench.sleep, params: {seconds: 30}, dependencies: [w], timeout_s: 60}
+"""
+
+
+def test_a_session_with_an_llm_that_crashes_too_often_still_ends_with_an_answer(
+    llm: ScriptedLLMServer, private_stack: MakeStack
+) -> None:
+    ps = private_stack(
+        max_session_crashes=2,
+        session_crash_cool_off_s=0.2,
+        session_crash_cool_off_max_s=0.5,
+        llm_base_url=llm.base_url,
+        llm_api_key=SecretStr("test"),
+        llm_max_retries=0,
+    )
+    sid = ps.producer.submit(parse_plan(WRITE_THEN_HOLD))
+    wait_for(
+        lambda: (
+            (hold := ps.step_states(sid, ["hold"]).get("hold")) is not None
+            and hold.status == StepStatus.RUNNING
+        ),
+        30,
+        "the holding step to run",
+    )
+    attempt = ps.step_states(sid, ["hold"])["hold"].attempt
+    # an outcome the loop cannot apply (its time is no number): the loop crashes on it
+    poison = Event(
+        type=EventType.TASK_COMPLETED,
+        step_id="hold",
+        attempt=attempt,
+        payload={"started_at": "not a time"},
+    )
+    ps.redis.xadd(ps.keys.events(sid), poison.to_fields())  # type: ignore[arg-type]
+
+    record = wait_ended(ps.producer, sid, 60)
+
+    assert record.status == SessionStatus.FAILED
+    assert "crashed 2 times" in record.error
+    answer = (record.report or {})["answer"]
+    assert (answer["source"], answer["partial"]) == ("planloop", True)
+    assert answer["text"].startswith("The session ended FAILED: the session's loop crashed")
+    assert "w undone" in answer["text"]  # its write was compensated
+    assert "Completed: w." in answer["text"]
+    assert [r.role for r in llm.requests] == []  # no model call while ending a crash loop
