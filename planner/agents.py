@@ -4,7 +4,9 @@ Every answer goes through two loops. The chat client repairs answers that are no
 do not fit the schema; here, a plan that breaks a plan rule (cycle, unknown tool, bad params,
 bad reference, redefined completed step) goes back to the model with the exact validation
 error, at most ``max_repairs`` times. A re-plan that repeats one that already failed
-(same fingerprint) is sent back once with that fact, then refused.
+(same fingerprint) is sent back once with that fact, then refused. A re-plan with no step
+(``{"steps": []}``) is a valid answer, "nothing to add": it is returned as such, never
+merged (an empty merge may leave no plan at all) nor sent back for repair.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
 from planloop.core.tools import ToolRegistry
 from planloop.planner.compact_plan import CompactPlan
-from planloop.planner.decision import ReplanDecision, SubGraph
+from planloop.planner.decision import FullReplan, ReplanDecision, SubGraph
 from planloop.planner.early_steps import EarlySteps, keep_installed
 from planloop.planner.llm import ChatModel, Role, StreamingChatModel, Usage, validate_answer
 from planloop.planner.merge import merge_remaining, orphans, replace_remaining
@@ -220,7 +222,8 @@ class Planner:
         the caller should merge with the same ``cancel``.
 
         Returns:
-            The sub-graph (its merge validated) and the usage of every call.
+            The sub-graph (its merge validated; empty when the model has nothing to add)
+            and the usage of every call.
 
         Raises:
             PlanValidationError: still invalid after ``max_repairs`` repairs.
@@ -243,6 +246,8 @@ class Planner:
         )
 
         def check(answer: SubGraph) -> SubGraph:
+            if not answer.steps:
+                return answer  # nothing to add: the caller drops the removed steps
             merged = merge_remaining(current, done, removed, answer.steps)
             # the plan in force is valid: check what the sub-graph changed, not every step
             validate_remaining_merge(current, merged, answer.steps, self.tools, completed=done)
@@ -265,12 +270,13 @@ class Planner:
         *,
         failed_fingerprints: Collection[str] = (),
         lessons: Sequence[str] = (),
-    ) -> tuple[Plan, list[Usage]]:
+    ) -> tuple[Plan | None, list[Usage]]:
         """A new plan for everything not completed; completed steps stay as context.
 
         Returns:
             The merged plan (completed steps, then the new ones: what
-            :func:`replace_remaining` gives) and the usage of every call.
+            :func:`replace_remaining` gives), or None when the model proposed no step
+            ("nothing to add"), and the usage of every call.
 
         Raises:
             PlanValidationError: still invalid after ``max_repairs`` repairs.
@@ -292,19 +298,23 @@ class Planner:
             constraints=list(dict.fromkeys([*current.constraints, *situation.constraints])),
         )
 
-        def merge(answer: Plan) -> Plan:
-            return replace_remaining(base, done, answer.model_copy(update={"constraints": []}))
+        def merge(answer: FullReplan) -> Plan:
+            return replace_remaining(base, done, Plan(goal=base.goal, steps=answer.steps))
 
-        def check(answer: Plan) -> Plan:
+        def check(answer: FullReplan) -> Plan | None:
+            if not answer.steps:
+                return None  # nothing to add: the caller ends with what the session has
             merged = merge(answer)
             validate_plan(merged, self.tools, completed=done)
             validate_merge(current, merged, done)
             return merged
 
-        def prints(answer: Plan) -> list[str]:
+        def prints(answer: FullReplan) -> list[str]:
             return _fingerprints(answer.steps, lambda: merge(answer))
 
-        return self._ask(Role.REPLANNER, messages, Plan, check, prints, set(failed_fingerprints))
+        return self._ask(
+            Role.REPLANNER, messages, FullReplan, check, prints, set(failed_fingerprints)
+        )
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -353,7 +363,7 @@ class Planner:
                 )
             else:
                 try:
-                    return check(answer), usages
+                    return _checked(check, answer), usages
                 except PlanValidationError as exc:
                     repairs += 1
                     if repairs > self.max_repairs:
@@ -415,6 +425,22 @@ class Decider:
             )
             decision = decision.model_copy(update={"steps_to_cancel": allowed})
         return decision, usage
+
+
+def _checked(check: Callable[[A], R], answer: A) -> R:
+    """``check(answer)``; a plan it builds that pydantic refuses (say, a merged plan past a
+    limit) is a plan error like the others: sent back for repair, never a crash."""
+    try:
+        return check(answer)
+    except ValidationError as invalid:
+        raise PlanValidationError(_first_error(invalid)) from invalid
+
+
+def _first_error(invalid: ValidationError) -> str:
+    """The first problem pydantic found in a plan built from an answer, for the model."""
+    first = invalid.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"the resulting plan is invalid{' at ' + where if where else ''}: {first['msg']}"
 
 
 def _frozen_note(installed: Sequence[Step]) -> str:

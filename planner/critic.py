@@ -44,6 +44,16 @@ class CriticReply(Critique):
         None, description="The final answer, when passed: its text, or {text, data}."
     )
 
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        # A verdict with a blank answer is still a verdict: the summarizer writes the answer.
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, dict) and not str(value.get("text") or "").strip():
+            return None
+        return value
+
     @field_validator("answer", mode="after")
     @classmethod
     def _text_alone(cls, value: Answer | str | None) -> Answer | None:

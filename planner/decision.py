@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from planloop.planner.plan import Step
 
@@ -40,3 +40,21 @@ class SubGraph(BaseModel):
         description="New steps; they may depend on completed steps and reference their outputs."
     )
     reasoning: str = Field("", description="Why these steps, in a sentence or two.")
+
+
+class FullReplan(BaseModel):
+    """The re-planner's answer to REPLAN_FULL: a plan for everything not completed.
+
+    Unlike :class:`~planloop.planner.plan.Plan` it may hold no step: a model that sees
+    nothing left worth doing says so with ``"steps": []`` ("nothing to add"), an answer
+    the supervisor carries out rather than a schema error sent back for repair.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    goal: str = Field("", description="The goal (the session's own is kept).")
+    steps: list[Step] = Field(
+        description="Steps replacing every step not completed; they may depend on completed "
+        "steps and reference their outputs. Empty: nothing is left worth doing."
+    )
+    constraints: list[str] = Field(default_factory=list, description="Rules the plan keeps.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from planloop.core.errors import ConfigError
 from planloop.planner.llm import ChatModel, Role, Usage
@@ -27,6 +27,15 @@ class Answer(BaseModel):
 
     text: str = Field(description="The answer to the goal, in a few sentences.")
     data: Any = Field(None, description="The structured answer (fits the answer schema).")
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # An empty text is no answer: the client's repair loop sends it back, and a session
+        # whose model keeps answering nothing gets Planloop's own account instead.
+        if not value.strip():
+            raise ValueError("the answer's text is empty: write the answer to the goal")
+        return value
 
 
 AnswerSource = Literal["summarizer", "critic", "answer_step", "planloop"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from planloop.core.errors import LLMError, PlanError
@@ -17,6 +17,13 @@ from planloop.planner.merge import inject_fallback
 from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
 from planloop.supervisor.deadline import DEADLINE_NEAR, short_of_time
+from planloop.supervisor.nothing_added import (
+    DROPPED_NOTE,
+    NOTHING_ADDED,
+    dropped_steps,
+    nothing_added_verdict,
+    unreplaced_critical,
+)
 from planloop.supervisor.policy import FAILURES
 from planloop.supervisor.session_base import SessionIO
 from planloop.supervisor.session_state import has_ended
@@ -26,6 +33,11 @@ from planloop.supervisor.verdict import Decision
 log = logging.getLogger(__name__)
 
 Revoke = Callable[[Iterable[str]], None]  # revoke queued task ids (the dispatcher's)
+CommitDecisions = Callable[[], Awaitable[None]]  # write the decisions recorded so far to SQL
+
+
+async def _kept_for_the_checkpoint() -> None:
+    """No commit of its own: the decisions go with the session's next checkpoint."""
 
 
 def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
@@ -45,11 +57,17 @@ def fallback_plan(io: SessionIO, failed: list[str]) -> Plan:
 class PlanChanges:
     """The freeze / prune / inject path every decision goes through."""
 
-    def __init__(self, io: SessionIO, revoke: Revoke) -> None:
+    def __init__(
+        self,
+        io: SessionIO,
+        revoke: Revoke,
+        commit_decisions: CommitDecisions = _kept_for_the_checkpoint,
+    ) -> None:
         self.io = io
         self.state = io.state
         self.store = io.store
         self.revoke = revoke
+        self.commit_decisions = commit_decisions
 
     async def skip_descendants(self, step_id: str) -> None:
         state, sid = self.state, self.io.sid
@@ -223,12 +241,14 @@ class PlanChanges:
         if short:  # the decision took the time a re-plan needs: the rules decide instead
             ruled = Decision(brain.rules_for_time(changes, short), changes, decision.reason)
             record_decision(state.batch, sid, ruled)
+            await self.commit_decisions()
             await self.execute(ruled, brain)
             return
         spent = None if rules or verdict.source == "human" else brain.llm_budget_spent()
         if spent is not None:  # the decision's own call spent it: no re-planner call starts
             budget = Decision(brain.budget_verdict(spent), changes, "budget")
             record_decision(state.batch, sid, budget)
+            await self.commit_decisions()
             await self.execute(budget, brain)
             return
         await self.store.note_progress(
@@ -244,11 +264,44 @@ class PlanChanges:
             else:
                 cancel = brain.to_cancel(d, changes)
                 await self.cancel_steps(sorted(cancel))
-                plan, usages = await brain.replan(d, cancel)
+                replanned, usages = await brain.replan(d, cancel)
                 record_usage(state.batch, usages)
+                if replanned is None:
+                    await self.count_replan()
+                    await self.nothing_added(Decision(verdict, changes, decision.reason), cancel)
+                    return
+                plan = replanned
         except (PlanError, LLMError) as exc:
             log.error("session=%s re-plan failed: %s", sid, exc)
             await self.count_replan()
             brain.requeue(changes)
             return
         await self.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)
+
+    async def nothing_added(self, decision: Decision, removed: set[str]) -> None:
+        """The re-plan ``decision`` asked for added nothing (nothing_added.py): drop the
+        ``removed`` steps and their orphans, then fail the session if a critical step is
+        left failed with nothing in its place; else go on with what is left."""
+        state, sid = self.state, self.io.sid
+        orphaned = dropped_steps(state.plan, state.states, removed)
+        await self.cancel_steps(orphaned, DROPPED_NOTE)
+        named = [
+            i for i in removed if (st := state.states.get(i)) and st.status == StepStatus.CANCELLED
+        ]
+        dropped = sorted({*named, *orphaned})
+        log.info("session=%s %s; dropped: %s", sid, NOTHING_ADDED, ", ".join(dropped) or "nothing")
+        await self.store.note_progress(sid, "nothing_added", dropped=",".join(dropped))
+        critical = unreplaced_critical(state.plan, state.states, state.fallbacks)
+        verdict = nothing_added_verdict(decision.verdict.decision, critical)
+        if verdict is not None:
+            escalated = Decision(verdict, decision.changes, NOTHING_ADDED)
+            record_decision(state.batch, sid, escalated)
+            await self.commit_decisions()
+            await self.store.note_progress(
+                sid,
+                "decision",
+                action=verdict.decision.action.value,
+                source=verdict.source,
+                reasoning=verdict.decision.reasoning,
+            )
+            state.outcome = (SessionStatus.FAILED, verdict.decision.reasoning)

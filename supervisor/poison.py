@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -26,13 +27,17 @@ from sqlalchemy.exc import OperationalError
 from planloop.core.errors import FencedOutError, SessionEndedError
 from planloop.core.hot_state import dumps
 from planloop.core.lua import CountCrash
+from planloop.core.masking import mask
 from planloop.core.metrics import DEAD_LETTERS
 from planloop.core.models import SessionRecord, SessionStatus, StepState
 from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
+from planloop.planner.summarizer import SessionAnswer
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.ending import finish_session
+from planloop.supervisor.rounds import account_text, compensations_text, ended_text
 from planloop.supervisor.session import SessionRunner, record_events
+from planloop.supervisor.session_state import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +77,15 @@ async def end_crashed_session(
         await ctx.store.dead_letter(sid, [cause], cause=error)
         DEAD_LETTERS.inc()
     runner = SessionRunner(ctx, sid, epoch)
+
+    async def account(compensations: list[dict[str, Any]]) -> dict[str, Any]:
+        return crash_conclusion(
+            runner.state, status, error, compensations, llm=ctx.chat is not None
+        )
+
     try:
         await _load_what_can(runner)
-        await finish_session(runner.ending, status, error)
+        await finish_session(runner.ending, status, error, conclude=account)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
         await ctx.store.r.srem(ctx.store.keys.active, sid)
@@ -85,6 +96,26 @@ async def end_crashed_session(
         await _end_bare(ctx, sid, epoch, status, error)
     finally:
         await runner.checkpointer.close()
+
+
+def crash_conclusion(
+    state: SessionState,
+    status: SessionStatus,
+    error: str,
+    compensations: Sequence[Mapping[str, Any]] = (),
+    *,
+    llm: bool,
+) -> dict[str, Any]:
+    """What a session with an LLM that crashed its loop too often adds to its report: an
+    answer, as every LLM session ends with one, written by Planloop from the steps (no model
+    call: the model's answers may be what crashed the loop). Empty without an LLM."""
+    if not llm:
+        return {}
+    reason = "; ".join(filter(None, [error, compensations_text(compensations)]))
+    answer = SessionAnswer(
+        text=account_text(state, ended_text(status, reason)), partial=True, source="planloop"
+    )
+    return {"answer": mask(answer.model_dump())}
 
 
 async def _load_what_can(runner: SessionRunner) -> None:

@@ -34,6 +34,7 @@ from planloop.planner.critic import Critic, Critique
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.summarizer import SessionAnswer, Summarizer, schema_problem
 from planloop.supervisor.deadline import short_of_time
+from planloop.supervisor.nothing_added import NOTHING_ADDED
 from planloop.supervisor.plan_changes import PlanChanges
 from planloop.supervisor.session_base import SessionIO
 from planloop.supervisor.session_state import SessionState
@@ -150,14 +151,24 @@ class Rounds:
         self.critic_failed = self.critic_failed or not critique.passed
         if not next_round(critique, rounds_done, self.max_rounds):
             if not critique.passed:
-                note = f"the critic did not pass the results after {rounds_done + 1} round(s)"
-                state.outcome = (
-                    SessionStatus.COMPLETED,
-                    "; ".join(filter(None, [state.outcome[1], note])),
-                )
+                self._not_passed(rounds_done + 1, "")
             return
-        if await self._plan_round(critique, rounds_done + 1):
-            state.outcome = None
+        unplanned = await self._plan_round(critique, rounds_done + 1)
+        if unplanned is None:
+            state.outcome = None  # the next round runs
+        else:  # the round ends: the critic's verdict and the summarizer's answer stand
+            self._not_passed(rounds_done + 1, unplanned)
+
+    def _not_passed(self, rounds: int, why: str) -> None:
+        """End completed, saying the critic did not pass the results (and ``why`` no
+        further round runs, when rounds were left)."""
+        state = self.state
+        assert state.outcome is not None
+        note = f"the critic did not pass the results after {rounds} round(s)"
+        state.outcome = (
+            SessionStatus.COMPLETED,
+            "; ".join(filter(None, [state.outcome[1], note, why])),
+        )
 
     async def _judge(self, rounds_done: int) -> Judgement | None:
         """Ask the critic about this plan version's results and keep its verdict (and the
@@ -220,11 +231,14 @@ class Rounds:
         log.info("session=%s critic verdict for plan v%d kept from before", self.io.sid, version)
         return judgement
 
-    async def _plan_round(self, critique: Critique, number: int) -> bool:
-        """Install the next round's plan version; False when it cannot be planned."""
+    async def _plan_round(self, critique: Critique, number: int) -> str | None:
+        """Install the next round's plan version: None when it is installed, else why the
+        round could not be planned (no call may start, the re-planner failed, or it added
+        nothing: an empty sub-graph, or one that only repeats completed steps)."""
         state, brain = self.state, self.brain
-        if self._blocked():
-            return False
+        blocked = self._blocked()
+        if blocked:
+            return f"no next round: {blocked}"
         feedback = f"critic, round {number}: {critique.feedback}"
         brain.hints.extend([feedback, *(f"missing: {m}" for m in critique.missing)])
         dead = {i for i, st in state.states.items() if st.status in DEAD and i in state.steps}
@@ -237,12 +251,12 @@ class Rounds:
             plan, usages = await brain.replan(decision, dead)
         except (PlanError, LLMError) as exc:
             log.error("session=%s round %d could not be planned: %s", self.io.sid, number + 1, exc)
-            return False
+            return f"round {number + 1} could not be planned: {exc}"
         record_usage(state.batch, usages)
-        completed = state.completed()
-        if all(s.id in completed for s in plan.steps):
+        if plan is None:
             log.info("session=%s round %d planned nothing new", self.io.sid, number + 1)
-            return False
+            await self.io.store.note_progress(self.io.sid, "nothing_added", round=number + 1)
+            return NOTHING_ADDED
         await self.changes.install_plan(
             plan, reason=f"round {number + 1}: {feedback}", replan=False
         )
@@ -251,7 +265,7 @@ class Rounds:
         state.info = state.info.model_copy(update={"rounds": rounds})
         await self.io.write_session("rounds", rounds)
         await self.io.store.note_progress(self.io.sid, "round", round=number + 1)
-        return True
+        return None
 
     def answer_directly(self, reason: str) -> None:
         """End a goal that needs no tool without a plan: the summarizer answers it from the

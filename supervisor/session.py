@@ -111,7 +111,7 @@ class SessionRunner:
             stored_outputs=self._stored_outputs,
             events=ctx.events,
         )
-        self.changes = PlanChanges(self.io, ctx.dispatcher.revoke)
+        self.changes = PlanChanges(self.io, ctx.dispatcher.revoke, self._commit_decisions)
         self.brain = Deliberation(
             self.state,
             ctx.settings,
@@ -708,8 +708,20 @@ class SessionRunner:
         await self._carry_out(decision)
 
     async def _carry_out(self, decision: Decision) -> None:
+        """Record ``decision`` (with its LLM calls) in SQL, then carry it out: a crash
+        while carrying it out loses neither, and the events that caused it, not yet
+        acknowledged, reach the next owner, which decides again."""
         record_decision(self.state.batch, self.sid, decision)
+        await self._commit_decisions()
         await self.changes.execute(decision, self.brain)
+
+    async def _commit_decisions(self) -> None:
+        """Write the decisions and LLM calls recorded so far to SQL now, fenced by the
+        epoch, ahead of the batch the checkpoint writer groups (decision and call rows are
+        only ever inserted: no later write undoes them), acknowledging no event."""
+        taken = self.state.take_decisions()
+        if taken:
+            await self.ctx.sql(lambda: self.ctx.record.checkpoint(self.sid, self.epoch, taken))
 
     async def _announce_approvals(self) -> None:
         """Tell watchers (once per step) that a step waits for `planloop approve --step`."""

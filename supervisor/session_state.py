@@ -120,6 +120,14 @@ class SessionState:
         self.folded_calls = len(self.batch.llm_calls)
         return self.llm_usage
 
+    def take_decisions(self) -> Checkpoint:
+        """The decisions and LLM calls recorded so far, as a checkpoint of their own (it
+        acknowledges no event); the batch goes on with the rest."""
+        self.fold_usage()
+        taken = Checkpoint(decisions=self.batch.decisions, llm_calls=self.batch.llm_calls)
+        self.batch.decisions, self.batch.llm_calls, self.folded_calls = [], [], 0
+        return taken
+
     def take_checkpoint(self) -> tuple[Checkpoint, list[str]]:
         """What the next checkpoint writes and acknowledges; a new batch starts."""
         self.fold_usage()

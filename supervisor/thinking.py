@@ -26,7 +26,7 @@ from planloop.core.tracing import llm_span
 from planloop.planner.agents import Decider, Planner
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import ChatModel, Usage
-from planloop.planner.merge import merge_remaining, replace_remaining
+from planloop.planner.merge import merge_remaining
 from planloop.planner.plan import Plan
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.supervisor.deadline import short_of_time
@@ -284,8 +284,12 @@ class Deliberation:
         failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in steps]
         return {*(c for c in decision.steps_to_cancel if c in steps), *failed} - completed
 
-    async def replan(self, decision: ReplanDecision, cancel: set[str]) -> tuple[Plan, list[Usage]]:
-        """The LLM planner's next plan version (the cancelled steps already ended)."""
+    async def replan(
+        self, decision: ReplanDecision, cancel: set[str]
+    ) -> tuple[Plan | None, list[Usage]]:
+        """The LLM planner's next plan version (the cancelled steps already ended), or None
+        when the re-planner added nothing: no step that is not already completed (the
+        caller drops what the re-plan removes and goes on with what is left)."""
         assert self.chat is not None
         state = self.state
         planner = Planner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
@@ -294,7 +298,7 @@ class Deliberation:
         lessons = await self.advice()
         situation = self.situation(f"{decision.action.value}: {decision.reasoning}")
         if decision.action == ReplanAction.REPLAN_FULL:
-            new_plan, usages = await asyncio.to_thread(
+            merged, usages = await asyncio.to_thread(
                 planner.replan_full,
                 situation,
                 state.plan,
@@ -302,8 +306,7 @@ class Deliberation:
                 failed_fingerprints=self.failed_fingerprints,
                 lessons=lessons,
             )
-            merged = replace_remaining(state.plan, completed, new_plan)
-            new_ids = frozenset(s.id for s in new_plan.steps) - completed
+            new_steps = [] if merged is None else merged.steps  # completed ones and new
         else:
             subgraph, usages = await asyncio.to_thread(
                 planner.replan_remaining,
@@ -314,8 +317,13 @@ class Deliberation:
                 cancel=cancel,
                 lessons=lessons,
             )
-            merged = merge_remaining(state.plan, completed, cancel, subgraph.steps)
-            new_ids = frozenset(s.id for s in subgraph.steps)
+            new_steps, merged = subgraph.steps, None
+        new_ids = frozenset(s.id for s in new_steps) - completed
+        if not new_ids:  # an empty answer, or one that only repeats completed steps
+            log.info("session=%s the re-planner added nothing", state.sid)
+            return None, usages
+        if merged is None:
+            merged = merge_remaining(state.plan, completed, cancel, new_steps)
         self.subgraphs.append(
             (Plan(steps=[s for s in merged.steps if s.id in new_ids]).fingerprint(), new_ids)
         )

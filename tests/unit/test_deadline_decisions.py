@@ -24,7 +24,7 @@ from planloop.supervisor.deadline import DEADLINE_NEAR, short_of_time
 from planloop.supervisor.memory_store import MemorySessionStore
 from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import SID, run, step
-from tests.unit.test_session_loop_turns import outcome, runner
+from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -86,7 +86,7 @@ def test_too_little_time_left_the_rules_decide_without_asking_the_llm() -> None:
     assert chat.roles == []
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.FAILED  # the rule policy's answer
-    (row,) = loop.state.batch.decisions
+    (row,) = decisions(loop)
     assert (row["action"], row["source"]) == ("ABORT", "rule")
     assert "left before the session deadline" in row["reasoning"]
     assert [e.type for e in notices(store)] == [EventType.EXTERNAL_SIGNAL]
@@ -109,7 +109,7 @@ def test_a_replan_is_not_started_when_the_decision_used_up_the_time() -> None:
     fail(loop, store, "a")
     run(loop._think())
     assert chat.roles == [Role.DECIDER]  # asked in time; the re-planner never
-    rows = [(d["action"], d["source"]) for d in loop.state.batch.decisions]
+    rows = [(d["action"], d["source"]) for d in decisions(loop)]
     assert rows == [("REPLAN_REMAINING", "llm"), ("CONTINUE", "rule")]
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     assert loop.state.info.plan_version == 1  # no new plan version

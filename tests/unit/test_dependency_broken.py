@@ -14,7 +14,7 @@ from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
 from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import run, step
-from tests.unit.test_session_loop_turns import outcome, runner
+from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -62,8 +62,8 @@ def test_a_broken_critical_dependency_reaches_the_decider_before_the_skip() -> N
     assert "DEPENDENCY_BROKEN" in chat.prompts[0]
     assert chat.seen_states[0]["b"] == StepStatus.PENDING  # not skipped before the decision
     assert loop.state.states["b"].status == StepStatus.SKIPPED  # CONTINUE skips it after
-    decisions = loop.state.batch.decisions
-    assert [(d["action"], d["source"]) for d in decisions] == [("CONTINUE", "llm")]
+    made = decisions(loop)
+    assert [(d["action"], d["source"]) for d in made] == [("CONTINUE", "llm")]
 
 
 def test_a_failure_with_nothing_critical_downstream_raises_no_trigger() -> None:

@@ -28,7 +28,7 @@ from planloop.planner.plan import Plan
 from planloop.supervisor.session_state import FINAL
 from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
 from tests.unit.loop_fixtures import Loop, run, step
-from tests.unit.test_session_loop_turns import runner
+from tests.unit.test_session_loop_turns import decisions, runner
 
 T = TypeVar("T", bound=BaseModel)
 PRICES = {"m-a": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)}
@@ -189,4 +189,4 @@ def test_the_loop_keeps_the_totals_in_the_hash_and_aborts_once_a_call_spends_the
         SessionStatus.ABORTED,
         "token budget spent (100 of 100 tokens): forced ABORT",
     )
-    assert [d["source"] for d in loop.state.batch.decisions] == ["budget"]
+    assert [d["source"] for d in decisions(loop)] == ["budget"]

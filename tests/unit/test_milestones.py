@@ -14,7 +14,7 @@ from planloop.planner.plan import Plan
 from planloop.supervisor.memory_store import MemorySessionStore
 from planloop.supervisor.session import SessionRunner
 from tests.unit.loop_fixtures import SID, run, step
-from tests.unit.test_session_loop_turns import outcome, runner
+from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -64,7 +64,7 @@ def test_a_finished_phase_is_announced_and_the_session_ends_without_reviews() ->
     assert milestones(store)[0].payload["steps"] == ["a1", "a2"]
     assert loop.brain.pending == []  # nothing to decide about: no review without an LLM
     assert loop.state.outcome == (SessionStatus.COMPLETED, "")
-    assert loop.state.batch.decisions == []
+    assert decisions(loop) == []
 
 
 def test_with_reviews_on_each_finished_phase_is_reviewed_by_the_decider() -> None:
@@ -78,7 +78,7 @@ def test_with_reviews_on_each_finished_phase_is_reviewed_by_the_decider() -> Non
     assert len(reviewer.prompts) == 2
     assert "milestone reached: proactive review" in reviewer.prompts[0]
     assert "phase 'gather' finished (2 steps)" in reviewer.prompts[0]
-    rows = [(d["action"], d["source"]) for d in loop.state.batch.decisions]
+    rows = [(d["action"], d["source"]) for d in decisions(loop)]
     assert rows == [("CONTINUE", "llm"), ("CONTINUE", "llm")]
     assert loop.state.outcome == (SessionStatus.COMPLETED, "")
 

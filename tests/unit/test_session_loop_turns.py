@@ -3,11 +3,13 @@ workers' outcomes, settle failures, deliberate, end. No Redis, no workers, no SQ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
+from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
 from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.memory_store import MemorySessionStore
@@ -23,13 +25,30 @@ class Dispatcher(Queue):
         self.sensitive = SensitiveNames(registry())
 
 
+class Record:
+    """The SQL record's part the checkpoint writer uses, keeping each committed batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[Checkpoint] = []
+
+    def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
+        self.batches.append(batch)
+
+    def checkpoint_many(self, batches: Sequence[tuple[str, int, Checkpoint]]) -> set[str]:
+        self.batches += [batch for _, _, batch in batches]
+        return set()
+
+    def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
+        return {}
+
+
 def runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionStore]:
     store = MemorySessionStore()
     store.own(SID, EPOCH, status="running", plan_version=1)
     ctx = SupervisorContext(
         settings=Settings(retry_backoff_s=0.0, **settings),
         store=store,  # type: ignore[arg-type]
-        record=None,  # type: ignore[arg-type]
+        record=Record(),  # type: ignore[arg-type]
         dispatcher=Dispatcher(store),  # type: ignore[arg-type]
         tools=registry(),
         name="sup",
@@ -39,6 +58,14 @@ def runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionSto
     loop.state.states = {s.id: StepState() for s in plan.steps}
     loop.state.reindex()
     return loop, store
+
+
+def decisions(loop: SessionRunner) -> list[dict[str, Any]]:
+    """The loop's decisions: those committed before they were carried out, then any the
+    carrying out added to the next checkpoint (a rule's verdict standing in for it)."""
+    record: Record = loop.ctx.record  # type: ignore[assignment]
+    committed = [d for batch in record.batches for d in batch.decisions]
+    return [*committed, *loop.state.batch.decisions]
 
 
 def outcome(loop: SessionRunner, store: MemorySessionStore, step_id: str, **kw: Any) -> None:
@@ -92,8 +119,8 @@ def test_a_final_failure_skips_its_branch_and_the_session_completes_around_it() 
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     loop._check_end()
     assert loop.state.outcome == (SessionStatus.COMPLETED, "completed around failed steps: a")
-    decisions = loop.state.batch.decisions
-    assert [(d["action"], d["source"]) for d in decisions] == [("CONTINUE", "rule")]
+    made = decisions(loop)
+    assert [(d["action"], d["source"]) for d in made] == [("CONTINUE", "rule")]
 
 
 def test_a_critical_failure_fails_the_session() -> None:
