@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from planloop.core.errors import (
     FencedOutError,
     HotStateLostError,
+    LLMBudgetSpentError,
     LLMError,
     PlanError,
     SessionEndedError,
@@ -527,6 +528,9 @@ class SessionRunner:
                 first = found
             else:
                 first = await asyncio.to_thread(plan, None)
+        except LLMBudgetSpentError as exc:  # spent by the router or a repair: as above
+            state.outcome = (SessionStatus.ABORTED, f"{exc.spent}: not planned")
+            return
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
