@@ -10,22 +10,43 @@ whose loop crashed right after it is still counted.
 
 from __future__ import annotations
 
+import logging
+
 from planloop.config.settings import Settings
-from planloop.core.llm_budget import Budget, add_calls, reconcile
+from planloop.core.llm_budget import Budget, UsageByModel, add_calls, reconcile
 from planloop.core.llm_meter import CallLedger, UsageMeter
 from planloop.planner.llm import Usage
 from planloop.supervisor.session_state import SessionState
 
+log = logging.getLogger(__name__)
+
 
 def session_meter(state: SessionState, settings: Settings, ledger: CallLedger) -> UsageMeter:
-    """The meter of one session loop; ``state.metered`` is set to it."""
+    """The meter of one session loop; ``state.metered`` is set to it.
+
+    Its check before each call counts what the loop knows (its totals and its own charges)
+    reconciled with what the ledger recorded: an agent step whose worker died before its
+    outcome event said what it spent has its calls in the ledger only.
+    """
+
+    def counted() -> UsageByModel:
+        known = state.unmetered_usage()
+        add_calls(known, meter.rows())
+        try:
+            recorded = ledger.usage_of(state.sid)
+        except Exception as exc:  # the record rides out faults; the loop's count still holds
+            log.warning("session=%s ledger not read for the budget check: %s", state.sid, exc)
+            return known
+        return reconcile(known, recorded)
+
     meter = UsageMeter(
         state.sid,
         ledger,
         # Read at each check: a session's options arrive with its load.
         budget=lambda: Budget.of(state.info.options, settings),
         prices=settings.llm_prices,
-        counted=state.unmetered_usage,
+        counted=counted,
+        includes_own=True,
     )
     state.metered = meter
     return meter

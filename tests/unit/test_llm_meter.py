@@ -7,17 +7,18 @@ import contextvars
 
 import pytest
 
-from planloop.config.settings import ModelPrice
+from planloop.config.settings import ModelPrice, Settings
 from planloop.core.errors import LLMBudgetSpentError
 from planloop.core.llm_budget import Budget, reconcile
 from planloop.core.llm_meter import METER, Charge, MemoryCallLedger, UsageMeter, current_meter
+from planloop.core.models import SessionOptions
 from planloop.core.record import Checkpoint
 from planloop.planner import llm
 from planloop.planner.llm import Usage
 from planloop.planner.react import ReactResult, ReactStopped, usage_payload, usages_of
 from planloop.supervisor.session_state import SessionState
 from planloop.supervisor.thinking import record_usage
-from planloop.supervisor.usage_ledger import count_reported, reconcile_recorded
+from planloop.supervisor.usage_ledger import count_reported, reconcile_recorded, session_meter
 
 PRICES = {"m": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)}
 
@@ -164,3 +165,19 @@ def test_an_agent_steps_usage_is_every_charged_call_when_metered() -> None:
     rows = usage_payload(stopped.usages)
     assert all(row["recorded"] for row in rows)
     assert all(u.recorded for u in usages_of(rows))
+
+
+def test_the_loops_check_counts_calls_only_the_ledger_has() -> None:
+    ledger = MemoryCallLedger()
+    state = SessionState("s1", 1)
+    state.info = state.info.model_copy(update={"options": SessionOptions(max_tokens=100)})
+    m = session_meter(state, Settings(llm_prices=PRICES), ledger)
+    assert state.metered is m
+    m.charge("decider", "m", 40, 0, 0.0)
+    m.check("critic")  # 40 of 100
+    # an agent step's worker died after charging its turns; no event told the loop
+    ledger.record_llm_call(Charge("s1", "react", "m", 70, 0, 0.0, "agent", 1))
+    with pytest.raises(LLMBudgetSpentError):
+        m.check("critic")  # 110 of 100: counted once each, the loop's own call included
+    assert m.total() == {"m": [110, 0]}
+    assert state.fold_usage() == {"m": [40, 0]}  # the loop's view until a takeover
