@@ -37,7 +37,8 @@
     │                               state the command cannot apply to (nothing was sent)
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
-        └── LLMResponseError        an answer that is not usable JSON; carries the raw text
+        ├── LLMResponseError        an answer that is not usable JSON; carries the raw text
+        └── LLMBudgetSpentError     no call starts: the session's token or cost budget is spent
 """
 
 from __future__ import annotations
@@ -396,3 +397,17 @@ class LLMResponseError(LLMError):
         self.raw = raw
         self.role = role
         super().__init__(message)
+
+
+class LLMBudgetSpentError(LLMError):
+    """No call for ``role`` was started: session ``session_id`` has spent its LLM budget.
+
+    The message says which budget and how much of it (``token budget spent (5100 of 5000
+    tokens)``); raise ``--max-tokens`` / ``--max-cost-usd`` to give the session more.
+    """
+
+    def __init__(self, spent: str, *, session_id: str, role: str) -> None:
+        self.spent = spent
+        self.session_id = session_id
+        self.role = role
+        super().__init__(f"{spent}: no {role} call is started (session {session_id})")

@@ -65,6 +65,22 @@ def add_calls(usage: UsageByModel, calls: Iterable[Mapping[str, Any]]) -> None:
         totals[1] += int(call["completion_tokens"])
 
 
+def reconcile(*counts: Mapping[str, list[int]]) -> UsageByModel:
+    """The larger count of each model's prompt and completion tokens among ``counts``.
+
+    Two views of one session's spend (the running totals of the session hash, the calls the
+    ledger recorded) each miss only what the other has not seen yet; neither counts a call
+    twice. Taking the larger of each is what both have seen, so a takeover or a worker's
+    check never counts less than was spent and never counts a call twice.
+    """
+    merged: UsageByModel = {}
+    for count in counts:
+        for model, (prompt, completion) in count.items():
+            totals = merged.setdefault(model, [0, 0])
+            totals[0], totals[1] = max(totals[0], prompt), max(totals[1], completion)
+    return merged
+
+
 def cost_usd(
     model: str, prompt_tokens: int, completion_tokens: int, prices: Mapping[str, ModelPrice]
 ) -> float:

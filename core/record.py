@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     Float,
@@ -24,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     create_engine,
     event,
+    func,
     select,
     update,
 )
@@ -33,7 +34,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from planloop.core.errors import FencedOutError, SessionEndedError, SessionError
+from planloop.core.llm_budget import UsageByModel
 from planloop.core.models import Event
+
+if TYPE_CHECKING:
+    from planloop.core.llm_meter import Charge
 
 # A session in one of these statuses has ended: its row is never claimed or rewritten again.
 ENDED_STATUSES = ("completed", "failed", "aborted", "cancelled")
@@ -136,6 +141,9 @@ class LlmCallRow(Base):
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+    # An agent step's turns (charged by the worker that ran them) name the step and attempt.
+    step_id: Mapped[str] = mapped_column(String(64), default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class EffectRow(Base):
@@ -477,6 +485,30 @@ class SqlRecord:
         with self._sessions() as db:
             query = select(LlmCallRow).where(LlmCallRow.session_id == sid)
             return db.scalars(query.order_by(LlmCallRow.id)).all()
+
+    # --- the LLM call ledger (core/llm_meter.py) ------------------------------------------
+    def record_llm_call(self, charge: Charge) -> None:
+        """Write one LLM call of ``charge.session_id`` now, in its own transaction.
+
+        Not fenced and not refused for an ended session: the tokens were spent whoever
+        asked, and the totals must equal what the endpoint served.
+        """
+        with self._tx() as db:
+            db.add(LlmCallRow(session_id=charge.session_id, **charge.row()))
+
+    def usage_of(self, sid: str) -> UsageByModel:
+        """Every recorded LLM call of ``sid`` as tokens per model (``{model: [p, c]}``)."""
+        query = (
+            select(
+                LlmCallRow.model,
+                func.sum(LlmCallRow.prompt_tokens),
+                func.sum(LlmCallRow.completion_tokens),
+            )
+            .where(LlmCallRow.session_id == sid)
+            .group_by(LlmCallRow.model)
+        )
+        with self._sessions() as db:
+            return {str(m): [int(p or 0), int(c or 0)] for m, p, c in db.execute(query)}
 
 
 def _without_nul(value: Any) -> Any:

@@ -10,6 +10,7 @@ weaker: it misses synonyms and counts shared words whatever their meaning.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -17,6 +18,7 @@ import openai
 from openai import OpenAI
 
 from planloop.config.settings import Settings
+from planloop.core.llm_meter import current_meter
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 
 __all__ = [
@@ -30,6 +32,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The role embeddings calls are recorded under (no prompt template: not a chat role).
+EMBEDDING_ROLE = "embedding"
 
 
 class Embedder(Protocol):
@@ -68,6 +73,12 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
         if not self.available or self._client is None or not texts:
             return None
+        meter = current_meter()
+        if meter is not None and meter.spent() is not None:
+            # No call starts on a spent budget; lexical similarity costs nothing.
+            log.info("session=%s LLM budget spent: lexical similarity this time", meter.sid)
+            return None
+        started = time.monotonic()
         try:
             response = self._client.embeddings.create(model=self._model, input=list(texts))
         except openai.APIStatusError as exc:
@@ -86,6 +97,15 @@ class OpenAIEmbedder:
         except openai.APIConnectionError as exc:
             log.warning("embeddings endpoint unreachable (%s): lexical this time", exc)
             return None
+        if meter is not None:  # charged before the vectors are used, like a chat call
+            counted = response.usage
+            meter.charge(
+                EMBEDDING_ROLE,
+                response.model or self._model,
+                counted.prompt_tokens if counted else 0,
+                0,
+                time.monotonic() - started,
+            )
         ordered = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in ordered]
 

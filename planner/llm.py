@@ -9,6 +9,10 @@ and remembered per client once a server rejects one:
 
 An answer that does not parse or does not fit the schema goes back to the model with the
 exact error, at most ``plan_max_repairs`` times. Prompts are logged at debug level only.
+
+Every HTTP call is metered (core/llm_meter.py): none starts once the session of the current
+context has spent its budget, and each answer's usage is written to the session's ledger as
+soon as it is read, repairs and unusable answers included.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
 
@@ -30,6 +34,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
+from planloop.core.llm_meter import current_meter
 from planloop.planner.json_repair import extract_json
 
 logger = logging.getLogger(__name__)
@@ -80,6 +85,9 @@ class Usage:
     latency_s: float
     model: str
     role: str
+    # Charged to the session's ledger as it arrived (core/llm_meter.py): the caller must
+    # not record it again, only count it.
+    recorded: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -259,6 +267,7 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
+            _check_budget(role)
             started = time.monotonic()
             try:
                 stream = self._create_stream(model, _shape(chat, schema, mode), mode, schema)
@@ -279,6 +288,7 @@ class OpenAIChatModel:
             except openai.APIConnectionError as exc:
                 raise self._unavailable(exc) from exc
             text, usage = self._read_stream(stream, on_text, started, model, role)
+            usage = _charged(usage)
             self.usages.append(usage)
             logger.debug("%s answer (%s, streamed): %s", role, model, text)
             return text, usage
@@ -296,6 +306,7 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
+            _check_budget(role)
             started = time.monotonic()
             try:
                 response = self._create(model, _shape(chat, schema, mode), mode, schema)
@@ -306,7 +317,7 @@ class OpenAIChatModel:
                 continue
             except openai.APIConnectionError as exc:
                 raise self._unavailable(exc) from exc
-            usage = _usage_of(response, time.monotonic() - started, model, role)
+            usage = _charged(_usage_of(response, time.monotonic() - started, model, role))
             self.usages.append(usage)
             content = response.choices[0].message.content if response.choices else None
             logger.debug("%s answer (%s): %s", role, model, content)
@@ -616,4 +627,27 @@ def _sum_usages(usages: list[Usage]) -> Usage:
         latency_s=sum(u.latency_s for u in usages),
         model=last.model,
         role=last.role,
+        recorded=all(u.recorded for u in usages),
     )
+
+
+def _check_budget(role: Role) -> None:
+    """Refuse to start a call once the current session's budget is spent.
+
+    Raises:
+        LLMBudgetSpentError: The meter of the current context says the budget is spent.
+    """
+    meter = current_meter()
+    if meter is not None:
+        meter.check(str(role))
+
+
+def _charged(usage: Usage) -> Usage:
+    """``usage``, charged to the current session's meter first when there is one."""
+    meter = current_meter()
+    if meter is None:
+        return usage
+    meter.charge(
+        usage.role, usage.model, usage.prompt_tokens, usage.completion_tokens, usage.latency_s
+    )
+    return replace(usage, recorded=True)

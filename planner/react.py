@@ -89,9 +89,14 @@ class ReactResult:
 
     answer: Any
     iterations: list[Iteration]
+    # Every model call the loop made as the meter charged it (repairs of unusable turns
+    # included); None: not metered, the turns' usage is all there is.
+    charged: list[Usage] | None = None
 
     @property
     def usages(self) -> list[Usage]:
+        if self.charged is not None:
+            return list(self.charged)
         return [it.usage for it in self.iterations]
 
     def output(self) -> dict[str, Any]:
@@ -113,10 +118,23 @@ class ReactStopped(Exception):  # noqa: N818 (reads as what happened)
     """A loop that ended without an answer: ``cause`` says why, ``iterations`` what it did
     (their usage is still spent)."""
 
-    def __init__(self, cause: BaseException, iterations: list[Iteration]) -> None:
+    def __init__(
+        self,
+        cause: BaseException,
+        iterations: list[Iteration],
+        charged: list[Usage] | None = None,
+    ) -> None:
         self.cause = cause
         self.iterations = iterations
+        self.charged = charged  # as in ReactResult.charged
         super().__init__(str(cause))
+
+    @property
+    def usages(self) -> list[Usage]:
+        """Every call the loop spent (the meter's charges, else its turns')."""
+        if self.charged is not None:
+            return list(self.charged)
+        return [it.usage for it in self.iterations]
 
 
 CallTool = Callable[[int, str, dict[str, Any]], Observation]
@@ -132,6 +150,9 @@ def usage_payload(usages: list[Usage]) -> list[dict[str, Any]]:
             "prompt_tokens": u.prompt_tokens,
             "completion_tokens": u.completion_tokens,
             "latency_s": round(u.latency_s, 6),
+            # Charged to the session's ledger by the worker as it arrived: the supervisor
+            # counts it and does not record it again.
+            "recorded": u.recorded,
         }
         for u in usages
     ]
@@ -149,6 +170,7 @@ def usages_of(rows: Any) -> list[Usage]:
                     latency_s=float(row.get("latency_s", 0.0)),
                     model=str(row["model"]),
                     role=str(row.get("role", Role.REACT)),
+                    recorded=bool(row.get("recorded", False)),
                 )
             )
         except (KeyError, TypeError, ValueError, AttributeError):

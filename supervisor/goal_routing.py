@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from planloop.core.errors import LLMError, LLMUnavailableError, PlanError
+from planloop.core.errors import LLMBudgetSpentError, LLMError, LLMUnavailableError, PlanError
 from planloop.core.tools import ToolRegistry
 from planloop.planner.agents import Planner
 from planloop.planner.llm import ChatModel, Usage, streams_plans
@@ -83,6 +83,7 @@ def first_plan(
 
     Raises:
         LLMUnavailableError: The planner could not reach the endpoint.
+        LLMBudgetSpentError: The session's LLM budget was spent before a repair.
     """
     if mode == "react":
         plan = agent_plan(goal, tools, constraints=constraints)
@@ -93,8 +94,8 @@ def first_plan(
             plan, usages = planner.plan_streamed(goal, constraints, lessons, on_plan)
             return FirstPlan(plan, "planned by the LLM planner (streamed)", usages)
         plan, usages = planner.plan(goal, constraints, lessons)
-    except LLMUnavailableError:
-        raise
+    except (LLMUnavailableError, LLMBudgetSpentError):
+        raise  # an agent step would not reach the endpoint, or spend past the budget
     except (PlanError, LLMError) as exc:
         log.warning("planning failed after its repairs, one agent step instead: %s", exc)
         plan = agent_plan(goal, tools, constraints=constraints)

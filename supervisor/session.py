@@ -15,12 +15,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from planloop.core.errors import (
     FencedOutError,
     HotStateLostError,
+    LLMBudgetSpentError,
     LLMError,
     PlanError,
     SessionEndedError,
     SessionError,
 )
 from planloop.core.hot_state import plan_checked
+from planloop.core.llm_meter import METER
 from planloop.core.metrics import LEASE_TAKEOVERS
 from planloop.core.models import (
     ErrorKind,
@@ -61,6 +63,7 @@ from planloop.supervisor.state import Taken
 from planloop.supervisor.store_port import Entry, SessionStorePort, WriteOp
 from planloop.supervisor.stream_flags import STREAMING
 from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
+from planloop.supervisor.usage_ledger import count_reported, reconcile_recorded, session_meter
 from planloop.supervisor.verdict import Decision
 
 log = logging.getLogger(__name__)
@@ -177,6 +180,8 @@ class SessionRunner:
         5. Stop what runs, compensate if aborted or cancelled, write the report.
         """
         SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
+        if self.ctx.record is not None:  # every LLM call of this task is charged as it arrives
+            METER.set(session_meter(self.state, self.settings, self.ctx.record))
         state = self.state
         try:
             # Up to its first dispatch, a session taken with its plan holds a start slot:
@@ -338,6 +343,7 @@ class SessionRunner:
             if info.started_at:  # taken before: read what happened so far
                 LEASE_TAKEOVERS.inc()
                 state.states = await store.steps(self.sid, state.steps)
+                await self._reconcile_usage()
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
             state.reindex()
@@ -405,6 +411,15 @@ class SessionRunner:
         state.llm_usage = {model: list(tokens) for model, tokens in info.llm_usage.items()}
         self._usage_written = {model: list(tokens) for model, tokens in info.llm_usage.items()}
         state.approved = set(info.approved)
+
+    async def _reconcile_usage(self) -> None:
+        """A takeover counts what the ledger recorded (calls its former owner, or a worker,
+        made and never reported in the session hash)."""
+        record = self.ctx.record
+        if record is None:
+            return
+        recorded = await self.ctx.sql(lambda: record.usage_of(self.sid))
+        reconcile_recorded(self.state, recorded)
 
     async def _read_session(self) -> tuple[SessionRecord, str | None]:
         """The session hash and the plan version it runs; a cancel is noted first."""
@@ -519,6 +534,9 @@ class SessionRunner:
                 first = found
             else:
                 first = await asyncio.to_thread(plan, None)
+        except LLMBudgetSpentError as exc:  # spent by the router or a repair: as above
+            state.outcome = (SessionStatus.ABORTED, f"{exc.spent}: not planned")
+            return
         except (PlanError, LLMError) as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
@@ -739,7 +757,9 @@ class SessionRunner:
         if st is None or st.attempt != event.attempt or st.status != StepStatus.RUNNING:
             return  # an old attempt's outcome, or one already applied
         payload = event.payload
-        record_usage(state.batch, usages_of(payload.get("llm_usage")))  # an agent step's
+        reported = usages_of(payload.get("llm_usage"))  # an agent step's calls
+        count_reported(state, reported)  # charged by its worker as they arrived
+        record_usage(state.batch, reported)  # a worker without a ledger: recorded here
         st.status = OUTCOME_STATUS[event.type]
         st.worker = str(payload.get("worker", st.worker))
         st.started_at = float(payload.get("started_at") or st.started_at)

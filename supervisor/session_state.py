@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planloop.core.llm_budget import UsageByModel, add_calls
+from planloop.core.llm_meter import UsageMeter
 from planloop.core.models import ErrorKind, SessionRecord, SessionStatus, StepState, StepStatus
 from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan, Step
@@ -62,10 +63,12 @@ class SessionState:
     candidates: Candidates = field(init=False)  # may be dispatchable; re-checked on use
     inflight: set[str] = field(default_factory=set)  # dispatched by us; pruned lazily
     backing_off: set[str] = field(default_factory=set)  # READY, waiting out a back-off
-    # LLM tokens per model spent so far (restored from the session hash on a takeover);
-    # calls still in the batch are added by fold_usage.
+    # LLM tokens per model spent so far (on a takeover: the session hash reconciled with
+    # the ledger); calls still in the batch are added by fold_usage, the calls this loop's
+    # meter charged (written to the ledger as they arrived) by usage_total.
     llm_usage: UsageByModel = field(default_factory=dict)
     folded_calls: int = 0  # how many of batch.llm_calls llm_usage already counts
+    metered: UsageMeter | None = None  # this loop's meter (core/llm_meter.py), if any
     # failed step -> the ids of the fallback steps injected in its place (by this owner;
     # a takeover forgets it, and the ending then only says the session went around it)
     fallbacks: dict[str, list[str]] = field(default_factory=dict)
@@ -115,10 +118,22 @@ class SessionState:
         return {i for i, st in self.states.items() if st.status == StepStatus.COMPLETED}
 
     def fold_usage(self) -> UsageByModel:
-        """Every LLM call recorded so far (into the batch, by any role) counted per model."""
+        """Every LLM call spent so far (into the batch, charged by the meter, reported by
+        agent steps; by any role) counted per model. Event loop only."""
         add_calls(self.llm_usage, self.batch.llm_calls[self.folded_calls :])
         self.folded_calls = len(self.batch.llm_calls)
-        return self.llm_usage
+        if self.metered is None:
+            return self.llm_usage
+        total = {model: list(tokens) for model, tokens in self.llm_usage.items()}
+        add_calls(total, self.metered.rows())
+        return total
+
+    def unmetered_usage(self) -> UsageByModel:
+        """What :meth:`fold_usage` counts except the meter's charges, without changing
+        anything: the meter reads it from the threads its calls run in."""
+        total = {model: list(tokens) for model, tokens in list(self.llm_usage.items())}
+        add_calls(total, self.batch.llm_calls[self.folded_calls :])
+        return total
 
     def take_decisions(self) -> Checkpoint:
         """The decisions and LLM calls recorded so far, as a checkpoint of their own (it

@@ -74,10 +74,13 @@ def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
 
 
 def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
-    """Put LLM calls into the session's next checkpoint."""
+    """Put LLM calls into the session's next checkpoint, except those the meter wrote to
+    the ledger as they arrived (``recorded``: counted by the loop already)."""
     for u in usages:
         count_llm_call(str(u.role), u.model, u.prompt_tokens, u.completion_tokens)
         llm_span(str(u.role), u.model, u.prompt_tokens, u.completion_tokens, u.latency_s)
+        if u.recorded:
+            continue
         batch.llm_calls.append(
             {
                 "created_at": time.time(),

@@ -226,6 +226,8 @@ class ScriptedLLMServer:
         self.embeddings_ok = embeddings_ok
         self.requests: list[RecordedRequest] = []
         self.embedding_inputs: list[str] = []  # every text /v1/embeddings was asked for
+        # The usage of every answer as reported to the client: (path, prompt, completion).
+        self.served: list[tuple[str, int, int]] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._completions = 0
@@ -296,6 +298,7 @@ class ScriptedLLMServer:
             self._scripts.clear()
             self.requests.clear()
             self.embedding_inputs.clear()
+            self.served.clear()
 
     def pending(self, role: str | None = None) -> int:
         """Scripted replies not yet consumed, for one role or all."""
@@ -303,6 +306,25 @@ class ScriptedLLMServer:
             if role is not None:
                 return len(self._scripts[role.lower()])
             return sum(len(q) for q in self._scripts.values())
+
+    def served_usage(self) -> dict[str, int]:
+        """What the server reported in ``usage`` summed over every answer since the last
+        :meth:`reset` (chat completions, streamed or not, and embeddings): ``calls``,
+        ``prompt_tokens``, ``completion_tokens``. One session per test makes it that
+        session's spend."""
+        with self._lock:
+            served = list(self.served)
+        return {
+            "calls": len(served),
+            "prompt_tokens": sum(p for _, p, _ in served),
+            "completion_tokens": sum(c for _, _, c in served),
+        }
+
+    def _count_served(self, path: str, usage: dict[str, Any]) -> None:
+        with self._lock:
+            self.served.append(
+                (path, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+            )
 
     def requests_for(self, role: str) -> list[RecordedRequest]:
         """The recorded chat-completion requests attributed to ``role``."""
@@ -454,9 +476,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, headers = self.server_ref._answer(body)
             if status == 200 and body.get("stream") and self.server_ref.streams:
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                if usage:  # reported in the stream's last chunk only when asked for
+                    self.server_ref._count_served(path, payload["usage"])
                 chunks = sse_chunks(payload, include_usage=usage)
                 send_sse(self, chunks, pace_s=self.server_ref.chunk_s)
                 return
+        if status == 200 and isinstance(payload.get("usage"), dict):
+            self.server_ref._count_served(path, payload["usage"])
         self._send(status, payload, headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:

@@ -289,7 +289,7 @@ class StepExecutor:
         except ToolError as exc:  # params too big, or gone from Redis
             return _failed(exc, classify_error(exc))
         except ReactStopped as exc:
-            usage = usage_payload([it.usage for it in exc.iterations])
+            usage = usage_payload(exc.usages)
             failed = _failed(exc.cause, classify_error(exc.cause))
             return replace(failed, payload={"llm_usage": usage})
         completed = self._completed(args, result.output())

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from planloop.config.settings import Settings
 from planloop.core.errors import (
+    LLMBudgetSpentError,
     PermanentToolError,
     SessionNotFoundError,
     ToolParamsError,
@@ -29,9 +30,10 @@ from planloop.core.errors import (
     UnknownToolError,
 )
 from planloop.core.hot_state import BreakerPolicy, HotState
-from planloop.core.llm_budget import Budget, add_calls, spend_of
+from planloop.core.llm_budget import Budget, UsageByModel, add_calls, reconcile, spend_of
+from planloop.core.llm_meter import METER, CallLedger, UsageMeter
 from planloop.core.masking import error_text, mask, mask_text
-from planloop.core.models import ErrorKind, StepTaskArgs
+from planloop.core.models import ErrorKind, SessionOptions, SessionRecord, StepTaskArgs
 from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry
 from planloop.planner.llm import ChatModel, Usage
 from planloop.planner.react import (
@@ -64,13 +66,19 @@ class AgentStepRunner:
     threads: ToolThreads
     breaker: BreakerPolicy | None
     settings: Settings  # budgets' defaults and the price table
+    # Where each turn's call is charged as it arrives (the SQL record; None: not metered,
+    # the turns' usage rides on the event only).
+    ledger: CallLedger | None = None
 
     def run(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactResult:
         """Run the agent step of ``args`` (its ``params`` resolved) to its final answer.
 
         Before each turn the step's deadline and the session's LLM budgets (what the
-        session hash says was spent, plus this loop's turns) are checked: no model call
-        starts past either.
+        session hash and the ledger say was spent, plus this loop's calls) are checked: no
+        model call starts past either. Each call is charged to the session's ledger, with
+        the step and attempt, as its answer arrives (core/llm_meter.py), so an attempt
+        whose worker dies loses none of its spend; the event carries the same calls marked
+        recorded, for the supervisor's running totals.
 
         Raises:
             ReactStopped: The loop ended without an answer (turn budget, deadline, LLM
@@ -82,11 +90,12 @@ class AgentStepRunner:
         except Exception as exc:
             raise ReactStopped(exc, []) from exc
         spent: list[Usage] = []
+        meter = self._meter(args)
 
         def before_turn() -> None:
             if time.monotonic() >= deadline:
                 raise ToolTimeoutError(REACT_TOOL, args.timeout_s)
-            budget = self._budget_spent(args.session_id, spent)
+            budget = self._budget_spent(args.session_id, spent, meter)
             if budget is not None:
                 raise PermanentToolError(f"{budget}: the agent step stops before its next turn")
 
@@ -94,20 +103,73 @@ class AgentStepRunner:
             spent.append(it.usage)
             self._note(args, it)
 
-        return ReactAgent(self.chat).run(
-            task,
-            partial(self._call, args, deadline),
-            on_iteration=on_iteration,
-            before_turn=before_turn,
-        )
-
-    def _budget_spent(self, sid: str, turns: list[Usage]) -> str | None:
-        """The session's spent LLM budget counting this loop's turns, if any (None also
-        when the session hash is gone: the supervisor decides about that)."""
+        token = METER.set(meter)
         try:
-            record = self.state.session(sid)
+            result = ReactAgent(self.chat).run(
+                task,
+                partial(self._call, args, deadline),
+                on_iteration=on_iteration,
+                before_turn=before_turn,
+            )
+        except ReactStopped as exc:
+            if meter is None:
+                raise
+            if isinstance(exc.cause, LLMBudgetSpentError):  # the client refused the call
+                cause: BaseException = PermanentToolError(
+                    f"{exc.cause.spent}: the agent step stops before its next turn"
+                )
+            else:
+                cause = exc.cause
+            raise ReactStopped(cause, exc.iterations, _charged(meter)) from exc.cause
+        finally:
+            METER.reset(token)
+        return result if meter is None else replace(result, charged=_charged(meter))
+
+    def _meter(self, args: StepTaskArgs) -> UsageMeter | None:
+        """The meter of one attempt's calls, when there is a ledger to charge them to."""
+        if self.ledger is None:
+            return None
+        sid, ledger = args.session_id, self.ledger
+
+        def budget() -> Budget:
+            options = self._record(sid)
+            return Budget.of(options.options if options else SessionOptions(), self.settings)
+
+        def counted() -> UsageByModel:
+            # What the supervisor counted (session hash) plus this attempt's calls, and
+            # what the ledger recorded (every process's calls, this attempt's included):
+            # each may lag the other, neither counts a call twice.
+            record = self._record(sid)
+            hashed = {m: list(t) for m, t in (record.llm_usage if record else {}).items()}
+            add_calls(hashed, meter.rows())
+            return reconcile(hashed, ledger.usage_of(sid))
+
+        meter = UsageMeter(
+            sid,
+            ledger,
+            budget=budget,
+            prices=self.settings.llm_prices,
+            counted=counted,
+            includes_own=True,
+            step_id=args.step_id,
+            attempt=args.attempt,
+        )
+        return meter
+
+    def _record(self, sid: str) -> SessionRecord | None:
+        try:
+            return self.state.session(sid)
         except SessionNotFoundError:
             return None
+
+    def _budget_spent(self, sid: str, turns: list[Usage], meter: UsageMeter | None) -> str | None:
+        """The session's spent LLM budget counting this loop's calls, if any (None also
+        when the session hash is gone: the supervisor decides about that)."""
+        record = self._record(sid)
+        if record is None:
+            return None
+        if meter is not None:
+            return meter.spent()
         usage = {model: list(tokens) for model, tokens in record.llm_usage.items()}
         add_calls(usage, usage_payload(turns))
         budget = Budget.of(record.options, self.settings)
@@ -189,6 +251,14 @@ class AgentStepRunner:
                 it.number,
                 exc,
             )
+
+
+def _charged(meter: UsageMeter) -> list[Usage]:
+    """The meter's charges as :class:`Usage` (recorded: the supervisor only counts them)."""
+    return [
+        Usage(c.prompt_tokens, c.completion_tokens, c.latency_s, c.model, c.role, recorded=True)
+        for c in meter.charges
+    ]
 
 
 def _cut(text: str) -> str:

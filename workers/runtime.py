@@ -23,6 +23,7 @@ from planloop.config.settings import Settings
 from planloop.core.effects import SqlEffectLedger
 from planloop.core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from planloop.core.keys import Keys
+from planloop.core.record import SqlRecord, make_engine
 from planloop.core.tools import load_tools
 from planloop.core.values import ValueLimits
 from planloop.planner.llm import build_chat_model
@@ -86,6 +87,9 @@ def build_executor(settings: Settings) -> StepExecutor:
             threads=executor.threads,
             breaker=policy,
             settings=settings,
+            # Each turn's call is charged to the session in SQL as it arrives. No schema
+            # check here: the supervisor migrates the record it shares with the workers.
+            ledger=SqlRecord(make_engine(settings.database_url)),
         )
     return executor
 
