@@ -470,7 +470,8 @@ def test_with_an_answer_schema_the_critic_is_asked_for_text_and_data() -> None:
 
 def test_the_critic_asks_for_the_answer_in_the_shape_the_goal_names() -> None:
     prompt = answer_request(SCHEMA, "Write a report on SKU12345's stock")
-    assert "## Recommendations" in prompt and "a few sentences" not in prompt
+    assert "## Recommendations" in prompt
+    assert "a few sentences" not in prompt
     assert "must fit this JSON schema" in prompt  # the shape and the schema, together
 
 
