@@ -15,6 +15,8 @@ the text opens with a line that says what was compressed and how.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Collection, Sequence
@@ -28,6 +30,7 @@ from planloop.core.masking import mask_text
 from planloop.core.values import encode, preview
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import render_prompt
+from planloop.planner.situation import Situation
 
 log = logging.getLogger(__name__)
 
@@ -232,13 +235,16 @@ class Compressor:
         results: Sequence[StepResult],
         sensitive: Collection[str],
         budget_chars: int,
+        chunk_chars: int | None = None,
     ) -> Compressed:
         """Notes on ``results`` within ``budget_chars``: one call per chunk (map), the notes
         merged (reduce), and one more call on the merged notes when they still do not fit.
-        A failed call or notes over the budget end it with ``failure`` set."""
+        A failed call or notes over the budget end it with ``failure`` set. Chunks hold
+        ``chunk_chars`` (default: ``budget_chars``) of rendered results each."""
         usages: list[Usage] = []
         rung = Rung("preview", COMPRESSOR_OUTPUT_CHARS, ERROR_CHARS, "")
-        parts = chunks([render_step(r, sensitive, rung) for r in results], budget_chars)
+        rendered = [render_step(r, sensitive, rung) for r in results]
+        parts = chunks(rendered, chunk_chars or budget_chars)
         target = max(200, budget_chars // (2 * len(parts)))
         try:
             notes = [
@@ -258,6 +264,33 @@ class Compressor:
             failure = f"the compressor's notes took {len(text)} characters"
             return Compressed("", len(parts), tuple(usages), failure)
         return Compressed(text, len(parts), tuple(usages))
+
+    def compress_situation(
+        self, situation: Situation, budget_chars: int
+    ) -> tuple[Situation, list[Usage]]:
+        """``situation`` with the compressor's notes on its completed steps when their
+        outputs take more than ``budget_chars`` (the decider's and the re-planner's
+        reports then show the notes, every completed step named); else as it is."""
+        done = situation.completed
+        size = sum(len(encode(step.output)) for step in done if step.output is not None)
+        if size <= budget_chars:
+            return situation, []
+        # the notes share the report with the goal, events and open steps: a quarter of it
+        notes_chars = max(1_000, budget_chars // 4)
+        results = [
+            StepResult(s.id, s.tool, s.title, s.status, s.error, s.output, s.output is not None)
+            for s in done
+        ]
+        critique = situation.last_feedback
+        hidden = set(situation.sensitive)
+        made = self.compress(
+            situation.goal, critique, results, hidden, notes_chars, chunk_chars=budget_chars
+        )
+        if made.failure:  # the situation's own ladder shortens the outputs
+            log.warning("%s; the situation report's ladder shortens the outputs", made.failure)
+            return situation, list(made.usages)
+        notes = f"<data>{fence_safe(made.text)}</data>"
+        return dataclasses.replace(situation, notes=notes), list(made.usages)
 
     def _ask(
         self,
@@ -280,6 +313,12 @@ class Compressor:
         notes, usage = self.chat.complete_json(Role.COMPRESSOR, messages, Notes)
         usages.append(usage)
         return notes
+
+
+def outputs_key(situation: Situation) -> str:
+    """A digest of the situation's completed steps and their outputs (what its notes are of)."""
+    done = [(s.id, s.output) for s in situation.completed]
+    return hashlib.sha256(json.dumps(done, default=str).encode()).hexdigest()
 
 
 def fit_results(
@@ -312,8 +351,11 @@ def fit_results(
         "the conclusions, key data, the last critique's points and open questions, with one "
         "line per step"
     )
-    text = f"{compressed_line(len(results), budget_chars, how)}\n{made.text}"
-    return FittedResults(text, how), list(made.usages)
+    # the notes are a digest of tool data: fenced like it, so nothing in them is obeyed
+    notes = f"<data>{fence_safe(made.text)}</data>"
+    return FittedResults(f"{compressed_line(len(results), budget_chars, how)}\n{notes}", how), list(
+        made.usages
+    )
 
 
 def shape_of(value: Any) -> str:

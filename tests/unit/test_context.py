@@ -12,6 +12,7 @@ from planloop.core.errors import LLMUnavailableError
 from planloop.planner.answer_shape import SENTENCES, answer_shape
 from planloop.planner.context import (
     LADDER,
+    Compressor,
     Notes,
     StepNote,
     StepResult,
@@ -21,6 +22,7 @@ from planloop.planner.context import (
     merge_notes,
 )
 from planloop.planner.llm import Role, Usage
+from planloop.planner.situation import Situation, StepView, render_situation
 from planloop.planner.summarizer import Summarizer
 
 T = TypeVar("T", bound=BaseModel)
@@ -179,3 +181,48 @@ def test_the_summarizer_asks_for_the_goals_shape_with_or_without_a_schema() -> N
         assert "a few sentences" not in prompt
         expected = json.dumps(schema, indent=1) if schema else "(none: data is null)"
         assert expected in prompt
+
+
+def situation(*steps: StepView) -> Situation:
+    return Situation(
+        goal="the goal",
+        constraints=(),
+        steps=steps,
+        events=(),
+        replans_used=0,
+        max_replans=3,
+        trigger="TASK_FAILED: s9",
+        last_feedback="critic: s3 is wrong",
+    )
+
+
+def view(i: int, status: str = "completed", size: int = 900) -> StepView:
+    output = {"value": "x" * size} if status == "completed" else None
+    return StepView(f"s{i}", "bench.echo", "", status, 1, output=output)
+
+
+def test_a_situation_past_the_budget_shows_the_compressors_notes_on_every_step() -> None:
+    s = situation(*[view(i) for i in range(8)], view(9, "failed"))
+    chat = ScriptedChat(notes("s0", fact="s0: 42 units"), notes("s5"))
+    fitted, usages = Compressor(chat).compress_situation(s, 4_000)
+    assert len(usages) == 2  # two chunks of 4,000 characters
+    assert "critic: s3 is wrong" in chat.asked[0][1]  # the last feedback is kept
+    report = render_situation(fitted, budget_chars=6_000)
+    assert "(Outputs compressed: the 8 completed steps' outputs" in report
+    assert all(f"- s{i} (bench.echo): completed" in report for i in range(8))
+    assert "s0: 42 units" in report
+    assert "- s9 (bench.echo): failed" in report  # open steps stay as they were
+    assert "x" * 900 not in report
+
+
+def test_a_situation_under_the_budget_is_not_compressed() -> None:
+    s = situation(view(0, size=100))
+    chat = ScriptedChat()
+    assert Compressor(chat).compress_situation(s, 4_000) == (s, [])
+    assert chat.asked == []
+
+
+def test_a_situation_shortened_by_its_ladder_says_so() -> None:
+    report = render_situation(situation(*[view(i) for i in range(20)]), budget_chars=3_000)
+    assert "(Outputs shortened to fit 3000 characters:" in report
+    assert "No completed step is left out." in report
