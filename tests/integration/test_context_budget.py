@@ -88,3 +88,35 @@ def test_a_failing_compressor_leaves_the_ladder_and_every_step_is_still_named(
         assert "the compressor failed" in prompt  # the prompt says what happened, and how
         assert all(f"- {s} (bench.echo): completed" in prompt for s in STEPS)
         assert "x" * 800 not in prompt
+
+
+FAIL_LAST = (
+    "{seconds: 0.01, simulate: {fail_attempts: [1], permanent: true}}, max_retries: 0, "
+    "critical: true"
+)
+FAILING = (
+    f"{PLAN}  - {{id: last, tool: bench.sleep, params: {FAIL_LAST}, "
+    f"dependencies: [{', '.join(STEPS)}]}}\n"
+)
+
+
+def test_the_deciders_situation_past_the_budget_shows_the_compressors_notes(
+    llm: ScriptedLLMServer, private_stack: MakeStack
+) -> None:
+    ps = stack(private_stack, llm)
+    llm.script("compressor", *[notes(s) for s in STEPS * 2])
+    llm.script("decider", {"action": "ABORT", "reasoning": "last failed", "confidence": 0.9})
+
+    sid = ps.producer.submit(parse_plan(FAILING))
+    session = wait_recorded(ps.producer, ps.record, sid, 60)
+
+    assert session.status == SessionStatus.ABORTED, session.error
+    (request,) = llm.requests_for("decider")
+    prompt = request.prompt_text
+    assert "(Outputs compressed: the 8 completed steps' outputs" in prompt
+    assert all(f"- {s} (bench.echo): completed" in prompt for s in STEPS)
+    assert "- last (bench.sleep)" in prompt  # the failed step, as the report lists it
+    assert "x" * 800 not in prompt
+    roles = [c.role for c in ps.record.llm_calls(sid)]
+    assert roles.index("compressor") < roles.index("decider")
+    assert roles.count("compressor") == len(llm.requests_for("compressor"))
