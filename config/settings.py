@@ -151,6 +151,14 @@ class Settings(BaseSettings):
     max_rounds: int = Field(
         3, ge=1, description="Rounds with critique per LLM session (the first plan is round 1)."
     )
+    context_max_chars: int = Field(
+        12_000,
+        ge=1_000,
+        description="Characters of step results the critic and the summarizer read as they "
+        "are (default 12,000); past it the compressor role condenses them in chunks of this "
+        "size, or without a model the rule-based ladder shortens every output, and every "
+        "step stays named with its status.",
+    )
     batch_react_size: int = Field(3, ge=1, description="WARNING events that trigger a decision.")
     react_severity: Literal["INFO", "WARNING", "CRITICAL"] = Field(
         "WARNING", description="Lowest event severity the trigger policy reacts to."

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from planloop.planner.answer_shape import answer_shape
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import bullets, render_prompt
 from planloop.planner.summarizer import Answer
@@ -71,18 +72,20 @@ class CriticReply(Critique):
 NO_ANSWER = "(not asked: judge only)"
 
 
-def answer_request(answer_schema: dict[str, Any] | None) -> str:
-    """The critic prompt's ask for the final answer along with a passing verdict."""
+def answer_request(answer_schema: dict[str, Any] | None, goal: str = "") -> str:
+    """The critic prompt's ask for the final answer along with a passing verdict, in the
+    shape the ``goal`` asks for (see :func:`answer_shape`)."""
+    shape = f"The answer's text is {answer_shape(goal)}."
     if not answer_schema:
         return (
             'When "passed" is true, also write the final answer to the goal from the results, '
-            'as "answer": "a few sentences"; use only facts from the results.'
+            f'as "answer": "..."; use only facts from the results. {shape}'
         )
     schema = json.dumps(answer_schema, indent=1)
     return (
         'When "passed" is true, also write the final answer to the goal from the results, '
-        'as "answer": {"text": "a few sentences", "data": ...}; use only facts from the '
-        f'results. "data" must fit this JSON schema:\n{schema}'
+        'as "answer": {"text": "...", "data": ...}; use only facts from the '
+        f'results. {shape} "data" must fit this JSON schema:\n{schema}'
     )
 
 
@@ -120,6 +123,6 @@ class Critic:
             results=results,
             round=str(round_number),
             max_rounds=str(max_rounds),
-            answer=answer_request(answer_schema) if with_answer else NO_ANSWER,
+            answer=answer_request(answer_schema, goal) if with_answer else NO_ANSWER,
         )
         return self.chat.complete_json(Role.CRITIC, messages, CriticReply)

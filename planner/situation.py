@@ -79,6 +79,9 @@ class Situation:
     # The scope rule's pick for the failure at hand (supervisor/replan_scope.py), e.g.
     # "REPLAN_REMAINING (1 of 4 steps downstream of b, ...)"; empty when no step failed.
     scope_pick: str = ""
+    # The compressor's notes on the completed steps' outputs (planner/context.py), shown
+    # instead of the outputs when these took more than the context budget; "" = none.
+    notes: str = ""
 
     @property
     def replans_left(self) -> int:
@@ -166,7 +169,7 @@ def _render(
         _section("Constraints", [f"- {mask_text(c)}" for c in s.constraints]),
         _section("Last feedback", [mask_text(s.last_feedback)] if s.last_feedback else []),
         _section("Hints from earlier decisions", [f"- {mask_text(h)}" for h in s.hints]),
-        _completed_section(s.completed, level, budget, shown),
+        _completed_section(s.completed, level, budget, shown, s.notes),
         _events_section(s.events, level.events),
         _open_section(s.open_steps, hidden),
         f"## Re-plan budget\nRe-plans used: {s.replans_used} of {s.max_replans} "
@@ -185,20 +188,29 @@ def _section(title: str, lines: list[str]) -> str:
 
 
 def _completed_section(
-    done: tuple[StepView, ...], level: _Level, budget: int, shown: Mapping[str, Any]
+    done: tuple[StepView, ...], level: _Level, budget: int, shown: Mapping[str, Any], notes: str
 ) -> str:
     if not done:
         return "## Completed steps\n(none yet)"
+    if notes:
+        return (
+            f"## Completed steps\n{DATA_NOTICE}.\n(Outputs compressed: the {len(done)} "
+            "completed steps' outputs did not fit the context budget, so the compressor model "
+            "summarised them into notes that keep the conclusions, key data and open questions, "
+            f"with one line per step.)\n{notes}"
+        )
     lines = ["## Completed steps", DATA_NOTICE + "."]
     newest_first = list(reversed(done))
     rendered: dict[str, str] = {}
     listed = level.full + level.scalars + (_ALL if level.lines is None else level.lines)
     older = [step.id for step in newest_first[listed:]]
+    in_full = 0
     for rank, step in enumerate(newest_first[:listed]):
         output = shown[step.id]
         head = f"- {step.id} ({step.tool}){_title(step)}, {_attempts(step)}"
         if rank < level.full and len(full := _json(output)) <= budget // FULL_SHARE:
             rendered[step.id] = f"{head}:\n{_fence(step.id, full)}"
+            in_full += 1
         elif rank < level.full + level.scalars:
             rendered[step.id] = f"{head}, top-level fields:\n{_fence(step.id, _scalars(output))}"
         else:
@@ -206,6 +218,13 @@ def _completed_section(
     if older:
         lines.append(f"- older completed steps (outputs left out): {', '.join(reversed(older))}")
     lines += [rendered[step.id] for step in done if step.id in rendered]
+    if in_full < len(done):  # the report says what it shortened, and how
+        lines.insert(
+            2,
+            f"(Outputs shortened to fit {budget} characters: {in_full} of {len(done)} "
+            "shown in full; the others by their top-level fields, as one line, or by "
+            "id only, as marked. No completed step is left out.)",
+        )
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ import jsonschema
 from pydantic import BaseModel, Field, field_validator
 
 from planloop.core.errors import ConfigError
+from planloop.planner.answer_shape import answer_shape
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import render_prompt
 
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 class Answer(BaseModel):
     """The summarizer's answer: text for people, ``data`` for programs."""
 
-    text: str = Field(description="The answer to the goal, in a few sentences.")
+    text: str = Field(description="The answer to the goal, in the shape the prompt asks for.")
     data: Any = Field(None, description="The structured answer (fits the answer schema).")
 
     @field_validator("text")
@@ -122,6 +123,7 @@ class Summarizer:
             critique=critique or "(no critique)",
             answer_schema=schema_text,
             outcome=outcome,
+            shape=answer_shape(goal),
         )
         usages: list[Usage] = []
         repairs = 0

@@ -16,6 +16,7 @@ account of the steps instead, marked ``source: planloop``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -28,8 +29,8 @@ from planloop.core.errors import LLMError, PlanError
 from planloop.core.masking import mask, mask_text
 from planloop.core.metrics import ROUNDS
 from planloop.core.models import SessionStatus, StepStatus
-from planloop.core.values import preview
 from planloop.planner.answer_step import is_answer_step
+from planloop.planner.context import StepResult, fit_results
 from planloop.planner.critic import Critic, Critique
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.summarizer import SessionAnswer, Summarizer, schema_problem
@@ -42,39 +43,43 @@ from planloop.supervisor.thinking import Deliberation, record_usage
 
 log = logging.getLogger(__name__)
 
-OUTPUT_CHARS = 1_500  # one output's preview in critic and summarizer prompts
-RESULTS_CHARS = 12_000  # all results together (the context budget of the two prompts)
+RESULTS_CHARS = 12_000  # all results together, when no setting says otherwise
 JUDGEMENT_FIELD = "judgement"  # the critic's last verdict with its plan version and answer
 DEAD = (StepStatus.FAILED, StepStatus.INTERRUPTED, StepStatus.SKIPPED, StepStatus.CANCELLED)
+
+
+def step_results(state: SessionState) -> list[StepResult]:
+    """Every step of the plan with its status, error and output, for the results text."""
+    out = []
+    for step in state.plan.steps if state.steps else []:  # a goal answered with no plan has none
+        st = state.states.get(step.id)
+        out.append(
+            StepResult(
+                id=step.id,
+                tool=step.tool,
+                title=step.title or "",
+                status=st.status.value if st else "pending",
+                error=(st.error or "") if st else "",
+                output=state.outputs.get(step.id),
+                has_output=step.id in state.outputs,
+            )
+        )
+    return out
 
 
 def results_text(
     state: SessionState, sensitive: Collection[str] = (), *, budget_chars: int = RESULTS_CHARS
 ) -> str:
     """Every step of the plan with its status, error and output preview (tool data fenced
-    in <data> blocks); past ``budget_chars`` the remaining steps are only counted."""
-    lines: list[str] = []
-    used = 0
-    steps = state.plan.steps if state.steps else []  # a goal answered with no plan has none
-    for n, step in enumerate(steps):
-        st = state.states.get(step.id)
-        status = st.status.value if st else "pending"
-        entry = f"- {step.id} ({step.tool}{': ' + step.title if step.title else ''}): {status}"
-        if st is not None and st.error:
-            entry += f"; error: {mask_text(st.error)}"
-        if step.id in state.outputs:
-            shown = preview(state.outputs[step.id], sensitive, chars=OUTPUT_CHARS)
-            entry += f"\n<data>{preview_json(shown)}</data>"
-        if used + len(entry) > budget_chars and lines:
-            lines.append(f"({len(steps) - n} more step(s) left out for length)")
-            break
-        lines.append(entry)
-        used += len(entry)
-    return "\n".join(lines) or "(no steps: no tool was used)"
-
-
-def preview_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+    in <data> blocks), shortened by the rule-based ladder past ``budget_chars``."""
+    return fit_results(
+        step_results(state),
+        goal="",
+        critique="",
+        sensitive=sensitive,
+        budget_chars=budget_chars,
+        chat=None,
+    )[0].text
 
 
 def next_round(critique: Critique | None, rounds_done: int, max_rounds: int) -> bool:
@@ -111,6 +116,7 @@ class Rounds:
         self.critic_failed = False  # a round was not passed (a reason to reflect)
         self.direct = ""  # why the goal was answered with no plan (none: it was planned)
         self.ready: SessionAnswer | None = None  # the answer a passing critic wrote
+        self._fitted: dict[str, str] = {}  # the newest results (as JSON) -> their text
 
     @property
     def state(self) -> SessionState:
@@ -130,6 +136,34 @@ class Rounds:
         if spent is not None:
             return spent
         return short_of_time(self.state, self.io.settings, time.time())
+
+    async def _results(self) -> str:
+        """The results text of the critic's and the summarizer's prompts, within the
+        ``context_max_chars`` budget: past it, compressed by the compressor role (when a
+        model call may start) or by the rule-based ladder. Both prompts of one plan
+        version's results share one compression."""
+        state = self.state
+        results = step_results(state)
+        key = hashlib.sha256(
+            json.dumps([(r.id, r.status, r.error, r.output) for r in results], default=str).encode()
+        ).hexdigest()
+        if key in self._fitted:
+            return self._fitted[key]
+        chat = None if self._blocked() else self.brain.chat
+        fitted, usages = await asyncio.to_thread(
+            fit_results,
+            results,
+            goal=state.plan.goal or state.info.goal,
+            critique=critique_text(self.critique),
+            sensitive=self._sensitive(),
+            budget_chars=self.io.settings.context_max_chars,
+            chat=chat,
+        )
+        record_usage(state.batch, usages)
+        if fitted.compressed:
+            log.info("session=%s results compressed: %s", self.io.sid, fitted.compressed)
+        self._fitted = {key: fitted.text}  # only the newest results are asked for again
+        return fitted.text
 
     async def review(self) -> None:
         """Judge a round that just ended completed; start the next round when it failed."""
@@ -183,7 +217,7 @@ class Rounds:
                 Critic(chat).judge,
                 state.plan.goal or state.info.goal,
                 [*state.plan.constraints, *self.brain.constraints],
-                results_text(state, self._sensitive()),
+                await self._results(),
                 round_number=rounds_done + 1,
                 max_rounds=self.max_rounds,
                 with_answer=with_answer,
@@ -333,11 +367,12 @@ class Rounds:
         blocked = blocked or self._blocked()
         if not blocked:
             summarizer = Summarizer(chat, max_repairs=self.io.settings.plan_max_repairs)
+            results = await self._results()
             try:
                 answer, usages = await asyncio.to_thread(
                     summarizer.answer,
                     state.plan.goal or state.info.goal,
-                    results_text(state, self._sensitive()),
+                    results,
                     critique_text(self.critique),
                     schema if completed else None,
                     outcome=outcome,

@@ -9,6 +9,7 @@ never changes it; it keeps only its own memory (pending changes, constraints, hi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from planloop.core.record import Checkpoint
 from planloop.core.tools import ToolRegistry
 from planloop.core.tracing import llm_span
 from planloop.planner.agents import Decider, Planner
+from planloop.planner.context import Compressor, outputs_key
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import ChatModel, Usage
 from planloop.planner.merge import merge_remaining
@@ -122,6 +124,7 @@ class Deliberation:
         # session has searched (then kept in memory(), so a takeover does not search again).
         self.lessons: list[str] | None = None
         self.fetch_lessons: Callable[[], Awaitable[list[str]]] | None = None
+        self.notes: dict[str, str] = {}  # completed outputs' key -> the compressor's notes
 
     @property
     def config(self) -> TriggerConfig:
@@ -239,7 +242,7 @@ class Deliberation:
         if short:
             return self.rules_for_time(changes, short)
         await self.load_outputs(sorted(self.state.completed()))
-        situation = self.situation(reason)
+        situation = await self.fitted_situation(reason)
         try:
             decision, usage = await asyncio.to_thread(
                 Decider(self.chat).decide, situation, sensitive=self._sensitive()
@@ -299,7 +302,7 @@ class Deliberation:
         completed = state.completed()
         await self.load_outputs(sorted(completed))
         lessons = await self.advice()
-        situation = self.situation(f"{decision.action.value}: {decision.reasoning}")
+        situation = await self.fitted_situation(f"{decision.action.value}: {decision.reasoning}")
         if decision.action == ReplanAction.REPLAN_FULL:
             merged, usages = await asyncio.to_thread(
                 planner.replan_full,
@@ -339,6 +342,24 @@ class Deliberation:
         return list(self.lessons or [])
 
     # --- the situation report -------------------------------------------------------------
+    async def fitted_situation(self, trigger: str) -> Situation:
+        """The situation for the decider and the re-planner: past ``context_max_chars`` of
+        completed outputs, with the compressor's notes on them (its calls recorded here, so
+        a decision that then fails still counts them)."""
+        situation = self.situation(trigger)
+        key = outputs_key(situation)
+        if key in self.notes:  # the decider's notes serve the re-plan that follows
+            return dataclasses.replace(situation, notes=self.notes[key])
+        if self.chat is None or self.llm_budget_spent() is not None:
+            return situation
+        compressor = Compressor(self.chat)
+        fitted, usages = await asyncio.to_thread(
+            compressor.compress_situation, situation, self.settings.context_max_chars
+        )
+        record_usage(self.state.batch, usages)
+        self.notes = {key: fitted.notes} if fitted.notes else {}
+        return fitted
+
     def situation(self, trigger: str) -> Situation:
         state = self.state
         steps = tuple(

@@ -41,6 +41,11 @@ TEMPLATES = {
     "react": ("react", ["instruction", "context", "catalogue", "max_iterations"]),
     "router": ("router", ["goal", "lessons", "catalogue"]),
     "reflector": ("reflector", ["max_lessons", "goal", "outcome", "what_happened", "steps"]),
+    "compressor": ("compressor", ["goal", "critique", "chunk", "number", "of", "target_chars"]),
+    "summarizer": (
+        "summarizer",
+        ["goal", "outcome", "results", "critique", "answer_schema", "shape"],
+    ),
 }
 
 
