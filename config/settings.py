@@ -305,6 +305,12 @@ class Settings(BaseSettings):
         description="Ended sessions with and without a lesson needed before a lesson that "
         "does worse than its absence is disabled automatically, 5.",
     )
+    lesson_max_age_days: float = Field(
+        90.0,
+        ge=0,
+        description="Age, days, past which a lesson is stale: never given to a prompt and "
+        "listed as stale by `planloop lessons` (0: lessons never age), 90.",
+    )
 
     # --- Metrics (Prometheus) -----------------------------------------------------------
     metrics_port: int = Field(

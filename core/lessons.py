@@ -5,7 +5,8 @@ Tables (core/record.py, same metadata as the rest of the record): ``lessons``,
 ``lesson_sessions`` (every session that searched, used a lesson or not: the comparison
 group).
 
-Search, best first among enabled lessons whose toolsets meet the session's:
+Search, best first among enabled lessons whose toolsets meet the session's and that are
+not stale (core/lesson_freshness.py: a tool they were learned on changed, or too old):
 
 1. PostgreSQL with the ``vector`` extension: ``embedding_vec <=> :query`` (cosine distance)
    in SQL, on a ``vector`` column this module adds beside the JSON one;
@@ -22,14 +23,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 from sqlalchemy import Table, delete, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from planloop.core.lesson_freshness import in_scope, stale_reason
 from planloop.core.record import Base, LessonRow, LessonSessionRow, LessonUseRow
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 
@@ -54,6 +56,7 @@ class NewLesson:
     text_embedding: tuple[float, ...] = ()
     embedding_model: str = ""
     source_session: str = ""
+    tool_versions: Mapping[str, str] = field(default_factory=dict)  # learned on these
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,19 @@ class Found:
 
 @dataclass(frozen=True)
 class Query:
-    """What a search looks for: a goal, the session's toolsets, and the goal's vector."""
+    """What a search looks for: a goal, the session's toolsets, and the goal's vector.
+
+    ``served`` (tool name -> version served now) and ``max_age_days`` decide which lessons
+    are stale (never found); ``now`` is epoch seconds, 0 for the current time.
+    """
 
     goal: str
     toolsets: tuple[str, ...]
     embedding: tuple[float, ...] = ()
     embedding_model: str = ""
+    served: Mapping[str, str] = field(default_factory=dict)
+    max_age_days: float = 0.0
+    now: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,9 @@ class LessonStore:
                 twin.evidence = _join_evidence(twin.evidence, new.evidence)
                 twin.toolsets = _dumps(sorted({*_names(twin.toolsets), *new.toolsets}))
                 twin.tools = _dumps(sorted({*_names(twin.tools), *new.tools}))
+                # Learned again now: on the versions served now.
+                versions = {**_versions(twin.tool_versions), **new.tool_versions}
+                twin.tool_versions = _dumps(dict(sorted(versions.items())))
                 key = _centroid(twin, new)
                 if key is not None:
                     twin.embedding = _dumps(key)
@@ -149,6 +162,7 @@ class LessonStore:
                 goal=new.goal,
                 toolsets=_dumps(sorted(new.toolsets)),
                 tools=_dumps(sorted(new.tools)),
+                tool_versions=_dumps(dict(sorted(new.tool_versions.items()))),
                 embedding=_dumps(list(new.embedding)) if new.embedding else "",
                 text_embedding=_dumps(list(new.text_embedding)) if new.text_embedding else "",
                 embedding_model=new.embedding_model if new.embedding else "",
@@ -194,15 +208,21 @@ class LessonStore:
 
     # --- searching ------------------------------------------------------------------------
     def search(self, query: Query, *, top_k: int, thresholds: Thresholds) -> list[Found]:
-        """The ``top_k`` enabled lessons most similar to ``query`` above the thresholds."""
+        """The ``top_k`` enabled, fresh lessons most similar to ``query`` above the
+        thresholds (a stale one is left out and logged)."""
         if top_k <= 0:
             return []
+        now = query.now or time.time()
         with self._sessions() as db:
-            rows = [
-                r
-                for r in db.scalars(select(LessonRow).where(LessonRow.enabled == 1))
-                if _meets(_names(r.toolsets), query.toolsets)
-            ]
+            rows = []
+            for r in db.scalars(select(LessonRow).where(LessonRow.enabled == 1)):
+                if not _meets(_names(r.toolsets), query.toolsets):
+                    continue
+                stale = staleness(r, query.served, now=now, max_age_days=query.max_age_days)
+                if stale is not None:
+                    log.info("lesson %d left out, stale: %s", r.id, stale)
+                    continue
+                rows.append(r)
             scored = self._scores(db, rows, query)
         found = [
             Found(r.id, r.lesson, r.trigger, sim, via)
@@ -404,9 +424,21 @@ def _enable_pgvector(engine: Engine) -> bool:
     return True
 
 
+def staleness(
+    row: LessonRow, served: Mapping[str, str], *, now: float, max_age_days: float
+) -> str | None:
+    """Why the lesson of ``row`` is stale against the ``served`` tool versions, or None."""
+    return stale_reason(
+        _versions(row.tool_versions),
+        served,
+        created_at=row.created_at,
+        now=now,
+        max_age_days=max_age_days,
+    )
+
+
 def _meets(lesson_toolsets: Sequence[str], toolsets: Sequence[str]) -> bool:
-    """A lesson without toolsets applies anywhere; otherwise one toolset must be shared."""
-    return not lesson_toolsets or not toolsets or bool(set(lesson_toolsets) & set(toolsets))
+    return in_scope(lesson_toolsets, toolsets)
 
 
 def _similar_goal(row: LessonRow, session: LessonSessionRow, limits: Thresholds) -> bool:
@@ -481,6 +513,12 @@ def _loads(raw: str) -> list[float]:
         return []
     value = json.loads(raw)
     return [float(v) for v in value] if isinstance(value, list) else []
+
+
+def _versions(raw: str) -> dict[str, str]:
+    """A JSON object tool name -> version (empty when none)."""
+    value = json.loads(raw) if raw else {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _names(raw: str) -> list[str]:

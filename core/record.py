@@ -176,6 +176,8 @@ class LessonRow(Base):
     goal: Mapped[str] = mapped_column(Text, default="")  # the source session's goal
     toolsets: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of prefixes
     tools: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of tool names
+    # JSON object tool name -> version (core/lesson_freshness.py) it was learned on
+    tool_versions: Mapped[str] = mapped_column(Text, default="{}")
     embedding: Mapped[str] = mapped_column(Text, default="")  # JSON list of floats
     text_embedding: Mapped[str] = mapped_column(Text, default="")  # of the lesson itself
     embedding_model: Mapped[str] = mapped_column(String(128), default="")

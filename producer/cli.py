@@ -17,6 +17,7 @@ from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNRE
 
 if TYPE_CHECKING:
     from planloop.core.lessons import LessonStore, Thresholds
+    from planloop.producer.lesson_views import Freshness
 
 DEFAULT_WAIT_FOR_WORKERS_S = 60.0
 
@@ -438,12 +439,64 @@ def signal(session_id: str, text: str, plain: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the lessons as JSON.")
 @click.pass_context
 def lessons(ctx: click.Context, as_json: bool) -> None:
-    """Lessons from earlier sessions, with uses and the success rates with and without."""
+    """Lessons from earlier sessions, with uses and the success rates with and without;
+    a stale one (a tool it was learned on changed, or too old) is marked and never used."""
     if ctx.invoked_subcommand is None:
         from planloop.producer.lesson_views import print_lessons
 
         store, thresholds = _lesson_store()
-        print_lessons(store, thresholds, as_json=as_json)
+        print_lessons(store, thresholds, as_json=as_json, fresh=_freshness())
+
+
+@lessons.command("add")
+@click.option("--goal-pattern", default=None, help="The goals it is for (its search key).")
+@click.option("--root-cause", default=None, help="What goes wrong.")
+@click.option("--avoidance", default=None, help="What not to do.")
+@click.option("--suggestion", default=None, help="What to do instead.")
+@click.option(
+    "--toolsets",
+    default=None,
+    help="Comma list of toolsets (ecommerce,supply_chain): only sessions using one get it.",
+)
+@click.option(
+    "--file",
+    "lesson_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A YAML/JSON file with the same fields (options given override it).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {id, merged} as JSON.")
+def lessons_add(
+    goal_pattern: str | None,
+    root_cause: str | None,
+    avoidance: str | None,
+    suggestion: str | None,
+    toolsets: str | None,
+    lesson_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Seed a lesson by hand, embedded and scoped like a learned one."""
+    from planloop.producer import lesson_add as seed
+
+    settings = _settings(record=True)
+    fields = seed.read_lesson_file(lesson_file, settings) if lesson_file else {}
+    given = {
+        "goal_pattern": goal_pattern,
+        "root_cause": root_cause,
+        "avoidance": avoidance,
+        "suggestion": suggestion,
+        "toolsets": seed.split_toolsets(toolsets) if toolsets is not None else None,
+    }
+    fields.update({k: v for k, v in given.items() if v is not None})
+    seeded = seed.parse_seeded(fields)
+    store, _ = _lesson_store()
+    lesson_id, merged = seed.add_seeded(store, seeded, settings, seed.live_versions(settings))
+    if as_json:
+        click.echo(json.dumps({"id": lesson_id, "merged": merged}))
+    elif merged:
+        click.echo(f"lesson {lesson_id}: merged into this near-duplicate")
+    else:
+        click.echo(f"lesson {lesson_id} added")
 
 
 @lessons.command("show")
@@ -454,7 +507,8 @@ def lessons_show(lesson_id: int, as_json: bool) -> None:
     from planloop.producer.lesson_views import print_lesson
 
     store, thresholds = _lesson_store()
-    if not print_lesson(store, lesson_id, thresholds, as_json=as_json):
+    fresh = _freshness()
+    if not print_lesson(store, lesson_id, thresholds, as_json=as_json, fresh=fresh):
         _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
 
 
@@ -487,6 +541,23 @@ def lessons_delete(lesson_id: int) -> None:
     if not store.delete(lesson_id):
         _fail(f"no lesson {lesson_id}; `planloop lessons` lists them")
     click.echo(f"lesson {lesson_id} deleted")
+
+
+def _freshness() -> Freshness:
+    """What tells a stale lesson: the live catalogue's tool versions and the age setting
+    (without Redis, the age alone; said on stderr)."""
+    import redis
+
+    from planloop.producer.lesson_add import live_versions
+    from planloop.producer.lesson_views import Freshness
+
+    settings = _settings()
+    try:
+        served = live_versions(settings)
+    except redis.RedisError as exc:
+        click.echo(f"note: tool versions not checked (Redis: {exc})", err=True)
+        served = {}
+    return Freshness(served, settings.lesson_max_age_days)
 
 
 def _lesson_store() -> tuple[LessonStore, Thresholds]:

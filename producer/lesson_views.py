@@ -1,19 +1,36 @@
-"""``planloop lessons``: the lessons with their measured effect, one lesson, disable, delete."""
+"""``planloop lessons``: the lessons with their measured effect (and whether each is stale),
+one lesson, disable, delete."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from planloop.core.lessons import LessonStats, LessonStore, Thresholds
+from planloop.core.lessons import LessonStats, LessonStore, Thresholds, staleness
 from planloop.core.record import LessonRow
 
 
-def stats_doc(s: LessonStats) -> dict[str, Any]:
-    """One lesson and its effect, as the JSON output and the table show it."""
+@dataclass(frozen=True)
+class Freshness:
+    """What a listing tells stale lessons by: tool versions served now, the age limit."""
+
+    served: Mapping[str, str] = field(default_factory=dict)
+    max_age_days: float = 0.0
+
+    def stale(self, row: LessonRow, now: float | None = None) -> str | None:
+        at = time.time() if now is None else now
+        return staleness(row, self.served, now=at, max_age_days=self.max_age_days)
+
+
+def stats_doc(s: LessonStats, fresh: Freshness | None = None) -> dict[str, Any]:
+    """One lesson and its effect, as the JSON output and the table show it; ``stale`` is
+    why it is no longer given to prompts (None while it is)."""
     row = s.row
     return {
         "id": row.id,
@@ -22,6 +39,8 @@ def stats_doc(s: LessonStats) -> dict[str, Any]:
         "trigger": row.trigger,
         "evidence": row.evidence,
         "applies_to": {"toolsets": json.loads(row.toolsets), "tools": json.loads(row.tools)},
+        "tool_versions": json.loads(row.tool_versions or "{}"),
+        "stale": (fresh or Freshness()).stale(row),
         "source_session": row.source_session,
         "goal": row.goal,
         "merged": row.merged,
@@ -41,13 +60,19 @@ def _rate(ok: int, n: int) -> str:
 
 
 def print_lessons(
-    store: LessonStore, thresholds: Thresholds, *, as_json: bool, console: Console | None = None
+    store: LessonStore,
+    thresholds: Thresholds,
+    *,
+    as_json: bool,
+    fresh: Freshness | None = None,
+    console: Console | None = None,
 ) -> None:
     """Every lesson with its uses, the success rate of the sessions that used it and of
-    similar sessions (same toolsets, similar goals) that did not."""
+    similar sessions (same toolsets, similar goals) that did not, and ``stale`` for one
+    prompts no longer get."""
     stats = store.stats(thresholds=thresholds)
     if as_json:
-        print(json.dumps([stats_doc(s) for s in stats], indent=2))
+        print(json.dumps([stats_doc(s, fresh) for s in stats], indent=2))
         return
     out = console or Console()
     if not stats:
@@ -55,9 +80,10 @@ def print_lessons(
         return
     table = Table("id", "on", "uses", "with it", "similar without", "lesson")
     for s in stats:
+        stale = (fresh or Freshness()).stale(s.row)
         table.add_row(
             str(s.row.id),
-            "yes" if s.row.enabled else "no",
+            ("stale" if stale else "yes") if s.row.enabled else "no",
             str(s.row.uses),
             _rate(s.used_ok, s.used),
             _rate(s.without_ok, s.without),
@@ -72,13 +98,14 @@ def print_lesson(
     thresholds: Thresholds,
     *,
     as_json: bool,
+    fresh: Freshness | None = None,
     console: Console | None = None,
 ) -> bool:
     """One lesson in full; False when there is no such lesson."""
     found = store.stats([lesson_id], thresholds=thresholds)
     if not found:
         return False
-    doc = stats_doc(found[0])
+    doc = stats_doc(found[0], fresh)
     if as_json:
         print(json.dumps(doc, indent=2))
         return True
@@ -89,4 +116,4 @@ def print_lesson(
     return True
 
 
-__all__ = ["LessonRow", "print_lesson", "print_lessons", "stats_doc"]
+__all__ = ["Freshness", "LessonRow", "print_lesson", "print_lessons", "stats_doc"]

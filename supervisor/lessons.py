@@ -1,12 +1,15 @@
 """Lessons for a supervisor's sessions: retrieved into prompts, reflected on at the end.
 
 1. Retrieval (:meth:`LessonMemory.retrieve`): the goal's vector (or none: lexical), the
-   session's toolsets, the store's top-k above the threshold; the search and the lessons it
-   gave are recorded against the session, and the prompts get them as advice.
+   session's toolsets, the store's top-k above the threshold among lessons that are not
+   stale (a tool they were learned on is served with another version now, or they are
+   older than ``lesson_max_age_days``); the search and the lessons it gave are recorded
+   against the session, and the prompts get them as advice.
 2. Conclusion (:meth:`LessonMemory.conclude`), once the session has ended: its outcome goes
    onto its uses, lessons that do worse than their absence are disabled, and a session that
    went wrong (failed, aborted, re-planned, or a round the critic did not pass) is
-   reflected on; each sanitized lesson is embedded and stored or merged.
+   reflected on; each sanitized lesson is embedded and stored or merged with the versions
+   of the tools it applies to (``Ended.tool_versions``).
 
 Synchronous (SQL and LLM calls): the session runs these on a thread.
 """
@@ -15,13 +18,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from planloop.config.settings import Settings
 from planloop.core.errors import LLMError
+from planloop.core.lesson_freshness import versions_for
 from planloop.core.lessons import Found, LessonStore, NewLesson, Query, Thresholds, toolsets_of
 from planloop.core.masking import is_secret_name
 from planloop.core.models import SessionStatus
@@ -50,6 +54,7 @@ class Ended:
     secrets: frozenset[str] = frozenset()
     outputs: frozenset[str] = frozenset()
     sensitive: frozenset[str] = frozenset()
+    tool_versions: Mapping[str, str] = field(default_factory=dict)  # served at the end
 
     @property
     def needs_reflection(self) -> bool:
@@ -96,8 +101,15 @@ class LessonMemory:
         return Thresholds(s.lessons_min_similarity, s.lessons_min_lexical_similarity)
 
     # --- 1. retrieval ---------------------------------------------------------------------
-    def retrieve(self, sid: str, goal: str, tool_names: Collection[str]) -> list[Found]:
-        """The lessons for ``goal`` (recorded as used by ``sid``)."""
+    def retrieve(
+        self,
+        sid: str,
+        goal: str,
+        tool_names: Collection[str],
+        served: Mapping[str, str] | None = None,
+    ) -> list[Found]:
+        """The lessons for ``goal`` and the toolsets of ``tool_names`` (recorded as used by
+        ``sid``), none of them stale against ``served`` (tool name -> version served now)."""
         goal = sanitize_lesson(goal, chars=GOAL_CHARS)  # stored with the search: masked
         vectors = self.embedder.embed([goal]) if goal else None
         query = Query(
@@ -105,6 +117,8 @@ class LessonMemory:
             toolsets=toolsets_of(tool_names),
             embedding=tuple(vectors[0]) if vectors else (),
             embedding_model=self.embedder.model if vectors else "",
+            served=dict(served or {}),
+            max_age_days=self.settings.lesson_max_age_days,
         )
         found = self.store.search(
             query, top_k=self.settings.lessons_top_k, thresholds=self.thresholds
@@ -147,10 +161,17 @@ class LessonMemory:
         except LLMError as exc:
             log.warning("session=%s reflection failed, no lesson written: %s", ended.sid, exc)
             return [], []
-        return self.store_drafts(ended.sid, goal, drafts), [usage]
+        return self.store_drafts(ended.sid, goal, drafts, ended.tool_versions), [usage]
 
-    def store_drafts(self, sid: str, goal: str, drafts: Sequence[LessonDraft]) -> list[int]:
-        """Embed and store (or merge) sanitized lessons; return their ids."""
+    def store_drafts(
+        self,
+        sid: str,
+        goal: str,
+        drafts: Sequence[LessonDraft],
+        served: Mapping[str, str] | None = None,
+    ) -> list[int]:
+        """Embed and store (or merge) sanitized lessons, each with the ``served`` versions
+        of the tools it names (else of its toolsets' tools); return their ids."""
         if not drafts:
             return []
         vectors = self.embedder.embed([goal, *(d.lesson for d in drafts)])
@@ -168,6 +189,7 @@ class LessonMemory:
                 text_embedding=tuple(vectors[n + 1]) if vectors else (),
                 embedding_model=model,
                 source_session=sid,
+                tool_versions=_learned_on(served or {}, draft),
             )
             lesson_id, merged = self.store.add(
                 new,
@@ -183,6 +205,13 @@ class LessonMemory:
             )
             ids.append(lesson_id)
         return ids
+
+
+def _learned_on(served: Mapping[str, str], draft: LessonDraft) -> dict[str, str]:
+    """The versions a drafted lesson is learned on: its tools', else its toolsets'."""
+    if draft.applies_to.tools:
+        return {t: served[t] for t in sorted(draft.applies_to.tools) if t in served}
+    return versions_for(served, draft.applies_to.toolsets)
 
 
 def build_lesson_memory(

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ from planloop.core.errors import (
     SessionError,
 )
 from planloop.core.hot_state import plan_checked
+from planloop.core.lesson_freshness import served_versions
 from planloop.core.llm_meter import METER
 from planloop.core.metrics import LEASE_TAKEOVERS
 from planloop.core.models import (
@@ -553,7 +555,9 @@ class SessionRunner:
         tools = self.ctx.tools.subset(info.options.tools) if info.options.tools else self.ctx.tools
         goal = info.goal or (self.state.plan.goal if self.state.steps else "")
         try:
-            found = await asyncio.to_thread(lessons.retrieve, self.sid, goal, tools.names())
+            # Staleness is against every tool this supervisor knows, not only the session's.
+            served = served_versions(self.ctx.tools.specs())
+            found = await asyncio.to_thread(lessons.retrieve, self.sid, goal, tools.names(), served)
         except SQLAlchemyError as exc:
             log.warning("session=%s lessons not searched: %s", self.sid, exc)
             return []
@@ -569,7 +573,10 @@ class SessionRunner:
         wrong = state.outcome[0] in BAD_ENDINGS or state.info.replans or self.rounds.critic_failed
         if not searched and not wrong:
             return  # never searched and nothing to learn: no row to write
-        ended = ended_session(self.state, self.brain, self.rounds.critic_failed)
+        ended = replace(
+            ended_session(self.state, self.brain, self.rounds.critic_failed),
+            tool_versions=served_versions(self.ctx.tools.specs()),
+        )
         spent = self.brain.llm_budget_spent()
         if spent is not None:  # the outcome is still recorded; no reflection past the budget
             log.info("session=%s no reflection: %s", self.sid, spent)

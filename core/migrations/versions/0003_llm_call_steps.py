@@ -1,4 +1,4 @@
-"""LLM calls name the agent step and attempt that made them (issue 21): a worker's ReAct
+"""LLM calls name the agent step and attempt that made them: a worker's ReAct
 turns are charged to the session by the worker, as each answer arrives.
 
 Revision ID: 0003
