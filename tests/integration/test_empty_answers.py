@@ -25,6 +25,7 @@ from tests.integration.conftest import MakeStack, report_steps, wait_ended
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import (
     FAIL,
+    SIDE_ROLES,
     THREE_STEPS,
     decision,
     echo,
@@ -40,6 +41,12 @@ pytestmark = pytest.mark.integration
 EMPTY: dict[str, Any] = {"steps": [], "reasoning": "nothing to add"}
 # What a supervisor logs when a session's loop crashes (supervisor/service.py).
 CRASHED = "loop crashed"
+
+
+def roles_of(record: SqlRecord, sid: str) -> list[str]:
+    """The roles of the session's recorded model calls, in order, without the side roles
+    (reflection and embeddings, which may land after the end)."""
+    return [c.role for c in record.llm_calls(sid) if c.role not in SIDE_ROLES]
 
 
 def crash_lines(stack: Stack, sid: str) -> list[str]:
@@ -77,7 +84,7 @@ def test_a_round_whose_replanner_adds_nothing_ends_with_the_critics_verdict(
     assert len(llm.requests_for("replanner")) == 1  # "nothing to add" is no error to repair
     (summarizer,) = llm.requests_for("summarizer")
     assert "NOT passed" in summarizer.prompt_text
-    roles = sorted(c.role for c in llm_record.llm_calls(sid))
+    roles = sorted(roles_of(llm_record, sid))
     assert roles == ["critic", "replanner", "summarizer"]  # the empty answer's tokens too
     assert llm.pending() == 0
 
@@ -117,7 +124,7 @@ def test_a_replan_that_adds_nothing_after_a_critical_failure_fails_the_session(
     (decider,) = llm.requests_for("decider")
     assert rows[0].prompt_tokens == count_prompt_tokens(decider.messages)
     assert rows[0].completion_tokens > 0
-    roles = [c.role for c in llm_record.llm_calls(sid)]
+    roles = roles_of(llm_record, sid)
     assert roles[:2] == ["decider", "replanner"]
     assert "summarizer" in roles
     (said,) = [n for n in notes(llm_hot, sid, "decision") if n["action"] == "REPLAN_REMAINING"]
@@ -181,7 +188,7 @@ def test_a_replan_that_adds_nothing_after_a_minor_failure_ends_with_what_it_has(
     (row,) = llm_record.decisions(sid)
     assert (row.action, row.source) == ("REPLAN_REMAINING", "llm")
     assert row.prompt_tokens > 0
-    assert [c.role for c in llm_record.llm_calls(sid)][:2] == ["decider", "replanner"]
+    assert roles_of(llm_record, sid)[:2] == ["decider", "replanner"]
 
 
 def test_a_full_replan_with_no_steps_ends_with_what_the_session_has(
@@ -200,7 +207,7 @@ def test_a_full_replan_with_no_steps_ends_with_what_the_session_has(
     rows = llm_record.decisions(sid)
     assert [(r.action, r.source) for r in rows] == [("REPLAN_FULL", "llm"), ("ABORT", "rule")]
     assert rows[0].prompt_tokens > 0
-    assert [c.role for c in llm_record.llm_calls(sid)][:2] == ["decider", "replanner"]
+    assert roles_of(llm_record, sid)[:2] == ["decider", "replanner"]
     assert (session.report or {})["answer"]["text"] == "s1 ran; s2 failed"
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import delete
 
 from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError
+from planloop.core.heartbeat import live_workers
 from planloop.core.hot_state import HotState
 from planloop.core.keys import Keys
 from planloop.core.models import SessionStatus
@@ -205,6 +206,10 @@ def pg_stack(
             log_dir=tmp_path_factory.mktemp("pglogs"),
             **shipped().stack_options(),
         ):
+            # started as the SQLite stack is: its worker serves before the first submit
+            # (else the first steps wait for one, and a warning event says so)
+            keys = Keys(prefix)
+            wait_for(lambda: live_workers(redis_client, keys, prefix), 60, "the worker's heartbeat")
             yield running
     finally:
         with record.engine.begin() as db:
