@@ -197,6 +197,7 @@ def _remove_stale(cache_dir: Path, keep: Path) -> None:
     for old in cache_dir.glob("shipped-*"):
         if old != keep and old.is_dir() and time.time() - old.stat().st_mtime > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
+            old.with_name(f"{old.name}.lock").unlink(missing_ok=True)
 
 
 def ensure_venv() -> Path:
