@@ -59,12 +59,12 @@ def test_a_shipped_process_cannot_import_the_checkouts_folders() -> None:
 
 
 def test_the_probe_can_fail_from_the_checkout() -> None:
-    """The same probe run as the old suite ran processes (the checkout on PYTHONPATH) sees
-    the bare names: the check above is able to fail."""
-    env = {**shipped().env(), "PYTHONPATH": str(ROOT)}
+    """The same probe with the checkout first on ``sys.path`` (where the old suite put it for
+    every process) sees the bare names: the check above is able to fail."""
+    from_checkout = f"import sys; sys.path.insert(0, {str(ROOT)!r})\n{PROBE}"
     done = subprocess.run(
-        [str(shipped().python), "-c", PROBE, *BARE_NAMES],
-        env=env,
+        [str(shipped().python), "-c", from_checkout, *BARE_NAMES],
+        env=shipped().env(),
         cwd=shipped().home,
         capture_output=True,
         text=True,
