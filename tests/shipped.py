@@ -54,7 +54,8 @@ BARE_NAMES = (
 # The extras the suite's processes need (PostgreSQL tests, traces).
 EXTRAS = "postgres,otel"
 SHIPPED_VENV = "PLANLOOP_TEST_SHIPPED_VENV"  # a venv to use as is (set for xdist workers)
-STALE_AFTER_S = 3 * 86_400  # cached venvs of other checkouts' contents are removed after this
+KEEP_VENVS = 4  # cached venvs kept whatever their age (parallel checkouts, a branch switch)
+STALE_AFTER_S = 3_600  # beyond those, a venv no run used for this long is removed
 
 
 def checkout_files(root: Path = ROOT) -> list[str]:
@@ -194,8 +195,15 @@ def _lock(path: Path) -> int:
 
 
 def _remove_stale(cache_dir: Path, keep: Path) -> None:
-    for old in cache_dir.glob("shipped-*"):
-        if old != keep and old.is_dir() and time.time() - old.stat().st_mtime > STALE_AFTER_S:
+    """Remove cached venvs beyond the ``KEEP_VENVS`` most recently used that no run has used
+    for ``STALE_AFTER_S``: each change of the package's files makes a new one (~300 MB)."""
+    venvs = sorted(
+        (p for p in cache_dir.glob("shipped-*") if p.is_dir() and p != keep),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in venvs[KEEP_VENVS - 1 :]:
+        if time.time() - old.stat().st_mtime > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
             old.with_name(f"{old.name}.lock").unlink(missing_ok=True)
 
