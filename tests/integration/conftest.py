@@ -319,6 +319,7 @@ def private_stack(
 # The planning-loop fixtures (scripted LLM server, a stack that talks to it) live in their
 # own module; importing them here is how pytest finds them.
 from tests.integration.llm_conftest import (  # noqa: E402, F401
+    lessons,
     llm,
     llm_effects,
     llm_hot,

@@ -19,8 +19,9 @@ from planloop.core.effects import SqlEffectLedger
 from planloop.core.heartbeat import live_workers
 from planloop.core.hot_state import HotState, RedisEffectCache, connect
 from planloop.core.keys import Keys
+from planloop.core.lessons import LessonStore
 from planloop.core.models import SessionRecord, SessionStatus
-from planloop.core.record import SqlRecord
+from planloop.core.record import SqlRecord, make_engine
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack
 from tests.conftest import wait_for
@@ -96,6 +97,17 @@ def llm_stack(
         client = connect(llm_settings.redis_url)
         _delete_prefix(client, llm_settings.key_prefix)
         client.close()
+
+
+@pytest.fixture
+def lessons(llm_settings: Settings) -> Iterator[LessonStore]:
+    """The LLM stack's lessons store, emptied before and after (other tests share the stack)."""
+    store = LessonStore(make_engine(llm_settings.database_url))
+    for row in store.all():
+        store.delete(row.id)
+    yield store
+    for row in store.all():
+        store.delete(row.id)
 
 
 @pytest.fixture(scope="session")

@@ -41,17 +41,6 @@ LESSON = (
 )
 
 
-@pytest.fixture
-def lessons(llm_settings: Settings) -> Iterator[LessonStore]:
-    """The stack's lessons store, emptied before and after (other tests share the stack)."""
-    store = LessonStore(make_engine(llm_settings.database_url))
-    for row in store.all():
-        store.delete(row.id)
-    yield store
-    for row in store.all():
-        store.delete(row.id)
-
-
 def plan(goal: str, *steps: dict[str, Any]) -> dict[str, Any]:
     return {"goal": goal, "steps": list(steps)}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from sqlalchemy import update
 from planloop.config.settings import Settings
 from planloop.core.lessons import LessonStore
 from planloop.core.models import SessionOptions, SessionStatus
-from planloop.core.record import LessonRow, SqlRecord, make_engine
+from planloop.core.record import LessonRow, SqlRecord
 from planloop.producer.client import Producer
 from planloop.supervisor.lessons import ADVICE_PREFIX
 from tests.integration.llm_conftest import wait_recorded
@@ -48,17 +47,6 @@ def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=90,
         check=False,
     )
-
-
-@pytest.fixture
-def lessons(llm_settings: Settings) -> Iterator[LessonStore]:
-    """The stack's lessons store, emptied before and after (other tests share the stack)."""
-    store = LessonStore(make_engine(llm_settings.database_url))
-    for row in store.all():
-        store.delete(row.id)
-    yield store
-    for row in store.all():
-        store.delete(row.id)
 
 
 def seed(settings: Settings, toolsets: str = "supply_chain") -> int:

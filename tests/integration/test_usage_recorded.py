@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 from pydantic import SecretStr
@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from planloop.config.settings import Settings
 from planloop.core.lessons import LessonStore
 from planloop.core.models import SessionOptions, SessionStatus
-from planloop.core.record import SqlRecord, make_engine
+from planloop.core.record import SqlRecord
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from tests.conftest import wait_for
@@ -120,17 +120,6 @@ def test_a_react_fallback_records_the_failed_plans_and_every_turn_on_the_worker(
     recorded = sum(c.prompt_tokens + c.completion_tokens for c in calls)
     hashed = sum(p + c for p, c in llm_producer.session(sid).llm_usage.values())
     assert hashed == recorded
-
-
-@pytest.fixture
-def lessons(llm_settings: Settings) -> Iterator[LessonStore]:
-    """The shared stack's lessons, emptied before and after."""
-    store = LessonStore(make_engine(llm_settings.database_url))
-    for row in store.all():
-        store.delete(row.id)
-    yield store
-    for row in store.all():
-        store.delete(row.id)
 
 
 def test_a_reflection_and_its_lesson_are_recorded_after_the_end(
