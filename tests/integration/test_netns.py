@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -85,6 +86,12 @@ def test_destroy_leaves_no_namespace_and_no_process(network: Network) -> None:
     host = network.add_host("a")
     sleeper = subprocess.Popen([*host.prefix, "sleep", "600"])
     names = [host.netns, network.switch]
+    # Popen returns before `ip netns exec` has entered the namespace; a process that is not
+    # in it yet is not the namespace's to kill.
+    deadline = time.monotonic() + 10
+    while sleeper.pid not in netns.namespace_pids(host.netns):
+        assert time.monotonic() < deadline, "the sleeper never entered its namespace"
+        time.sleep(0.02)
 
     network.destroy()
 
