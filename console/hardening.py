@@ -109,6 +109,8 @@ class Hardening:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if message["status"] in (401, 403):  # whatever authentication said no
+                    metrics.CONSOLE_REFUSED.labels(f"status_{message['status']}").inc()
                 present = {k.lower() for k, _ in message.get("headers", [])}
                 extra = [(k, v) for k, v in SECURITY_HEADERS if k not in present]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}

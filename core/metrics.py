@@ -107,7 +107,7 @@ DISPATCHED = Counter(
 CONSOLE_REFUSED = Counter(
     "planloop_console_refused",
     "Console requests refused before any work, by reason (host, body_size, stream_cap, "
-    "cross_origin, not_json).",
+    "cross_origin, not_json; status_401/status_403: any answer of those statuses).",
     ["reason"],
 )
 CONSOLE_STREAMS = Gauge("planloop_console_streams", "Live streams (SSE) the console holds open.")
