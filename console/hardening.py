@@ -29,7 +29,9 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: with no-referrer a POST may carry "Origin: null",
+    # which the Origin check refuses
+    (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
     # another site cannot load the JSON endpoints as an <img> or <script> (no-cors reads)
     (b"cross-origin-resource-policy", b"same-origin"),
