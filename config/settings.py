@@ -345,7 +345,15 @@ class Settings(BaseSettings):
         description="Port Flower listens on (`planloop flower`), default 5555.",
     )
     flower_basic_auth: SecretStr = Field(
-        SecretStr("admin:planloop"), description="user:password Flower asks for."
+        SecretStr(""),
+        description="user:password pairs (comma-separated) Flower asks for; Flower's own, not "
+        "the console's. Unset: Flower on a loopback address generates a password and keeps it "
+        "in secrets_dir; on any other address it refuses to start.",
+    )
+    secrets_dir: str = Field(
+        ".planloop",
+        description="Directory where a console or Flower started without credentials keeps "
+        "the password it generated (0600 files, reused on restart).",
     )
 
     # --- web console -----------------------------------------------------------------------
@@ -354,7 +362,35 @@ class Settings(BaseSettings):
     )
     console_address: str = Field(
         "127.0.0.1",
-        description="Address the console binds; it asks for flower_basic_auth's credentials.",
+        description="Address the console binds (a non-loopback one needs console users).",
+    )
+    console_users: SecretStr = Field(
+        SecretStr(""),
+        description="Console users, whitespace-separated `name:role:hash` entries (role "
+        "viewer, operator or admin; hash from `planloop users hash`). Unset with no "
+        "console_users_file: the console on a loopback address generates an admin password "
+        "and keeps it in secrets_dir; on any other address it refuses to start.",
+    )
+    console_users_file: str = Field(
+        "",
+        description="A file of console users, one `name:role:hash` a line (`planloop users "
+        "add` writes it); read with console_users.",
+    )
+    console_proxy_user_header: str = Field(
+        "",
+        description="A header naming the user, set by a reverse proxy that authenticated "
+        "them (e.g. X-Forwarded-User); believed only from console_trusted_proxies. Unset: "
+        "no proxy login.",
+    )
+    console_trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses of reverse proxies whose console_proxy_user_header is "
+        "believed (comma-separated or a JSON list).",
+    )
+    console_proxy_role: Literal["viewer", "operator", "admin"] = Field(
+        "viewer",
+        description="Role of a proxy-authenticated user not listed in the console users "
+        "(listed ones keep their role).",
     )
 
     # --- web console: browser hardening (console/hardening.py, console/live_hub.py) -----
@@ -449,7 +485,13 @@ class Settings(BaseSettings):
         "object per line with session_id and step_id when the line is about one.",
     )
 
-    @field_validator("tool_modules", "worker_queues", "console_allowed_hosts", mode="before")
+    @field_validator(
+        "tool_modules",
+        "worker_queues",
+        "console_allowed_hosts",
+        "console_trusted_proxies",
+        mode="before",
+    )
     @classmethod
     def _comma_or_json_list(cls, value: Any) -> Any:
         # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.

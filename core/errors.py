@@ -7,6 +7,8 @@
     │   │                           Redis URL that is not one, a database driver not installed,
     │   │                           ...); ``setting`` names the PLANLOOP_* variable or option
     │   ├── PortInUseError          a server's port is taken; names the port and what chose it
+    │   ├── CredentialsError        no login for a console or Flower on a non-loopback
+    │   │                           address, or a users entry that cannot be read
     │   └── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
@@ -69,6 +71,12 @@ class PortInUseError(ConfigError):
             f"there, or choose another port with {setting}",
             setting=setting,
         )
+
+
+class CredentialsError(ConfigError):
+    """A console or Flower that cannot get a login it may serve with: none configured for
+    a non-loopback address, or a console users entry that cannot be read. The message says
+    which setting to give and never echoes a password or a hash."""
 
 
 class ToolModuleError(ConfigError):

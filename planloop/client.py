@@ -157,19 +157,24 @@ class Client:
                 return
 
     # --- steering -----------------------------------------------------------------------
-    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+    # Every steering call records ``actor`` as who asked (default: this process's OS user).
+    def cancel(
+        self, sid: str, reason: str = "cancelled by user", *, actor: str | None = None
+    ) -> SessionStatus:
         """Stop the session (compensations of completed writes run); the status it had.
 
         Raises:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.cancel(sid, reason)
+        return self._producer.cancel(sid, reason, actor=actor)
 
-    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+    def signal(
+        self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
+    ) -> str:
         """Tell a running session something new (a constraint unless ``constraint=False``);
         the event's stream id."""
-        return self._producer.signal(sid, text, constraint=constraint)
+        return self._producer.signal(sid, text, constraint=constraint, actor=actor)
 
     def approve(
         self,
@@ -178,6 +183,7 @@ class Client:
         step: str | None = None,
         action: str | None = None,
         note: str = "",
+        actor: str | None = None,
     ) -> str:
         """Let ``step`` (marked ``requires_approval``) run, or choose the ``action``
         (continue, replan_remaining, replan_full, abort) of a session whose re-plan budget
@@ -193,9 +199,9 @@ class Client:
         """
         if (step is None) == (action is None):
             raise ValueError("give either step= or action=")
-        return self._producer.approve(sid, action, note, step=step)
+        return self._producer.approve(sid, action, note, step=step, actor=actor)
 
-    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+    def retry_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Run ``step``, which failed for good (or was interrupted), once more; its skipped
         dependents wait for it again. The event's stream id.
 
@@ -205,9 +211,9 @@ class Client:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.retry_step(sid, step, note)
+        return self._producer.retry_step(sid, step, note, actor=actor)
 
-    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+    def skip_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Give up ``step`` (failed, or not started: an approval rejected): it and its
         dependents end skipped. The event's stream id.
 
@@ -217,7 +223,7 @@ class Client:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.skip_step(sid, step, note)
+        return self._producer.skip_step(sid, step, note, actor=actor)
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

@@ -14,6 +14,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
 from planloop.core.models import SessionOptions
 from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
+from planloop.producer.users_cli import users
 
 if TYPE_CHECKING:
     from planloop.core.lessons import LessonStore, Thresholds
@@ -107,6 +108,12 @@ def _setup_logging(level: str, settings: Settings) -> None:
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+# Who asks, recorded with the command's event (default: the OS user running the CLI).
+AS_OPTION = click.option(
+    "--as", "actor", default=None, metavar="NAME", help="Who asks, for the record (default: you)."
+)
 
 
 @click.group(cls=PlanloopGroup)
@@ -334,7 +341,10 @@ def read_answer_schema(path: Path) -> dict[str, Any]:
 )
 @click.option("--step", default=None, help="Let this step (requires_approval) run.")
 @click.option("--note", default="", help="Why, for the record.")
-def approve(session_id: str, action: str | None, step: str | None, note: str) -> None:
+@AS_OPTION
+def approve(
+    session_id: str, action: str | None, step: str | None, note: str, actor: str | None
+) -> None:
     """Answer a session waiting for a person: approve a step, or choose an action."""
     from planloop.producer.client import Producer
 
@@ -342,7 +352,9 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
         _fail("give either --step STEP_ID or --action ACTION")
         return
     try:
-        Producer.from_settings(_settings()).approve(session_id, action, note, step=step)
+        Producer.from_settings(_settings()).approve(
+            session_id, action, note, step=step, actor=actor
+        )
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"approval ({step or action}) sent to {session_id}")
@@ -403,12 +415,13 @@ def show(session_id: str, as_json: bool) -> None:
 @cli.command()
 @click.argument("session_id")
 @click.option("--reason", default="cancelled by user", help="Why, for the report.")
-def cancel(session_id: str, reason: str) -> None:
+@AS_OPTION
+def cancel(session_id: str, reason: str, actor: str | None) -> None:
     """Cancel a session: running steps stop, nothing new starts."""
     from planloop.producer.client import Producer
 
     try:
-        before = Producer.from_settings(_settings()).cancel(session_id, reason)
+        before = Producer.from_settings(_settings()).cancel(session_id, reason, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     if before == "pending":
@@ -424,12 +437,15 @@ def cancel(session_id: str, reason: str) -> None:
 @click.argument("session_id")
 @click.argument("text")
 @click.option("--signal", "plain", is_flag=True, help="A plain signal, not a constraint.")
-def signal(session_id: str, text: str, plain: bool) -> None:
+@AS_OPTION
+def signal(session_id: str, text: str, plain: bool, actor: str | None) -> None:
     """Tell a running session something new, e.g. "budget is 5k"."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).signal(session_id, text, constraint=not plain)
+        Producer.from_settings(_settings()).signal(
+            session_id, text, constraint=not plain, actor=actor
+        )
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"signal sent to {session_id}")
@@ -576,12 +592,13 @@ def _lesson_store() -> tuple[LessonStore, Thresholds]:
 @click.argument("session_id")
 @click.argument("step_id")
 @click.option("--note", default="", help="Why, for the record.")
-def retry(session_id: str, step_id: str, note: str) -> None:
+@AS_OPTION
+def retry(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Run a step that failed for good once more; its skipped dependents wait for it again."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
+        Producer.from_settings(_settings()).retry_step(session_id, step_id, note, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"retry of {step_id} sent to {session_id}")
@@ -591,12 +608,13 @@ def retry(session_id: str, step_id: str, note: str) -> None:
 @click.argument("session_id")
 @click.argument("step_id")
 @click.option("--note", default="", help="Why, for the record.")
-def skip(session_id: str, step_id: str, note: str) -> None:
+@AS_OPTION
+def skip(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Give up a failed (or not yet started) step: it and its dependents end skipped."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
+        Producer.from_settings(_settings()).skip_step(session_id, step_id, note, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"skip of {step_id} sent to {session_id}")
@@ -792,7 +810,8 @@ def up(
 )
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 def flower(port: int | None, address: str) -> None:
-    """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH; unset on
+    a loopback address: a generated password)."""
     from planloop.producer.up import run_flower
 
     run_flower(_settings(), port=port, address=address)
@@ -810,7 +829,8 @@ def flower(port: int | None, address: str) -> None:
 )
 @click.option("--loglevel", default="WARNING", show_default=True)
 def console(port: int | None, address: str | None, loglevel: str) -> None:
-    """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    """Start the web console (live DAGs, actions) for its users (PLANLOOP_CONSOLE_USERS_FILE;
+    none on a loopback address: a generated admin password)."""
     from planloop.console.serve import run_console
 
     settings = _settings(record=True)
@@ -878,6 +898,9 @@ def health(role: str, port: int | None) -> None:
         result = console_health(port or 8765)
     click.echo(result.detail)
     sys.exit(0 if result.ok else 1)
+
+
+cli.add_command(users)
 
 
 def main(argv: list[str] | None = None) -> Any:

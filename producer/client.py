@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +45,14 @@ if TYPE_CHECKING:
     from planloop.core.record import SqlRecord
 
 CONNECT_TIMEOUT_S = 5.0
+
+
+def os_user() -> str:
+    """Who runs this process, as the actor of what it asks for (no ``--as`` given)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # a container user with no passwd entry and no $USER
+        return f"uid {os.getuid()}"
 
 
 def new_session_id() -> str:
@@ -185,10 +195,17 @@ class Producer:
         return sid
 
     def approve(
-        self, sid: str, action: str | None = None, note: str = "", *, step: str | None = None
+        self,
+        sid: str,
+        action: str | None = None,
+        note: str = "",
+        *,
+        step: str | None = None,
+        actor: str | None = None,
     ) -> str:
         """Answer a session waiting for a person: let ``step`` (``requires_approval``) run,
-        or choose the ``action`` of a session whose re-plan budget is spent.
+        or choose the ``action`` of a session whose re-plan budget is spent. ``actor`` is
+        who answers, for the record (default: this process's OS user).
 
         Raises:
             SessionNotFoundError: no such session; nothing was appended.
@@ -212,10 +229,11 @@ class Producer:
                 severity=Severity.INFO,
                 description=note,
                 payload=payload,
+                actor=actor or os_user(),
             ),
         )
 
-    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+    def retry_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Run a step that failed for good once more (its skipped dependents wait for it
         again); the session's owner carries it out like an approval.
 
@@ -224,9 +242,9 @@ class Producer:
             CommandRefusedError: no such step, or one that is not failed or interrupted;
                 nothing was appended.
         """
-        return self._step_command(sid, StepCommand.RETRY, step, note)
+        return self._step_command(sid, StepCommand.RETRY, step, note, actor)
 
-    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+    def skip_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Give up a failed step, or one that has not started (an approval rejected): it
         and its dependents end skipped.
 
@@ -235,7 +253,7 @@ class Producer:
             CommandRefusedError: no such step, or one that is running or has finished;
                 nothing was appended.
         """
-        return self._step_command(sid, StepCommand.SKIP, step, note)
+        return self._step_command(sid, StepCommand.SKIP, step, note, actor)
 
     def _check_step_command(self, sid: str, command: StepCommand, step: str) -> None:
         """Refuse ``command`` where it cannot apply to ``step`` as the session stands now
@@ -281,7 +299,9 @@ class Producer:
             raise SessionEndedError(sid, record.status.value)
         return record
 
-    def _step_command(self, sid: str, command: StepCommand, step: str, note: str) -> str:
+    def _step_command(
+        self, sid: str, command: StepCommand, step: str, note: str, actor: str | None
+    ) -> str:
         self._check_step_command(sid, command, step)
         return self._tell(
             sid,
@@ -290,13 +310,16 @@ class Producer:
                 severity=Severity.INFO,
                 description=note,
                 payload={"command": command.value, "step": step},
+                actor=actor or os_user(),
             ),
         )
 
     def session(self, sid: str) -> SessionRecord:
         return self.state.session(sid)
 
-    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+    def cancel(
+        self, sid: str, reason: str = "cancelled by user", *, actor: str | None = None
+    ) -> SessionStatus:
         """Ask the session to stop; returns the status it had (``pending``: never started).
 
         The request is a field of the session hash (``cancel_requested``) as well as an
@@ -319,6 +342,7 @@ class Producer:
             severity=Severity.CRITICAL,
             description=reason,
             payload={"command": "cancel"},
+            actor=actor or os_user(),
         )
         pipe = self.state.r.pipeline(transaction=True)
         pipe.hset(key, "cancel_requested", reason or "cancelled by user")
@@ -326,13 +350,22 @@ class Producer:
         pipe.execute()
         return SessionStatus(str(status))
 
-    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
-        """Tell a running session something new (a constraint or a plain signal)."""
+    def signal(
+        self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
+    ) -> str:
+        """Tell a running session something new (a constraint or a plain signal), as
+        ``actor`` (default: this process's OS user)."""
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
         # A person spoke: the session should think about it at once, not in a batch.
         return self._tell(
             sid,
-            Event(type=kind, severity=Severity.CRITICAL, description=text, payload={"text": text}),
+            Event(
+                type=kind,
+                severity=Severity.CRITICAL,
+                description=text,
+                payload={"text": text},
+                actor=actor or os_user(),
+            ),
         )
 
     def _tell(self, sid: str, event: Event) -> str:

@@ -93,12 +93,18 @@ def age(ts: float, now: float | None = None) -> str:
 
 
 def event_line(event: Event) -> str:
-    """One plain line per event: time, type, severity, step (with attempt), description."""
+    """One plain line per event: time, type, severity, step (with attempt), who asked for
+    it (a person's command or signal), description."""
     step = f"{event.step_id}#{event.attempt}" if event.step_id else "-"
     return (
         f"{clock(event.occurred_at)} {event.type.value:<24} {event.severity.value:<8} "
-        f"{step:<20} {short(event.description, EVENT_TEXT)}"
+        f"{step:<20} {actor_text(event)}{short(event.description, EVENT_TEXT)}"
     ).rstrip()
+
+
+def actor_text(event: Event) -> str:
+    """``by NAME: `` for an event a person asked for, "" for the system's own."""
+    return f"by {event.actor}: " if event.actor else ""
 
 
 def load_session_plan(producer: Producer, record: SessionRecord) -> Plan | None:
@@ -497,5 +503,6 @@ def _sql_events(record: SqlRecord, sid: str) -> Iterable[tuple[str, Event]]:
                 description=row.description,
                 payload=json.loads(row.payload or "{}"),
                 occurred_at=row.occurred_at,
+                actor=row.actor,
             ),
         )

@@ -25,6 +25,7 @@ from planloop.producer.views import (
     NO_CONSUMER_NOTES,
     SEVERITY_COLOURS,
     UNSERVED_NOTES,
+    actor_text,
     clock,
     consumer_warning,
     event_line,
@@ -277,7 +278,7 @@ def _events_table(view: WatchState) -> Table:
             ev.type.value,
             Text(ev.severity.value, style=SEVERITY_COLOURS.get(ev.severity.value, "")),
             f"{ev.step_id}#{ev.attempt}" if ev.step_id else "",
-            short(ev.description, 400),
+            actor_text(ev) + short(ev.description, 400),
         )
     return table
 

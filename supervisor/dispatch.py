@@ -125,6 +125,8 @@ class Dispatcher:
             if hidden is not None
             else dict.fromkeys(args.params, MASK),
         }
+        if args.requested_by:  # the person whose approval or retry caused this attempt
+            shown["requested_by"] = args.requested_by
         return json.dumps([shown], default=str)
 
     def _open(self, queue: str) -> StepMessages:

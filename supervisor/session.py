@@ -670,7 +670,7 @@ class SessionRunner:
         if command == "cancel":
             self.state.outcome = (SessionStatus.CANCELLED, event.description or "cancelled by user")
         elif command == "approve" and event.payload.get("step"):
-            await self._approve_step(str(event.payload["step"]), event.description)
+            await self._approve_step(str(event.payload["step"]), event.description, event.actor)
         elif command == "approve":
             await self._approve(event)
         elif command in ("retry", "skip"):
@@ -680,7 +680,7 @@ class SessionRunner:
         elif event.type in USER_CHANGES:
             self.brain.note(event)
 
-    async def _approve_step(self, step_id: str, note: str) -> None:
+    async def _approve_step(self, step_id: str, note: str, actor: str = "") -> None:
         state = self.state
         refusal = self._refusal(StepCommand.APPROVE, step_id)
         if refusal:  # the producer checked, but the step may have moved on since
@@ -689,9 +689,11 @@ class SessionRunner:
         state.approved.add(step_id)
         state.candidates.add(step_id)
         await self.io.write_session("approved", sorted(state.approved))
-        state.states[step_id].note = f"approved{': ' + note if note else ''}"
-        await self.io.write_step(step_id, note=state.states[step_id].note)
-        log.info("session=%s step=%s approved by a person", self.sid, step_id)
+        st = state.states[step_id]
+        st.note = f"approved by {actor or 'a person'}{': ' + note if note else ''}"
+        st.requested_by = actor
+        await self.io.write_step(step_id, note=st.note, requested_by=actor)
+        log.info("session=%s step=%s %s", self.sid, step_id, st.note)
 
     def _refusal(self, command: StepCommand, step_id: str) -> str | None:
         """Why ``command`` does not apply to the step now (core/step_commands.py, the rule
@@ -713,7 +715,8 @@ class SessionRunner:
             log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, refusal)
             return
         st = self.state.states[step_id]
-        by = f"{command} by a person{': ' + event.description if event.description else ''}"
+        by = f"{command} by {event.actor or 'a person'}"
+        by += f": {event.description}" if event.description else ""
         if command == StepCommand.SKIP:
             st.status, st.note = StepStatus.SKIPPED, by
             self.state.candidates.discard(step_id)
@@ -721,7 +724,9 @@ class SessionRunner:
             await self.io.write_step(step_id, status=st.status, note=st.note)
             await self.changes.skip_descendants(step_id)
         else:
+            st.requested_by = event.actor
             await self.changes.retry_step(step_id, by)
+            await self.io.write_step(step_id, requested_by=event.actor)
         log.info("session=%s step=%s %s", self.sid, step_id, by)
 
     async def _approve(self, event: Event) -> None:

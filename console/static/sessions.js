@@ -24,5 +24,6 @@ async function refresh() {
   }
 }
 
+whoAmI().catch(() => {});
 refresh();
 setInterval(refresh, 2000);
