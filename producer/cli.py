@@ -120,7 +120,8 @@ def _setup_logging(level: str, settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr (a message's own line breaks joined), then exit ``code``."""
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 
@@ -277,7 +278,7 @@ def submit(
     except ToolModuleError:
         raise  # one line, exit 2 (PlanloopGroup)
     except PlanloopError as exc:
-        _fail(f"{exc}\n(nothing was submitted)")
+        _fail(f"{exc} (nothing was submitted)")
         return
     click.echo(json.dumps({"session_id": sid}) if as_json else sid)
     if wait:
