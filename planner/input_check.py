@@ -94,9 +94,23 @@ def session_options(
     try:
         return SessionOptions.model_validate({**base, **fields})
     except ValidationError as exc:
-        first = exc.errors(include_input=False, include_url=False)[0]
-        field = ".".join(str(part) for part in first["loc"]) or "options"
-        raise ConfigError(f"session option {describe(exc)}", setting=field) from None
+        raise _options_error(exc) from None
+
+
+def _options_error(exc: ValidationError) -> ConfigError:
+    """One line per pydantic error, led by the option; an unknown option is not named (its
+    name is whatever the caller passed, a secret as likely as a typo)."""
+    problems: list[str] = []
+    fields: list[str] = []
+    for error in exc.errors(include_input=False, include_url=False):
+        if error["type"] == "extra_forbidden":
+            problems.append(f"an unknown option (known: {', '.join(SessionOptions.model_fields)})")
+            continue
+        fields.append(".".join(str(part) for part in error["loc"]) or "options")
+        problems.append(f"{fields[-1]}: {error['msg']}")
+    return ConfigError(
+        f"session option {'; '.join(problems)}", setting=fields[0] if fields else "options"
+    )
 
 
 def check_options(options: SessionOptions, limits: InputLimits) -> None:

@@ -345,6 +345,7 @@ class Producer:
             SessionNotFoundError, SessionEndedError: as for :meth:`approve`.
             InputLimitError: the text breaks an input limit; nothing is appended.
         """
+        self._check_text("signal text", text)  # before the Event model sees it
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
         # A person spoke: the session should think about it at once, not in a batch.
         return self._tell(
