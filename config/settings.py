@@ -319,7 +319,12 @@ class Settings(BaseSettings):
     supervisor_metrics_port: int = Field(
         0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
     )
-    metrics_address: str = Field("0.0.0.0", description="Address /metrics binds to.")  # noqa: S104
+    metrics_address: str = Field(
+        "127.0.0.1",
+        description="Address a worker's and a supervisor's /metrics bind to, default "
+        "127.0.0.1 (this host only: the endpoints have no auth); 0.0.0.0 to let a scraper "
+        "on another host in, behind a firewall.",
+    )
     metrics_dir: str = Field(
         "",
         description="prometheus_client's multiprocess directory for prefork workers (emptied "
@@ -350,6 +355,35 @@ class Settings(BaseSettings):
     console_address: str = Field(
         "127.0.0.1",
         description="Address the console binds; it asks for flower_basic_auth's credentials.",
+    )
+
+    # --- web console: browser hardening (console/hardening.py, console/live_hub.py) -----
+    console_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names (no port) the console answers besides its bound address, "
+        "localhost, 127.0.0.1 and ::1, e.g. console.example.com when a proxy or DNS name "
+        "fronts it: a comma list or a JSON list. Any other Host header is refused (400), "
+        "which stops DNS rebinding. Default none.",
+    )
+    console_max_body_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        le=1_073_741_824,
+        description="Largest request body the console reads, bytes, default 1 MiB (1048576): "
+        "a longer Content-Length is refused (413) before anything is read, a chunked body "
+        "as soon as it passes the limit.",
+    )
+    console_streams_per_user: int = Field(
+        20,
+        ge=1,
+        description="Live streams (server-sent events, one per open session page) one user "
+        "may hold open at once, default 20; past it a page is refused (429).",
+    )
+    console_streams_total: int = Field(
+        500,
+        ge=1,
+        description="Live streams the console holds open at once for everyone, default 500; "
+        "past it a page is refused (429). Viewers of one session share one Redis reader.",
     )
 
     # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
@@ -421,7 +455,7 @@ class Settings(BaseSettings):
         "object per line with session_id and step_id when the line is about one.",
     )
 
-    @field_validator("tool_modules", "worker_queues", mode="before")
+    @field_validator("tool_modules", "worker_queues", "console_allowed_hosts", mode="before")
     @classmethod
     def _comma_or_json_list(cls, value: Any) -> Any:
         # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.

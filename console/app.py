@@ -15,13 +15,17 @@ import redis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
-from planloop.console import data, live
+from planloop.console import data
 from planloop.console.guard import BasicAuth, action_refused
+from planloop.console.hardening import Hardening, allowed_hosts
+from planloop.console.live_hub import LiveHub
+from planloop.console.stream_slots import StreamSlots
 from planloop.core import json_input, metrics
 from planloop.core.errors import (
     CommandRefusedError,
@@ -51,19 +55,33 @@ def error_response(exc: Exception) -> JSONResponse:
 
 
 def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
-    """``/metrics``: this process's metrics plus what the whole deployment shows in Redis
-    (step queue depth, sessions not yet ended), read when scraped."""
+    """``/metrics`` (and ``/metrics/``, neither redirecting: a scraper need not follow one):
+    this process's metrics plus what the whole deployment shows in Redis (step queue depth,
+    sessions not yet ended), read when scraped."""
     lengths = queue_lengths(state.r, state.keys, settings.queue)
     active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
-    app = metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active])
-    return [Mount("/metrics", app=app)]
+    app = AsgiEndpoint(metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active]))
+    return [Route("/metrics", app), Route("/metrics/", app)]
+
+
+class AsgiEndpoint:
+    """An ASGI app as a Route's endpoint (a plain function would be taken for a
+    request -> response handler)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 class Endpoints:
     """The console's endpoints over one producer."""
 
-    def __init__(self, client: Producer) -> None:
+    def __init__(self, client: Producer, slots: StreamSlots) -> None:
         self.client = client
+        self.hub = LiveHub(client)
+        self.slots = slots
 
     @staticmethod
     def page(name: str) -> Callable[[Request], Response]:
@@ -95,16 +113,14 @@ class Endpoints:
         return data.session_detail(self.client, request.path_params["sid"])
 
     async def stream(self, request: Request) -> Response:
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(
-            live.stream(self.client, request.path_params["sid"]),
-            media_type="text/event-stream",
-            headers=headers,
-        )
+        sid = request.path_params["sid"]
+        return self.slots.response(request.scope, lambda: self.hub.follow(sid))
 
     async def action(self, request: Request) -> Response:
         refused = action_refused(request)
         if refused is not None:
+            reason = "cross_origin" if refused.status_code == 403 else "not_json"
+            metrics.CONSOLE_REFUSED.labels(reason).inc()
             return refused
         try:
             body = json_input.loads(await request.body())
@@ -128,8 +144,11 @@ class Endpoints:
 
 
 def create_app(settings: Settings, producer: Producer | None = None) -> Starlette:
-    """The console for ``settings`` (basic auth: ``flower_basic_auth``)."""
-    api = Endpoints(producer or Producer.from_settings(settings))
+    """The console for ``settings`` (basic auth: ``flower_basic_auth``), hardened for
+    browsers (:mod:`console.hardening`): served to the Host names of
+    ``console_address``, loopback and ``console_allowed_hosts``."""
+    slots = StreamSlots(settings.console_streams_per_user, settings.console_streams_total)
+    api = Endpoints(producer or Producer.from_settings(settings), slots)
     routes: list[BaseRoute] = [
         Route("/", api.page("index.html")),
         Route("/sessions/{sid}", api.page("session.html")),
@@ -142,7 +161,15 @@ def create_app(settings: Settings, producer: Producer | None = None) -> Starlett
         *metrics_routes(settings, api.client.state),
     ]
     secret = settings.flower_basic_auth.get_secret_value()
-    return Starlette(routes=routes, middleware=[Middleware(BasicAuth, credentials=secret)])
+    hardening = Middleware(
+        Hardening,
+        hosts=allowed_hosts(settings.console_address, settings.console_allowed_hosts),
+        max_body_bytes=settings.console_max_body_bytes,
+    )
+    # outermost first: a foreign Host or an oversized body is refused before auth reads it
+    return Starlette(
+        routes=routes, middleware=[hardening, Middleware(BasicAuth, credentials=secret)]
+    )
 
 
 async def _run_action(client: Producer, sid: str, name: str, body: dict[str, Any]) -> str:

@@ -1,17 +1,17 @@
-"""Server-sent events of one session: step changes, new events and the session's status,
-read from the session's Redis hashes and streams (the reads ``planloop watch`` makes)."""
+"""What changed in one session, as server-sent events: step changes, new events and the
+session's status, read from the session's Redis hashes and streams (the reads
+``planloop watch`` makes). :mod:`console.live_hub` runs one :class:`Follower` per followed
+session and fans its messages out to every viewer."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
 from planloop.console.data import event_view, load_plan, step_view
 from planloop.core.errors import SessionNotFoundError
+from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 from planloop.producer.views import sensitive_params
 
@@ -32,6 +32,7 @@ class Follower:
     awaiting: str = ""
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     ended: bool = False
+    plan: Plan | None = None  # the plan of ``plan_version``: parsed once per version
 
     def poll(self, producer: Producer) -> list[Message]:
         """The messages for what changed since the last poll."""
@@ -41,7 +42,9 @@ class Follower:
             self.ended = True  # gone from Redis: the page's own fetch reads the SQL record
             return [("end", {"status": self.status or "unknown"})]
         messages: list[Message] = []
-        plan = load_plan(producer, self.sid, record.plan_version)
+        if record.plan_version != self.plan_version or self.plan is None:
+            self.plan = load_plan(producer, self.sid, record.plan_version)
+        plan = self.plan
         if record.plan_version != self.plan_version:
             self.plan_version = record.plan_version
             messages.append(("plan", {"version": record.plan_version}))
@@ -70,18 +73,3 @@ class Follower:
 
 def encode(name: str, data: dict[str, Any]) -> str:
     return f"event: {name}\ndata: {json.dumps(data, default=str)}\n\n"
-
-
-async def stream(producer: Producer, sid: str, poll_s: float = POLL_S) -> AsyncIterator[str]:
-    """The SSE body: one message per change until the session has ended."""
-    follower = Follower(sid)
-    quiet = 0
-    while not follower.ended:
-        messages = await anyio.to_thread.run_sync(follower.poll, producer)
-        for name, data in messages:
-            yield encode(name, data)
-        quiet = 0 if messages else quiet + 1
-        if quiet >= KEEPALIVE_POLLS:
-            quiet = 0
-            yield ": keep-alive\n\n"
-        await anyio.sleep(poll_s)

@@ -42,6 +42,8 @@ def run_console(
         f"Redis {redact_url(settings.redis_url)}",
         flush=True,
     )
+    if address:  # the Host allow-list includes the address actually bound
+        settings = settings.model_copy(update={"console_address": address})
     config = uvicorn.Config(
         create_app(settings),
         host=address or settings.console_address,

@@ -30,6 +30,9 @@ planloop_queue_depth                            gauge        queue (read at scra
                                                              base queue, live workers' queues)
 planloop_lease_takeovers_total                  counter      (sessions taken over)
 planloop_dead_letters_total                     counter      (stream entries dead-lettered)
+planloop_console_refused_total                  counter      reason (console only)
+planloop_console_streams                        gauge        (console: open SSE streams)
+planloop_console_stream_readers                 gauge        (console: Redis readers behind them)
 =============================================  ===========  ============================
 """
 
@@ -100,6 +103,17 @@ LEASE_TAKEOVERS = Counter(
 DEAD_LETTERS = Counter("planloop_dead_letters", "Stream entries moved to the dead letters.")
 DISPATCHED = Counter(
     "planloop_steps_dispatched", "Step attempts a supervisor queued, by queue.", ["queue"]
+)
+CONSOLE_REFUSED = Counter(
+    "planloop_console_refused",
+    "Console requests refused before any work, by reason (host, body_size, stream_cap, "
+    "cross_origin, not_json; status_401/status_403: any answer of those statuses).",
+    ["reason"],
+)
+CONSOLE_STREAMS = Gauge("planloop_console_streams", "Live streams (SSE) the console holds open.")
+CONSOLE_STREAM_READERS = Gauge(
+    "planloop_console_stream_readers",
+    "Redis readers behind the console's live streams (one per followed session).",
 )
 # Queue label values one process uses at most: pool queues are one per distinct worker
 # build, but a plan's `queue:` is text a person typed. Beyond this many, "other".
@@ -249,7 +263,7 @@ def metrics_app(extra: Iterable[Collector] = ()) -> Any:
     return make_asgi_app(registry(extra))
 
 
-def serve(port: int, address: str = "0.0.0.0", extra: Iterable[Collector] = ()) -> None:  # noqa: S104
+def serve(port: int, address: str = "127.0.0.1", extra: Iterable[Collector] = ()) -> None:
     """Serve ``/metrics`` on ``address:port`` from a daemon thread of this process."""
     start_http_server(port, addr=address, registry=registry(extra))
 

@@ -28,6 +28,16 @@ async function act(name, body) {
   }
 }
 
+// What changes a session's course asks first: a stray or tricked click must not approve,
+// retry, skip or cancel anything (the browser's own dialog, which a page cannot restyle).
+function confirmed(question, name, body) {
+  if (confirm(question)) return act(name, body);
+  const out = $("action-result");
+  out.className = "";
+  out.textContent = name + " not sent";
+  return Promise.resolve();
+}
+
 function renderActions() {
   const box = $("approvals");
   const items = [];
@@ -36,17 +46,21 @@ function renderActions() {
       items.push(el("span", { class: "approval", "data-approval": step },
         "step " + step + " waits for approval",
         el("button", { "data-action": "approve", "data-step": step,
-          onclick: () => act("approve", { step }) }, "Approve"),
+          onclick: () => confirmed("Approve step " + step + "? It runs next.", "approve", { step }) },
+          "Approve"),
         el("button", { "data-action": "reject", "data-step": step,
-          onclick: () => act("reject", { step }) }, "Reject")));
+          onclick: () => confirmed("Reject step " + step + "? It is skipped.", "reject", { step }) },
+          "Reject")));
     }
     if (page.awaiting === "approval") {
       items.push(el("span", { class: "approval", "data-approval": "budget" },
         "the re-plan budget is spent: ",
         ...["continue", "replan_remaining", "replan_full"].map((action) =>
           el("button", { "data-action": "approve", "data-choice": action,
-            onclick: () => act("approve", { action }) }, action.replace("_", " "))),
-        el("button", { "data-action": "reject", onclick: () => act("reject", {}) }, "abort")));
+            onclick: () => confirmed("Choose " + action.replace("_", " ") + " for this session?",
+              "approve", { action }) }, action.replace("_", " "))),
+        el("button", { "data-action": "reject",
+          onclick: () => confirmed("Abort this session?", "reject", {}) }, "abort")));
     }
   }
   box.replaceChildren(...items);
@@ -69,11 +83,12 @@ function renderSteps() {
     const buttons = [];
     if (!ended() && ["failed", "interrupted"].includes(s.status)) {
       buttons.push(el("button", { "data-action": "retry", "data-step": id,
-        onclick: () => act("retry", { step: id }) }, "Retry"));
+        onclick: () => confirmed("Retry step " + id + "?", "retry", { step: id }) }, "Retry"));
     }
     if (!ended() && ["failed", "interrupted", "pending", "ready"].includes(s.status)) {
       buttons.push(el("button", { "data-action": "skip", "data-step": id,
-        onclick: () => act("skip", { step: id }) }, "Skip"));
+        onclick: () => confirmed("Skip step " + id + "? It will not run.",
+          "skip", { step: id }) }, "Skip"));
     }
     return el("tr", { "data-step": id },
       el("td", {}, id), el("td", { class: "mono" }, version.steps[id].tool),
@@ -198,13 +213,16 @@ function follow() {
     $("live").textContent = "";
     load(false).catch(() => {});
   });
-  source.onerror = () => { $("live").textContent = "○ reconnecting"; };
+  source.onerror = () => {
+    // CLOSED: the console refused the stream (too many open: close a tab) or went away
+    $("live").textContent = source.readyState === EventSource.CLOSED ?
+      "○ live updates off (too many open pages, or the console is away): reload later" :
+      "○ reconnecting";
+  };
 }
 
 $("version").addEventListener("change", (e) => { page.shown = Number(e.target.value); renderDag(); });
-$("cancel").addEventListener("click", () => {
-  if (confirm("Cancel session " + sid + "?")) act("cancel", {});
-});
+$("cancel").addEventListener("click", () => confirmed("Cancel session " + sid + "?", "cancel", {}));
 $("signal-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const text = $("signal-text").value.trim();

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,11 +17,10 @@ from planloop.config.settings import Settings
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
-from planloop.producer.stack import Stack, free_port
-from tests.conftest import wait_for
+from planloop.producer.stack import Stack
 from tests.integration.conftest import report_steps, wait_ended
+from tests.integration.console_process import Console, console_process
 from tests.integration.test_console_http import FALLBACK
-from tests.shipped import shipped
 
 pytestmark = pytest.mark.browser
 
@@ -44,46 +40,13 @@ def chromium() -> str:
     return path
 
 
-@dataclass
-class Console:
-    url: str
-    user: str
-    password: str
-
-
 @pytest.fixture(scope="module")
 def console(
     stack: Stack, env_overrides: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Console]:
     """`planloop console` as a process of its own, on a free port, for the test stack."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("console") / "console.log"
-    env = shipped().env({**os.environ, **env_overrides})
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [*shipped().cli(), "console", "--port", str(port)],
-            env=env,
-            cwd=shipped().home,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            assert proc.poll() is None, log.read_text()
-            return False
-
-    try:
-        wait_for(healthy, 30, "the console to answer")
-        user, _, password = env_overrides["PLANLOOP_FLOWER_BASIC_AUTH"].partition(":")
-        yield Console(url, user, password)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with console_process(env_overrides, tmp_path_factory.mktemp("console")) as running:
+        yield running
 
 
 @pytest.fixture
@@ -185,6 +148,11 @@ steps:
     assert page.locator(node("order", "pending")).count() == 1
     assert not producer.session(sid).status.ended  # it waits for the person
 
+    page.once("dialog", lambda dialog: dialog.dismiss())  # asked first: "no" sends nothing
+    approve.click()
+    page.wait_for_selector("#action-result:has-text('approve not sent')", timeout=5_000)
+    assert page.locator(node("order", "pending")).count() == 1
+    page.once("dialog", lambda dialog: dialog.accept())
     approve.click()
     page.wait_for_selector(node("confirm", "completed"), timeout=20_000)
     page.wait_for_selector('#status[data-status="completed"]', timeout=10_000)

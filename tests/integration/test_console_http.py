@@ -31,6 +31,9 @@ steps:
 """
 
 
+BASE = "http://127.0.0.1:8765"  # a Host the console serves (console/hardening.py)
+
+
 def auth_header(credentials: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
 
@@ -39,14 +42,14 @@ def auth_header(credentials: str) -> dict[str, str]:
 def client(test_settings: Settings, stack: Stack, producer: Producer) -> Iterator[TestClient]:
     app = create_app(test_settings, producer)
     secret = test_settings.flower_basic_auth.get_secret_value()
-    with TestClient(app, headers=auth_header(secret)) as http:
+    with TestClient(app, base_url=BASE, headers=auth_header(secret)) as http:
         yield http
 
 
 def test_every_page_and_endpoint_asks_for_flowers_credentials(
     test_settings: Settings, producer: Producer
 ) -> None:
-    http = TestClient(create_app(test_settings, producer))
+    http = TestClient(create_app(test_settings, producer), base_url=BASE)
     for path in ("/", "/sessions/x", "/api/sessions", "/static/session.js"):
         refused = http.get(path)
         assert refused.status_code == 401, path
@@ -120,11 +123,15 @@ def test_actions_are_json_posts_from_the_same_origin(
     assert form.status_code == 415
     foreign = client.post(url, json={"text": "x"}, headers={"Origin": "https://evil.example"})
     assert foreign.status_code == 403
+    # a sandboxed frame or a data: page sends Origin: null; text/plain is what a form or a
+    # beacon can send without a preflight
+    null = client.post(url, json={"text": "x"}, headers={"Origin": "null"})
+    assert null.status_code == 403
+    plain = client.post(url, content=b'{"text": "x"}', headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415
     assert client.get(f"/api/sessions/{sid}/cancel").status_code == 405
     # same origin, JSON: it reaches the producer, which says the session has ended
-    ended = client.post(
-        f"/api/sessions/{sid}/cancel", json={}, headers={"Origin": "http://testserver"}
-    )
+    ended = client.post(f"/api/sessions/{sid}/cancel", json={}, headers={"Origin": BASE})
     assert ended.status_code == 409, ended.text
     assert client.post(f"/api/sessions/{sid}/fly", json={}).status_code == 400
     assert client.post(f"/api/sessions/{sid}/approve", json={}).status_code == 400
@@ -294,7 +301,10 @@ steps:
 def test_metrics_behind_auth_show_the_queue_and_the_active_sessions(
     test_settings: Settings, client: TestClient
 ) -> None:
-    assert TestClient(client.app).get("/metrics/").status_code == 401
+    assert TestClient(client.app, base_url=BASE).get("/metrics/").status_code == 401
+    plain = client.get("/metrics", follow_redirects=False)
+    assert plain.status_code == 200  # no redirect to /metrics/: a scraper need not follow
+    assert "planloop_sessions_active " in plain.text
     text = client.get("/metrics/").text
     assert f'planloop_queue_depth{{queue="{test_settings.queue}"}}' in text
     assert "planloop_sessions_active " in text
