@@ -477,6 +477,12 @@ class Settings(BaseSettings):
         description="Nodes that YAML aliases may add to a plan file by expansion "
         "(default 10,000; stops alias bombs).",
     )
+    max_plan_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest plan accepted as stored (compact JSON, aliases expanded), bytes, "
+        "from a file, the SDK or the supervisor's own reading (default 16 MiB).",
+    )
 
     # --- Logs ------------------------------------------------------------------------------
     log_format: Literal["human", "json"] = Field(

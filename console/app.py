@@ -33,7 +33,7 @@ from planloop.console.hardening import Hardening, allowed_hosts
 from planloop.console.live_hub import LiveHub
 from planloop.console.stream_slots import StreamSlots
 from planloop.console.users import ConsoleLogin, Role, console_login
-from planloop.core import metrics
+from planloop.core import json_input, metrics
 from planloop.core.errors import (
     CommandRefusedError,
     PlanloopError,
@@ -42,13 +42,12 @@ from planloop.core.errors import (
 )
 from planloop.core.hot_state import HotState
 from planloop.core.routing import queue_lengths
-from planloop.producer.client import Producer
+from planloop.producer.client import ACTIONS, Producer
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
 MAX_LIST = 200
-ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
 # The role each action needs (console/users.py); an action not listed here is unknown.
 ACTION_ROLES = dict.fromkeys(
     ("approve", "reject", "signal", "retry", "skip", "cancel"), Role.OPERATOR
@@ -153,9 +152,9 @@ class Endpoints:
             metrics.CONSOLE_REFUSED.labels(reason).inc()
             return refused
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+            body = json_input.loads(await request.body())
+        except json_input.JsonInputError as exc:  # duplicate keys, overlong numbers: refused
+            return JSONResponse({"error": f"the body is not usable JSON: {exc}"}, status_code=400)
         if not isinstance(body, dict):
             return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
         sid, actor = request.path_params["sid"], identity_of(request).name
@@ -220,11 +219,10 @@ async def _run_action(
     """
     import anyio
 
-    note = str(body.get("note") or "")
-    step = str(body.get("step") or "")
+    note, step = _text(body, "note"), _text(body, "step")
     call: Callable[[], object]
     if name == "approve":
-        choice = str(body.get("action") or "").lower()
+        choice = _text(body, "action").lower()
         if bool(step) == bool(choice) or (choice and choice not in ACTIONS):
             raise ValueError(f"approve takes a step or an action ({', '.join(ACTIONS)})")
         call = lambda: client.approve(  # noqa: E731
@@ -240,10 +238,12 @@ async def _run_action(
         else:
             call = lambda: client.approve(sid, "abort", note or "rejected", actor=actor)  # noqa: E731
     elif name == "signal":
-        text = str(body.get("text") or "").strip()
+        text = _text(body, "text").strip()
         if not text:
             raise ValueError("signal needs a text")
-        constraint = bool(body.get("constraint", True))
+        constraint = body.get("constraint", True)
+        if not isinstance(constraint, bool):
+            raise ValueError("signal's constraint must be true or false")
         call = lambda: client.signal(sid, text, constraint=constraint, actor=actor)  # noqa: E731
     elif name == "cancel":
         call = lambda: client.cancel(  # noqa: E731
@@ -257,3 +257,17 @@ async def _run_action(
     else:
         raise ValueError(f"unknown action {name!r}")
     return str(await anyio.to_thread.run_sync(call))
+
+
+def _text(body: dict[str, Any], field: str) -> str:
+    """A text field of an action's body ("" when absent); the producer checks its limits.
+
+    Raises:
+        ValueError: the field is not a string (never coerced: ``str({...})`` is no note).
+    """
+    value = body.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    return value

@@ -35,8 +35,10 @@
     │   ├── SessionNotFoundError
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
     │   ├── SessionEndedError       the session has ended; it is never reopened or rewritten
-    │   └── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
-    │                               state the command cannot apply to (nothing was sent)
+    │   ├── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
+    │   │                           state the command cannot apply to (nothing was sent)
+    │   └── SessionInputRefusedError  a stored session that breaks the input limits (written
+    │                               past the producer): it ends failed before anything runs
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
         ├── LLMResponseError        an answer that is not usable JSON; carries the raw text
@@ -361,6 +363,18 @@ class CommandRefusedError(SessionError):
         what = f"step {step_id!r} of session {session_id}" if step_id else f"session {session_id}"
         super().__init__(
             f"cannot {command} {what}: {reason} (nothing was sent)", session_id=session_id
+        )
+
+
+class SessionInputRefusedError(SessionError):
+    """A session as stored breaks what the producer would have refused (``reason``): written
+    by something other than Planloop's producer. It ends failed before anything runs; no
+    crash is counted (it would fail the same way on every supervisor)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"session {session_id} refused before it started: {reason}", session_id=session_id
         )
 
 

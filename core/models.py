@@ -222,20 +222,30 @@ class SessionOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: int | None = Field(None, ge=1, description="Steps running at once.")
-    max_replans: int | None = Field(None, ge=0, description="Re-plan budget.")
-    batch_react_size: int | None = Field(None, ge=1, description="WARNING batch size.")
-    deadline_s: float | None = Field(None, gt=0, description="Session deadline, seconds.")
-    max_tokens: int | None = Field(None, ge=1, description="LLM token budget, every role.")
-    max_cost_usd: float | None = Field(None, gt=0, description="LLM cost budget, US dollars.")
-    tools: list[str] = Field(default_factory=list, description="Toolset prefixes for planning.")
+    # Upper bounds: the CLI's options take theirs from here (producer/cli_types.py), so
+    # every entry point accepts the same values; each is far above any real use.
+    concurrency: int | None = Field(None, ge=1, le=10_000, description="Steps running at once.")
+    max_replans: int | None = Field(None, ge=0, le=1_000, description="Re-plan budget.")
+    batch_react_size: int | None = Field(None, ge=1, le=10_000, description="WARNING batch size.")
+    deadline_s: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False, description="Session deadline, seconds."
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, le=10**12, description="LLM token budget, every role."
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False, description="LLM cost budget, US dollars."
+    )
+    tools: list[str] = Field(
+        default_factory=list, max_length=1_000, description="Toolset prefixes for planning."
+    )
     compensate_on_failure: bool = Field(
         True, description="A session that ends failed undoes its completed writes."
     )
     milestone_reviews: bool | None = Field(
         None, description="Review the plan (LLM) when a declared phase finishes."
     )
-    max_rounds: int | None = Field(None, ge=1, description="Rounds with critique (LLM).")
+    max_rounds: int | None = Field(None, ge=1, le=1_000, description="Rounds with critique (LLM).")
     answer_schema: dict[str, Any] | None = Field(
         None, description="JSON schema the final answer's data must fit (LLM)."
     )

@@ -12,11 +12,21 @@ import click
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.core.models import SessionOptions
+from planloop.producer.cli_types import (
+    MAX_LISTED,
+    MAX_PROCESSES,
+    MAX_WAIT_S,
+    MAX_WORKER_SLOTS,
+    BoundedFloat,
+    bounded_int,
+    row_id,
+    session_option,
+)
 from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 from planloop.producer.users_cli import users
 
 if TYPE_CHECKING:
+    from planloop.core.input_limits import InputLimits
     from planloop.core.lessons import LessonStore, Thresholds
     from planloop.producer.lesson_views import Freshness
 
@@ -55,6 +65,11 @@ class PlanloopGroup(click.Group):
     ...) ends any command with one line naming it and exit code 2; an unreachable Redis or
     database with one line naming the URL and what to do, and exit code 3
     (producer/exits.py). Never a traceback."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from planloop.producer.cli_errors import run_main  # usage errors in one line
+
+        return run_main(super().main, *args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -106,7 +121,8 @@ def _setup_logging(level: str, settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr (a message's own line breaks joined), then exit ``code``."""
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 
@@ -134,10 +150,13 @@ def cli() -> None:
 @click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
 @click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None, help="Steps running at once."
+    "--concurrency", type=session_option("concurrency"), default=None, help="Steps running at once."
 )
 @click.option(
-    "--max-replans", type=click.IntRange(min=0), default=None, help="Re-plan budget of the session."
+    "--max-replans",
+    type=session_option("max_replans"),
+    default=None,
+    help="Re-plan budget of the session.",
 )
 @click.option(
     "--compensate-on-failure/--no-compensate-on-failure",
@@ -147,19 +166,19 @@ def cli() -> None:
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=session_option("max_tokens"),
     default=None,
     help="LLM token budget of the session (every role).",
 )
 @click.option(
     "--max-cost-usd",
-    type=click.FloatRange(min=0, min_open=True),
+    type=session_option("max_cost_usd"),
     default=None,
     help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
 )
 @click.option(
     "--max-rounds",
-    type=click.IntRange(min=1),
+    type=session_option("max_rounds"),
     default=None,
     help="Rounds with critique (LLM sessions; default PLANLOOP_MAX_ROUNDS).",
 )
@@ -180,7 +199,7 @@ def cli() -> None:
 @click.option(
     "--wait-for-workers",
     "wait_for_workers_s",
-    type=click.FloatRange(min=0),
+    type=BoundedFloat(0, MAX_WAIT_S),
     is_flag=False,
     flag_value=DEFAULT_WAIT_FOR_WORKERS_S,
     default=0.0,
@@ -216,6 +235,7 @@ def submit(
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
     from planloop.core.input_limits import InputLimits
+    from planloop.planner.input_check import session_options
     from planloop.planner.plan import load_plan
     from planloop.producer.client import Producer
 
@@ -223,21 +243,23 @@ def submit(
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
     plan_file, answer_schema_file = _shipped(plan_file), _shipped(answer_schema_file)
-    options = SessionOptions(
-        concurrency=concurrency,
-        max_replans=max_replans,
-        compensate_on_failure=compensate_on_failure,
-        max_tokens=max_tokens,
-        max_cost_usd=max_cost_usd,
-        max_rounds=max_rounds,
-        mode=mode,
-    )
     settings = _settings()  # a bad setting is its own line (PlanloopGroup), exit 2
     try:
-        if answer_schema_file is not None:
-            options = options.model_copy(
-                update={"answer_schema": read_answer_schema(answer_schema_file)}
-            )
+        limits = InputLimits.from_settings(settings)
+        schema = read_answer_schema(answer_schema_file, limits) if answer_schema_file else None
+        options = session_options(  # the SDK's own check: the same values pass both
+            None,
+            {
+                "concurrency": concurrency,
+                "max_replans": max_replans,
+                "compensate_on_failure": compensate_on_failure,
+                "max_tokens": max_tokens,
+                "max_cost_usd": max_cost_usd,
+                "max_rounds": max_rounds,
+                "mode": mode,
+                "answer_schema": schema,
+            },
+        )
         producer = Producer.from_settings(settings, on_local_catalogue=_say_local)
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
@@ -252,7 +274,7 @@ def submit(
             )
         else:
             assert plan_file is not None
-            plan = load_plan(plan_file, limits=InputLimits.from_settings(settings))
+            plan = load_plan(plan_file, limits=limits)
             sid = producer.submit(
                 plan,
                 options,
@@ -263,7 +285,7 @@ def submit(
     except ToolModuleError:
         raise  # one line, exit 2 (PlanloopGroup)
     except PlanloopError as exc:
-        _fail(f"{exc}\n(nothing was submitted)")
+        _fail(f"{exc} (nothing was submitted)")
         return
     click.echo(json.dumps({"session_id": sid}) if as_json else sid)
     if wait:
@@ -313,21 +335,24 @@ def examples(directory: Path, overwrite: bool) -> None:
     click.echo(f"try: planloop submit {directory / 'diamond.yaml'} --wait")
 
 
-def read_answer_schema(path: Path) -> dict[str, Any]:
+def read_answer_schema(path: Path, limits: InputLimits | None = None) -> dict[str, Any]:
     """The JSON schema in ``path``, checked before anything is submitted.
 
     Raises:
-        ConfigError: the file is not JSON, not an object, or not a valid JSON schema.
+        ConfigError: the file is not JSON (a duplicate key, an overlong number), not an
+            object, or an answer schema that cannot be used (planner/answer_schema.py).
     """
-    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.core.input_limits import DEFAULTS
+    from planloop.core.json_input import loads
+    from planloop.planner.answer_schema import check_answer_schema  # jsonschema: when asked
 
     try:
-        schema = json.loads(path.read_text("utf-8"))
+        schema = loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the answer schema {path}: {exc}") from None
     if not isinstance(schema, dict):
         raise ConfigError(f"the answer schema {path} must be a JSON object")
-    check_answer_schema(schema)
+    check_answer_schema(schema, limits or DEFAULTS)
     return schema
 
 
@@ -363,7 +388,11 @@ def approve(
 @cli.command()
 @click.argument("session_id", required=False)
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
+    "--limit",
+    type=bounded_int(1, MAX_LISTED),
+    default=20,
+    show_default=True,
+    help="Sessions to list.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(session_id: str | None, limit: int, as_json: bool) -> None:
@@ -516,7 +545,7 @@ def lessons_add(
 
 
 @lessons.command("show")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 @click.option("--json", "as_json", is_flag=True, help="Print the lesson as JSON.")
 def lessons_show(lesson_id: int, as_json: bool) -> None:
     """One lesson in full, with its measured effect."""
@@ -529,7 +558,7 @@ def lessons_show(lesson_id: int, as_json: bool) -> None:
 
 
 @lessons.command("disable")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 @click.option("--reason", default="disabled by a person", help="Why, for the record.")
 def lessons_disable(lesson_id: int, reason: str) -> None:
     """Stop giving a lesson to prompts (kept, with its record; `enable` undoes it)."""
@@ -540,7 +569,7 @@ def lessons_disable(lesson_id: int, reason: str) -> None:
 
 
 @lessons.command("enable")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 def lessons_enable(lesson_id: int) -> None:
     """Give a disabled lesson to prompts again."""
     store, _ = _lesson_store()
@@ -550,7 +579,7 @@ def lessons_enable(lesson_id: int) -> None:
 
 
 @lessons.command("delete")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 def lessons_delete(lesson_id: int) -> None:
     """Delete a lesson and its uses."""
     store, _ = _lesson_store()
@@ -622,7 +651,10 @@ def skip(session_id: str, step_id: str, note: str, actor: str | None) -> None:
 
 @cli.command()
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
+    "--concurrency",
+    type=bounded_int(1, MAX_WORKER_SLOTS),
+    default=None,
+    help="Threads (or processes).",
 )
 @click.option(
     "--pool",
@@ -756,8 +788,8 @@ def supervisor(loglevel: str) -> None:
 
 @cli.command()
 @click.option("--demo", is_flag=True, help="Submit the e-commerce example, watch it, then stop.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--workers", type=bounded_int(1, MAX_PROCESSES), default=1, show_default=True)
+@click.option("--concurrency", type=bounded_int(1, MAX_WORKER_SLOTS), default=8, show_default=True)
 @click.option(
     "--console/--no-console",
     "with_console",

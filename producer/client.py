@@ -11,21 +11,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
-
 from planloop.config.settings import Settings
 from planloop.core.errors import (
     CommandRefusedError,
     ConfigError,
     InputLimitError,
-    PlanValidationError,
     SessionEndedError,
     SessionNotFoundError,
     UnknownToolError,
 )
 from planloop.core.hot_state import HotState, connect
-from planloop.core.input_limits import InputLimits, text_problem, value_problem
+from planloop.core.input_limits import InputLimits
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.models import (
@@ -38,13 +34,16 @@ from planloop.core.models import (
 )
 from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tools import ToolRegistry, load_tools
-from planloop.planner.plan import Plan, describe
+from planloop.planner import input_check
+from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
 
 if TYPE_CHECKING:
     from planloop.core.record import SqlRecord
 
 CONNECT_TIMEOUT_S = 5.0
+# What ``approve --action`` may choose for a session whose re-plan budget is spent.
+ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
 
 
 def os_user() -> str:
@@ -130,7 +129,10 @@ class Producer:
                 enqueued.
             NoLiveWorkerError: a tool no live worker serves (in time); nothing was enqueued.
         """
-        plan_json = self._stored_form(plan)
+        limits = self.limits
+        plan_json = input_check.stored_plan(plan, limits)
+        options = options or SessionOptions()
+        input_check.check_options(options, limits)
         validate_plan(plan, self.tools)
         if check_workers or wait_for_workers_s > 0:
             from planloop.producer.liveness import required_tools
@@ -141,8 +143,8 @@ class Producer:
             sid,
             plan_json=plan_json,
             goal=plan.goal,
-            options=options or SessionOptions(),
-            checked=True,  # _stored_form validated this very text
+            options=options,
+            checked=True,  # input_check.stored_plan validated this very text
         )
         return sid
 
@@ -167,9 +169,13 @@ class Producer:
             UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
             NoLiveWorkerError: no live worker serves a toolset (in time); nothing was enqueued.
         """
-        self._check_text("goal", goal)
-        for constraint in constraints or []:
-            self._check_text("constraint", constraint)
+        base = options or SessionOptions()
+        input_check.check_goal(goal, constraints or [], self.limits)
+        input_check.check_options(base, self.limits)
+        if tools is not None and not isinstance(tools, list | tuple):
+            raise InputLimitError("tools", "must be a list of toolset names")
+        for prefix in tools or []:
+            input_check.check_text("toolset", prefix, self.limits)
         if not self.settings.llm_base_url:
             from planloop.planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
 
@@ -183,7 +189,6 @@ class Producer:
             from planloop.producer.liveness import goal_tools
 
             self._wait_for_workers(goal_tools(prefixes), wait_for_workers_s, on_wait)
-        base = options or SessionOptions()
         sid = new_session_id()
         self.state.create_session(
             sid,
@@ -214,6 +219,9 @@ class Producer:
                 (or, for ``action``, a session that waits for no decision); nothing was
                 appended.
         """
+        self._check_text("note", note)
+        if action is not None and (not isinstance(action, str) or action.lower() not in ACTIONS):
+            raise InputLimitError("action", f"must be one of {', '.join(ACTIONS)}")
         payload: dict[str, str] = {"command": "approve"}
         if step:
             self._check_step_command(sid, StepCommand.APPROVE, step)
@@ -258,6 +266,7 @@ class Producer:
     def _check_step_command(self, sid: str, command: StepCommand, step: str) -> None:
         """Refuse ``command`` where it cannot apply to ``step`` as the session stands now
         (core/step_commands.py; the supervisor applies the same rule when it arrives)."""
+        self._check_text("step", step)
         record = self._live_session(sid)
         raw = self.state.plan_json(sid, record.plan_version)
         plan = Plan.model_validate_json(raw) if raw else None
@@ -302,6 +311,7 @@ class Producer:
     def _step_command(
         self, sid: str, command: StepCommand, step: str, note: str, actor: str | None
     ) -> str:
+        self._check_text("note", note)
         self._check_step_command(sid, command, step)
         return self._tell(
             sid,
@@ -330,7 +340,9 @@ class Producer:
         Raises:
             SessionNotFoundError: no such session; nothing was written.
             SessionEndedError: the session has ended already (ended is final).
+            InputLimitError: the reason breaks an input limit; nothing was written.
         """
+        self._check_text("cancel reason", reason)
         key = self.state.keys.session(sid)
         status = self.state.r.hget(key, "status")
         if status is None:
@@ -354,7 +366,13 @@ class Producer:
         self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
     ) -> str:
         """Tell a running session something new (a constraint or a plain signal), as
-        ``actor`` (default: this process's OS user)."""
+        ``actor`` (default: this process's OS user).
+
+        Raises:
+            SessionNotFoundError, SessionEndedError: as for :meth:`approve`.
+            InputLimitError: the text breaks an input limit; nothing is appended.
+        """
+        self._check_text("signal text", text)  # before the Event model sees it
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
         # A person spoke: the session should think about it at once, not in a batch.
         return self._tell(
@@ -373,33 +391,12 @@ class Producer:
 
         Raises:
             InputLimitError: the text breaks an input limit; nothing is appended.
+            SessionNotFoundError, SessionEndedError: nothing is appended (ended is final:
+                nothing a person sends can apply to it).
         """
-        self._check_text("signal text", event.description)
-        problem = value_problem(event.payload, max_depth=self.settings.max_nesting_depth)
-        if problem:
-            raise InputLimitError("signal", problem)
-        self.state.session(sid)  # raises SessionNotFoundError: nothing is appended
+        input_check.check_signal(event.payload, event.description, self.limits)
+        self._live_session(sid)
         return self.state.append_event(sid, event)
-
-    def _stored_form(self, plan: Plan) -> str:
-        """``plan`` as the supervisor will read it, checked by the same reading path
-        (``Plan.model_validate_json``) under this deployment's input limits.
-
-        Raises:
-            PlanValidationError: the plan breaks an input limit; nothing was enqueued.
-        """
-        limits = InputLimits.from_settings(self.settings)
-        try:
-            # defaults left out: a third smaller, and as much faster to read back (here and
-            # in the supervisor), which restores them
-            plan_json = plan.model_dump_json(exclude_defaults=True)
-        except PydanticSerializationError as exc:
-            raise PlanValidationError(f"the plan cannot be stored: {exc}") from None
-        try:
-            Plan.model_validate_json(plan_json, context={"limits": limits})
-        except ValidationError as exc:
-            raise PlanValidationError(f"plan does not fit the schema: {describe(exc)}") from None
-        return plan_json
 
     def _wait_for_workers(
         self, tools: list[str], wait_s: float, on_wait: Callable[[list[str]], None] | None
@@ -420,10 +417,13 @@ class Producer:
             on_wait=on_wait,
         )
 
-    def _check_text(self, what: str, text: str) -> None:
-        problem = text_problem(text, max_bytes=self.settings.max_input_bytes)
-        if problem:
-            raise InputLimitError(what, problem)
+    @property
+    def limits(self) -> InputLimits:
+        """This deployment's input limits (the one check: planner/input_check.py)."""
+        return InputLimits.from_settings(self.settings)
+
+    def _check_text(self, what: str, text: object) -> None:
+        input_check.check_text(what, text, self.limits)
 
     def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:
         """Block until the session ends (or ``timeout_s`` passes); returns its record."""

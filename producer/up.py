@@ -81,7 +81,7 @@ def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions |
     one, or for another plan, none (the report is the steps' outputs, as before)."""
     if settings.llm_base_url is None or plan_file not in (None, DEMO_PLAN):
         return None
-    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.planner.answer_schema import check_answer_schema  # jsonschema: when asked
 
     schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
     check_answer_schema(schema)

@@ -52,6 +52,7 @@ from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from planloop.supervisor.failures import settle_failure
 from planloop.supervisor.goal_routing import REACT_FALLBACK, FirstPlan, first_plan, route_goal
+from planloop.supervisor.input_refusal import refuse_bad_input
 from planloop.supervisor.lesson_story import ended_session
 from planloop.supervisor.lessons import BAD_ENDINGS, advice
 from planloop.supervisor.plan_changes import PlanChanges
@@ -316,6 +317,9 @@ class SessionRunner:
         """
         state, store = self.state, self.store
         info, raw = await self._read_session()
+        if not info.started_at:  # never owned: what the producer checks, checked again
+            fields = self.taken.fields if self.taken is not None else {}
+            refuse_bad_input(info, raw, fields, self.settings)
         state.info = info
         if info.plan_version and raw is None:
             # Wiped between the two reads: claiming now would record a session without
@@ -367,6 +371,7 @@ class SessionRunner:
             return None
         assert taken.plan_json is not None  # can_begin checked it
         info = SessionRecord.from_fields(self.sid, taken.fields)
+        refuse_bad_input(info, taken.plan_json, taken.fields, self.settings)
         self.state.info = info
         self._next_cancel_check = time.monotonic() + CANCEL_CHECK_INTERVAL_S
         self._adopt_fresh(info, (info.plan_version, taken.plan_json))

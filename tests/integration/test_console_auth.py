@@ -21,6 +21,7 @@ from planloop.producer.stack import Stack
 from tests.conftest import wait_for
 from tests.console_users import auth_header, login
 from tests.integration.conftest import wait_ended
+from tests.integration.test_console_http import BASE
 from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,7 @@ ACTIONS = {
 
 @pytest.fixture
 def app(test_settings: Settings, stack: Stack, producer: Producer) -> Iterator[TestClient]:
-    with TestClient(create_app(test_settings, producer)) as http:
+    with TestClient(create_app(test_settings, producer), base_url=BASE) as http:
         yield http
 
 
@@ -149,13 +150,13 @@ def test_a_trusted_proxys_user_header_is_believed_from_that_proxy_only(
             "console_trusted_proxies": ["testclient"],  # the TestClient's client host
         }
     )
-    with TestClient(create_app(settings, producer)) as http:
+    with TestClient(create_app(settings, producer), base_url=BASE) as http:
         me = http.get("/api/me", headers={"X-Forwarded-User": "otto"}).json()
         assert (me["user"], me["role"]) == ("otto", "operator")  # a listed user's role
         me = http.get("/api/me", headers={"X-Forwarded-User": "someone"}).json()
         assert (me["user"], me["role"]) == ("someone", "viewer")  # console_proxy_role
     untrusted = settings.model_copy(update={"console_trusted_proxies": ["10.9.9.9"]})
-    with TestClient(create_app(untrusted, producer)) as http:
+    with TestClient(create_app(untrusted, producer), base_url=BASE) as http:
         assert http.get("/api/me", headers={"X-Forwarded-User": "otto"}).status_code == 401
 
 
@@ -169,6 +170,6 @@ def test_nothing_accepts_the_old_default_pair(
             "secrets_dir": str(tmp_path),
         }
     )
-    with TestClient(create_app(bare, producer)) as http:
+    with TestClient(create_app(bare, producer), base_url=BASE) as http:
         for pair in ("admin:planloop", "admin:admin", "admin:", "planloop:planloop"):
             assert http.get("/api/me", headers=auth_header(pair)).status_code == 401, pair
