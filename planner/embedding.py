@@ -5,6 +5,8 @@
 400, a model it does not serve) is remembered and the embedder answers ``None`` from then
 on, so lessons keep working on :func:`lexical_similarity`, a word-overlap cosine that is
 weaker: it misses synonyms and counts shared words whatever their meaning.
+:class:`LocalEmbedder` (planner/local_embedding.py, an optional extra) embeds in-process
+and offline instead; ``PLANLOOP_LESSONS_EMBEDDING_BACKEND`` picks one (:func:`build_embedder`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from openai import OpenAI
 from planloop.config.settings import Settings
 from planloop.core.llm_meter import current_meter
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
+from planloop.planner.local_embedding import LocalEmbedder
 
 __all__ = [
     "Embedder",
+    "LocalEmbedder",
     "NoEmbedder",
     "OpenAIEmbedder",
     "build_embedder",
@@ -123,8 +127,16 @@ class NoEmbedder:
         return None
 
 
-def build_embedder(settings: Settings) -> OpenAIEmbedder | NoEmbedder:
-    """The endpoint's embedder when an endpoint and a model are set, else :class:`NoEmbedder`."""
-    if settings.llm_base_url and settings.llm_embedding_model:
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedder ``PLANLOOP_LESSONS_EMBEDDING_BACKEND`` picks.
+
+    ``endpoint``: the endpoint's when an endpoint and a model are set, else
+    :class:`NoEmbedder`; ``local``: :class:`LocalEmbedder` (a ConfigError naming the pip
+    command when the extra is not installed); ``lexical``: :class:`NoEmbedder`.
+    """
+    backend = settings.lessons_embedding_backend
+    if backend == "local":
+        return LocalEmbedder()
+    if backend == "endpoint" and settings.llm_base_url and settings.llm_embedding_model:
         return OpenAIEmbedder(settings)
     return NoEmbedder()
