@@ -35,7 +35,7 @@ from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
-ROLES_ASKED = {"planner", "decider", "replanner", "critic", "summarizer", "reflector"}
+ROLES_ASKED = {"router", "planner", "decider", "replanner", "critic", "summarizer", "reflector"}
 # Any control byte but newline, any C1 control, any bidi or invisible formatting character.
 UNSAFE = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
