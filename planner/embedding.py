@@ -21,6 +21,7 @@ from openai import OpenAI
 
 from planloop.config.settings import Settings
 from planloop.core.llm_meter import current_meter
+from planloop.core.masking import mask_text
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 from planloop.planner.local_embedding import LocalEmbedder
 
@@ -84,7 +85,10 @@ class OpenAIEmbedder:
             return None
         started = time.monotonic()
         try:
-            response = self._client.embeddings.create(model=self._model, input=list(texts))
+            # texts leave through the one masker too (core/masking.py), like every prompt
+            response = self._client.embeddings.create(
+                model=self._model, input=[mask_text(t) for t in texts]
+            )
         except openai.APIStatusError as exc:
             if exc.status_code in (400, 404, 405, 501):
                 # The server has no embeddings (or not this model): lexical from now on.

@@ -10,6 +10,10 @@ and remembered per client once a server rejects one:
 An answer that does not parse or does not fit the schema goes back to the model with the
 exact error, at most ``plan_max_repairs`` times. Prompts are logged at debug level only.
 
+Every message passes the one masker (:func:`planloop.core.masking.mask_messages`) at the
+one place a request leaves (:meth:`OpenAIChatModel._send`): whichever role built a prompt,
+from whatever text, no credential in it reaches the model.
+
 Every HTTP call is metered (core/llm_meter.py): none starts once the session of the current
 context has spent its budget, and each answer's usage is written to the session's ledger as
 soon as it is read, repairs and unusable answers included.
@@ -35,6 +39,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
 from planloop.core.llm_meter import current_meter
+from planloop.core.masking import mask_messages
 from planloop.planner.json_repair import extract_json
 
 logger = logging.getLogger(__name__)
@@ -270,7 +275,10 @@ class OpenAIChatModel:
             _check_budget(role)
             started = time.monotonic()
             try:
-                stream = self._create_stream(model, _shape(chat, schema, mode), mode, schema)
+                stream = cast(
+                    Stream[ChatCompletionChunk],
+                    self._send(model, _shape(chat, schema, mode), mode, schema, stream=True),
+                )
             except openai.APIStatusError as exc:
                 if _rejects_streaming(exc):
                     logger.warning(
@@ -309,7 +317,10 @@ class OpenAIChatModel:
             _check_budget(role)
             started = time.monotonic()
             try:
-                response = self._create(model, _shape(chat, schema, mode), mode, schema)
+                response = cast(
+                    ChatCompletion,
+                    self._send(model, _shape(chat, schema, mode), mode, schema, stream=False),
+                )
             except openai.APIStatusError as exc:
                 if not _rejects_format(exc, mode):
                     raise self._unavailable(exc) from exc
@@ -323,29 +334,6 @@ class OpenAIChatModel:
             logger.debug("%s answer (%s): %s", role, model, content)
             return content or "", usage
 
-    def _create(
-        self,
-        model: str,
-        messages: list[dict[str, str]],
-        mode: StructuredMode,
-        schema: type[BaseModel],
-    ) -> ChatCompletion:
-        """POST one chat completion, retrying 429s, 5xx and lost connections."""
-        logger.debug("prompt to %s (%s): %s", model, mode, messages)
-        extra: dict[str, Any] = {}
-        if mode != "none":
-            # Through extra_body: llama.cpp's json_object + schema is not in the SDK's types.
-            extra["response_format"] = _response_format(mode, schema)
-
-        def call() -> ChatCompletion:
-            return self._client.chat.completions.create(
-                model=model,
-                messages=cast("list[ChatCompletionMessageParam]", messages),
-                extra_body=extra or None,
-            )
-
-        return self._retrying(mode)(call)
-
     def _retrying(self, mode: StructuredMode) -> Retrying:
         """Retries of one request: transient errors, with the endpoint's back-off."""
         return Retrying(
@@ -356,27 +344,35 @@ class OpenAIChatModel:
             reraise=True,
         )
 
-    def _create_stream(
+    def _send(
         self,
         model: str,
         messages: list[dict[str, str]],
         mode: StructuredMode,
         schema: type[BaseModel],
-    ) -> Stream[ChatCompletionChunk]:
-        """Open one streamed chat completion, retrying as :meth:`_create` does (only the
-        request: a stream cut off after its first piece is not asked again)."""
-        logger.debug("streamed prompt to %s (%s): %s", model, mode, messages)
+        *,
+        stream: bool,
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]:
+        """POST one chat completion (or open a stream), the one place a request leaves:
+        masked messages, the structured-output form, retries of 429s, 5xx and lost
+        connections (only of the request: a stream cut off after its first piece is not
+        asked again)."""
+        masked = mask_messages(messages)
+        logger.debug("prompt to %s (%s, stream=%s): %s", model, mode, stream, masked)
         extra: dict[str, Any] = {}
         if mode != "none":
+            # Through extra_body: llama.cpp's json_object + schema is not in the SDK's types.
             extra["response_format"] = _response_format(mode, schema)
+        streaming: dict[str, Any] = (
+            {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        )
 
-        def call() -> Stream[ChatCompletionChunk]:
-            return self._client.chat.completions.create(
+        def call() -> ChatCompletion | Stream[ChatCompletionChunk]:
+            return self._client.chat.completions.create(  # type: ignore[no-any-return]
                 model=model,
-                messages=cast("list[ChatCompletionMessageParam]", messages),
-                stream=True,
-                stream_options={"include_usage": True},
+                messages=cast("list[ChatCompletionMessageParam]", masked),
                 extra_body=extra or None,
+                **streaming,
             )
 
         return self._retrying(mode)(call)

@@ -81,8 +81,7 @@ class PlanloopGroup(click.Group):
             while seen is not None:  # the fault may be the cause of a wrapping error
                 found = unreachable(seen, *_service_urls())
                 if found is not None:
-                    click.echo(f"error: {found.message()}", err=True)
-                    sys.exit(EXIT_UNREACHABLE)
+                    _fail(found.message(), code=EXIT_UNREACHABLE)
                 seen = seen.__cause__ or seen.__context__
             raise
 
@@ -121,8 +120,11 @@ def _setup_logging(level: str, settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
-    """One line on stderr (a message's own line breaks joined), then exit ``code``."""
-    click.echo(f"error: {' '.join(message.split())}", err=True)
+    """One line on stderr (a message's own line breaks joined, escapes made harmless), then
+    exit ``code``."""
+    from planloop.producer.terminal import terminal_safe  # a name or a tool's text in it
+
+    click.echo(f"error: {terminal_safe(' '.join(message.split()))}", err=True)
     sys.exit(code)
 
 

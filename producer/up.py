@@ -36,7 +36,7 @@ from planloop.planner.validation import validate_plan
 from planloop.producer.client import Producer
 from planloop.producer.examples import EXAMPLES, example_path
 from planloop.producer.stack import Stack, describe_redis, local_stack, wait_until
-from planloop.producer.views import make_console
+from planloop.producer.terminal import make_console
 from planloop.producer.watch import watch_session
 from planloop.workers.toolsets import BENCH_TOOLS
 
