@@ -232,6 +232,7 @@ def test_a_viewer_sees_no_actions_and_is_refused_one_an_operator_takes(
         assert isinstance(tab, Page)
         tab.goto(f"{console.url}/sessions/{sid}")
         tab.wait_for_selector('#me:has-text("otto (operator)")', timeout=15_000)
+        tab.once("dialog", lambda dialog: dialog.accept())  # the page asks first
         tab.locator('button[data-action="approve"][data-step="order"]').click()
         tab.wait_for_selector(node("order", "completed"), timeout=20_000)
         row = tab.locator("#events tbody tr", has_text="EXTERNAL_SIGNAL")
