@@ -71,6 +71,21 @@ class PortInUseError(ConfigError):
         )
 
 
+class LibraryVersionError(ConfigError):
+    """``library`` is installed at ``version``; Planloop's hooks into it were checked on
+    ``checked`` (a minor version: core/seams.py)."""
+
+    def __init__(self, library: str, version: str, checked: str) -> None:
+        self.library, self.version, self.checked = library, version, checked
+        major, minor = (int(part) for part in checked.split("."))
+        super().__init__(
+            f"{library} {version} is installed, but Planloop's hooks into {library} were "
+            f"checked on {checked}.x only (core/seams.py): install "
+            f"'{library}>={checked},<{major}.{minor + 1}'",
+            setting=library,
+        )
+
+
 class ToolModuleError(ConfigError):
     """A module named by ``PLANLOOP_TOOL_MODULES`` that cannot be imported.
 
