@@ -1,5 +1,8 @@
 """Planloop's exceptions. Every one a user can meet derives from :class:`PlanloopError`.
 
+The tree draws every subclass there is (tests/unit/test_errors_tree.py keeps it so); one
+defined in another module names that module in brackets.
+
 ::
 
     PlanloopError
@@ -7,7 +10,13 @@
     │   │                           Redis URL that is not one, a database driver not installed,
     │   │                           ...); ``setting`` names the PLANLOOP_* variable or option
     │   ├── PortInUseError          a server's port is taken; names the port and what chose it
-    │   └── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
+    │   ├── LibraryVersionError     Celery, kombu, redis-py or Flower at a minor version
+    │   │                           Planloop's hooks into it were not checked on (core/seams.py)
+    │   ├── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
+    │   ├── SchemaBehindError       [planloop.core.migrate] the SQL record's schema is older
+    │   │                           than this Planloop needs: run `planloop db upgrade`
+    │   └── BadLessonError          [planloop.producer.lesson_add] a seeded lesson that does
+    │                               not pass its checks
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
     │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
@@ -33,12 +42,24 @@
     │   ├── SessionNotFoundError
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
     │   ├── SessionEndedError       the session has ended; it is never reopened or rewritten
-    │   └── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
-    │                               state the command cannot apply to (nothing was sent)
+    │   ├── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
+    │   │                           state the command cannot apply to (nothing was sent)
+    │   └── HotStateLostError       the session's hot state vanished from Redis while it was
+    │                               loaded (it is rebuilt from the SQL record)
+    ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
+    │                               goes on
+    ├── DispatchError               a step message the supervisor cannot build from its
+    │                               template (supervisor/step_message.py: Celery or kombu
+    │                               changed it, or a queue kombu would publish to otherwise)
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
         ├── LLMResponseError        an answer that is not usable JSON; carries the raw text
         └── LLMBudgetSpentError     no call starts: the session's token or cost budget is spent
+
+Outside the tree, never shown to a user as such: ``YamlLimitError``
+[planloop.planner.safe_yaml] (a ``ValueError``, which its callers turn into PlanLoadError or
+BadLessonError), ``ReactStopped`` [planloop.planner.react] (ends an agent loop from inside),
+``ScriptedNonRetryable`` [planloop.workers.toolsets.bench] (a bench tool's own error type).
 """
 
 from __future__ import annotations
