@@ -269,7 +269,7 @@ class StepAttemptFailed(ToolError):  # noqa: N818 (the state Flower shows, as it
         super().__init__(message)
 
 
-class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, issue 10)
+class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see)
     """Step ``step_id``'s ``what`` (its output, or one param) is ``size`` bytes of JSON, above
     ``limit``: permanent, since the same call makes the same value again."""
 

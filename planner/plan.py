@@ -106,7 +106,7 @@ class Step(BaseModel):
         pattern=QUEUE_PATTERN,
         max_length=128,
         description="The worker queue (pool) to send this step to, whether or not a live "
-        "worker consumes it (seed 004's assignedWorker); None = routed to a live worker "
+        "worker consumes it (an assigned worker pool); None = routed to a live worker "
         "that serves the tool (core/routing.py).",
     )
     expect: list[Expectation] = Field(default_factory=list)
