@@ -34,6 +34,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from planloop.config.celery import STEP_TASK, TRANSPORT
+from planloop.core.errors import ConfigError
 from planloop.core.receipts import Receipt, receipts
 from planloop.core.seams import check_transport_options
 
@@ -95,9 +96,14 @@ class Channel(kombu_redis.Channel):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         # What the options made of the channel, however they reached it (Flower, an app
         # configured elsewhere): the hooks below need kombu's unprefixed, emulated acks.
-        check_transport_options(
-            {"global_keyprefix": self.global_keyprefix, "ack_emulation": self.ack_emulation}
-        )
+        try:
+            check_transport_options(
+                {"global_keyprefix": self.global_keyprefix, "ack_emulation": self.ack_emulation}
+            )
+        except ConfigError:
+            # its pool's connections, opened by kombu's ping
+            self.close()  # type: ignore[no-untyped-call]
+            raise
 
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         self.qos.hold([message.delivery_tag])
