@@ -271,7 +271,7 @@ class Settings(BaseSettings):
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )
 
-    # --- Lessons (issue 12: Reflexion lessons, retrieved into planning) -----------------
+    # --- Lessons (Reflexion lessons, retrieved into planning) ---------------------------
     lessons_enabled: bool = Field(
         True, description="Reflect on failed sessions and feed lessons into planning (LLM)."
     )
@@ -436,7 +436,7 @@ class Settings(BaseSettings):
         "past it a page is refused (429). Viewers of one session share one Redis reader.",
     )
 
-    # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
+    # --- Redis faults (processes ride out Redis faults) ----------------------------------
     worker_redis_retry_s: float = Field(
         60.0,
         ge=0,
@@ -446,7 +446,7 @@ class Settings(BaseSettings):
         "its timeout + grace.",
     )
 
-    # --- Effects (issue 9: effects survive a Redis loss) ----------------------------------
+    # --- Effects (effects survive a Redis loss) -------------------------------------------
     effect_audit_path: str | None = Field(
         None,
         description="Test and benchmark aid: a file that gets one JSON line per real "
@@ -454,7 +454,7 @@ class Settings(BaseSettings):
         "unset (the default) writes nothing.",
     )
 
-    # --- Poison sessions (issue 9: a session whose loop keeps crashing ends) --------------
+    # --- Poison sessions (a session whose loop keeps crashing ends) -----------------------
     max_session_crashes: int = Field(
         5,
         ge=1,
@@ -471,7 +471,7 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Longest wait between two crashes of one session, seconds."
     )
 
-    # --- Input limits (issue 9: hostile or careless input) --------------------------------
+    # --- Input limits (hostile or careless input) -----------------------------------------
     max_input_bytes: int = Field(
         8 * 1024 * 1024,
         ge=1,
@@ -539,7 +539,7 @@ class Settings(BaseSettings):
             raise ValueError(f"max_step_timeout_s must not exceed {STEP_TIMEOUT_CEILING_S:g} s")
         return self
 
-    # --- Tool catalogue (issue 9, item 8: one masker) --------------------------------------
+    # --- Tool catalogue (what workers publish; one masker) ---------------------------------
     catalogue_refresh_s: float = Field(
         30.0,
         gt=0,
@@ -547,7 +547,7 @@ class Settings(BaseSettings):
         "(pl:tools); readers reload a tool they do not know at most once a second.",
     )
 
-    # --- Watchdog and big values (issue 9: items 7 and 9) --------------------------------
+    # --- Watchdog and big values ---------------------------------------------------------
     no_consumer_warning_s: float = Field(
         30.0,
         gt=0,
@@ -561,7 +561,7 @@ class Settings(BaseSettings):
         "or last read (0: forever); the SQL record keeps the durable copy.",
     )
 
-    # --- Large values by reference (issue 10, item 3) -----------------------------------
+    # --- Large values by reference -------------------------------------------------------
     inline_value_max_bytes: int = Field(
         64 * 1024,
         ge=0,

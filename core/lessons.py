@@ -1,4 +1,4 @@
-"""The lessons store (issue 12): lessons, their uses and the sessions that searched them.
+"""The lessons store (Reflexion): lessons, their uses and the sessions that searched them.
 
 Tables (core/record.py, same metadata as the rest of the record): ``lessons``,
 ``lesson_uses`` (lesson x session, with the session's outcome once it ends) and

@@ -50,7 +50,7 @@ class SessionStatus(StrEnum):
 
 
 class EventType(StrEnum):
-    """Context-change events on a session's stream (seed 000)."""
+    """Context-change events on a session's stream."""
 
     TASK_COMPLETED = "TASK_COMPLETED"  # an attempt finished with an output
     TASK_FAILED = "TASK_FAILED"  # an attempt raised

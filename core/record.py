@@ -162,7 +162,7 @@ class EffectRow(Base):
 
 
 class LessonRow(Base):
-    """A Reflexion lesson (issue 12): advice an earlier session left for similar goals.
+    """A Reflexion lesson: advice an earlier session left for similar goals.
 
     ``embedding`` is the vector of ``goal`` (the key lessons are found by) as JSON, empty
     when written without an embeddings endpoint; on PostgreSQL with pgvector a ``vector``

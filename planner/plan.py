@@ -107,8 +107,8 @@ class Step(BaseModel):
         pattern=QUEUE_PATTERN,
         max_length=128,
         description="The worker queue (pool) to send this step to, whether or not a live "
-        "worker consumes it (seed 004's assignedWorker); None = routed to a live worker "
-        "that serves the tool (core/routing.py).",
+        "worker consumes it (what other plan formats call assignedWorker); None = routed to a "
+        "live worker that serves the tool (core/routing.py).",
     )
     expect: list[Expectation] = Field(default_factory=list)
     fallback: list[Step] = Field(

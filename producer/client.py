@@ -32,6 +32,7 @@ from planloop.core.models import (
     SessionStatus,
     Severity,
 )
+from planloop.core.seams import check_libraries
 from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner import input_check
@@ -93,6 +94,7 @@ class Producer:
         Raises:
             ToolModuleError: a module of ``PLANLOOP_TOOL_MODULES`` cannot be imported.
         """
+        check_libraries("redis")  # the version its hooks were checked on (core/seams.py)
         # a person waits on this: an unreachable host is reported in seconds (exit 3)
         client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
         keys = Keys(settings.key_prefix)

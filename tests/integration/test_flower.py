@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from planloop.core.broker import KOMBU_UNACKED
 from planloop.core.heartbeat import live_workers
 from planloop.core.models import SessionStatus
+from planloop.core.receipts import KOMBU_UNACKED
 from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps

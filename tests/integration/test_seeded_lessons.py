@@ -1,4 +1,4 @@
-"""Lessons that hold up (issue 21), end to end from the installed wheel.
+"""Lessons that hold up, end to end from the installed wheel.
 
 ``planloop lessons add`` (a subprocess of the shipped venv) seeds a lesson scoped to a
 toolset; the real supervisor's planner prompt (as the scripted server received it) carries

@@ -227,7 +227,7 @@ def test_watch_shows_llm_tokens_and_cost_against_the_budget() -> None:
     assert line in console.export_text()
 
 
-# --- issue 13, item 7: watch ----------------------------------------------------------------
+# --- watch -----------------------------------------------------------------------------------
 LONG_REASONING = (
     "verify_primary failed for good (the primary supplier cannot deliver) and declares a "
     "fallback; injecting it keeps the restock going with the best rated alternative supplier, "
