@@ -63,7 +63,10 @@ defined in another module names that module in brackets.
 Outside the tree, never shown to a user as such: ``YamlLimitError``
 [planloop.planner.safe_yaml] (a ``ValueError``, which its callers turn into PlanLoadError or
 BadLessonError), ``ReactStopped`` [planloop.planner.react] (ends an agent loop from inside),
-``ScriptedNonRetryable`` [planloop.workers.toolsets.bench] (a bench tool's own error type).
+``ScriptedNonRetryable`` [planloop.workers.toolsets.bench] (a bench tool's own error type),
+``JsonInputError`` [planloop.core.json_input] (a ``ValueError`` about a JSON document, turned
+into PlanLoadError or a 400 by its callers), ``BodyTooLargeError``
+[planloop.console.hardening] (a chunked request body past the limit, answered 413).
 """
 
 from __future__ import annotations
