@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import redis
 
 from planloop.config.settings import Settings
@@ -125,6 +126,7 @@ class Verdict:
     crashes: int = 0
     stuck: list[str] = field(default_factory=list)
     overrun: str = ""
+    off_schema: bool = False  # an answer schema was asked for and the answer's data misfits
     error: str = ""
 
     @property
@@ -140,6 +142,8 @@ class Verdict:
         problems += [f"stuck: {s}" for s in self.stuck]
         if self.overrun:
             problems.append(f"budget overrun: {self.overrun}")
+        if self.off_schema:
+            problems.append("the answer's data does not fit the answer schema")
         return problems
 
 
@@ -189,6 +193,11 @@ def _await(
     verdict.status, verdict.error = session.status.value, session.error
     verdict.ended_in_time = session.status.ended
     verdict.answered = bool(session.answer and str(session.answer.get("text", "")).strip())
+    data = (session.answer or {}).get("data")
+    if session.options.answer_schema and data is not None:
+        verdict.off_schema = not jsonschema.Draft202012Validator(
+            session.options.answer_schema
+        ).is_valid(data)
     keys = Keys(settings.key_prefix)
     verdict.crashes = int(client.hget(keys.session(sid), "crashes") or 0)
     if verdict.ended_in_time:

@@ -48,6 +48,9 @@ FAULTS = (
     "unknown_tool",
     "unknown_params",
     "huge_text",
+    "cycle",
+    "unknown_dependency",
+    "answer_off_schema",
     "http_429_retry_after",
     "http_429",
     "http_500",
@@ -274,7 +277,15 @@ def _good_judgement(schema: str, rng: random.Random, body: dict[str, Any]) -> di
     if schema == "Route":
         return {"mode": rng.choice(["plan", "react", "answer"]), "reasoning": "chaos"}
     if schema == "Reflection":
-        return {"lessons": []}
+        if rng.random() < 0.5:
+            return {"lessons": []}
+        lesson = {
+            "trigger": f"a chaos answer {n} was unusable",
+            "lesson": f"Keep bench.echo plans short (chaos {n % 7}).",
+            "applies_to": {"toolsets": ["bench"], "tools": ["bench.echo"]},
+            "evidence": "the session's record",
+        }
+        return {"lessons": [lesson]}
     return {"text": "ok"}
 
 
@@ -295,12 +306,33 @@ def bad_content(fault: str, good: dict[str, Any], rng: random.Random) -> str:
         return json.dumps(_mutate_tools(good, tool="web.search_everything"))
     if fault == "unknown_params":
         return json.dumps(_mutate_tools(good, params={"no_such_param": rng.randrange(9)}))
+    if fault in ("cycle", "unknown_dependency", "answer_off_schema"):
+        return json.dumps(_miswired(fault, good))
     if fault == "huge_text":
         filler = " ".join(
             rng.choice(("alpha", "beta", "gamma", "delta")) for _ in range(HUGE_WORDS)
         )
         return json.dumps({**good, "thought": filler, "reasoning": filler, "text": filler})
     return text
+
+
+def _miswired(fault: str, good: dict[str, Any]) -> dict[str, Any]:
+    """``good`` with steps that depend on each other or on no step, or an answer whose data
+    does not fit the answer schema; answers without either get a wrong shape."""
+    steps = list(good.get("steps") or [])
+    if fault == "cycle" and steps:
+        first = dict(steps[0], id="loop_a", dependencies=["loop_b"])
+        return {**good, "steps": [first, dict(steps[0], id="loop_b", dependencies=["loop_a"])]}
+    if fault == "unknown_dependency" and steps:
+        return {**good, "steps": [dict(steps[0], dependencies=["no_such_step"]), *steps[1:]]}
+    if fault == "answer_off_schema" and ("data" in good or "answer" in good):
+        off = {"result": 42, "extra": ["not", "asked"]}
+        if "answer" in good:
+            return {**good, "answer": {"text": "", "data": off}}
+        return {**good, "data": off}
+    if "final_answer" in good:
+        return {**good, "final_answer": "a bare string, not an object"}
+    return {"steps": "none", "action": "MAYBE"}
 
 
 def _mutate_tools(good: dict[str, Any], **change: Any) -> dict[str, Any]:
