@@ -14,7 +14,7 @@ holds for the run's sessions over the usage the server reported; 1.00 is exact),
 overruns (a session whose spend without its last call is already over a budget).
 
 Run from the repo root: ``python bench/agent_chaos.py [--sessions N] [--seed S]``; the
-default (160 sessions) takes about 5 minutes on 2 cores.
+default (220 sessions) takes about 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def chaos_settings(base_url: str) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=160)
+    parser.add_argument("--sessions", type=int, default=220)
     parser.add_argument("--seed", type=int, default=0, help="first session seed")
     parser.add_argument("--rate", type=float, default=0.3, help="share of hostile answers")
     parser.add_argument("--at-once", type=int, default=4, help="sessions running together")
