@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
 
-import httpx2
 import openai
 from openai import OpenAI, Stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
@@ -38,6 +37,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
 from planloop.core.llm_meter import current_meter
 from planloop.planner.json_repair import extract_json
+from planloop.planner.llm_stream import read_stream
 
 logger = logging.getLogger(__name__)
 
@@ -393,64 +393,12 @@ class OpenAIChatModel:
         model: str,
         role: Role,
     ) -> tuple[str, Usage, bool]:
-        """The text and usage of an opened stream, each piece handed to ``on_text``, and
-        whether the endpoint reported usage for it.
-
-        A stream cut or stalled before its end (no ``finish_reason``, or the connection
-        broke) reported no usage unless its usage chunk came: it is recorded as nothing,
-        as the endpoint counted it. A stream that ended without a usage chunk (a server
-        that knows no ``stream_options``) is counted one token per piece.
-        """
-        with stream:
-            kind = stream.response.headers.get("content-type", "")
-            if "text/event-stream" not in kind:  # the server ignored stream=True
-                try:
-                    whole = ChatCompletion.model_validate(json.loads(stream.response.read()))
-                except (httpx2.HTTPError, ValueError) as exc:
-                    logger.warning("the %s answer from %s was cut: %s", role, self.base_url, exc)
-                    return "", Usage(0, 0, time.monotonic() - started, model, str(role)), False
-                text = (whole.choices[0].message.content if whole.choices else None) or ""
-                on_text(text)
-                return text, _usage_of(whole, time.monotonic() - started, model, role), True
-            pieces: list[str] = []
-            counted = None
-            served = model
-            finished = False
-            try:
-                for chunk in stream:
-                    served = chunk.model or served
-                    if chunk.usage is not None:
-                        counted = chunk.usage
-                    if chunk.choices and chunk.choices[0].finish_reason:
-                        finished = True
-                    piece = chunk.choices[0].delta.content if chunk.choices else None
-                    if piece:
-                        pieces.append(piece)
-                        on_text(piece)
-            except (openai.APIError, httpx2.HTTPError) as exc:  # a broken or stalled stream
-                finished = False
-                logger.warning(
-                    "the %s answer's stream from %s broke after %d piece(s): %s",
-                    role,
-                    self.base_url,
-                    len(pieces),
-                    exc,
-                )
+        """The text and usage of an opened stream (planner/llm_stream.py), and whether the
+        endpoint reported its usage (a stream cut before its usage chunk did not)."""
+        read = read_stream(stream, on_text, model=model, role=str(role), base_url=self.base_url)
         latency = time.monotonic() - started
-        text = "".join(pieces)
-        if counted is not None:
-            usage = Usage(
-                counted.prompt_tokens, counted.completion_tokens, latency, served, str(role)
-            )
-            return text, usage, True
-        if not finished:
-            logger.warning(
-                "the %s answer's stream from %s ended before its end: no usage reported",
-                role,
-                self.base_url,
-            )
-            return text, Usage(0, 0, latency, served, str(role)), False
-        return text, Usage(0, len(pieces), latency, served, str(role)), True
+        usage = Usage(read.prompt_tokens, read.completion_tokens, latency, read.model, str(role))
+        return read.text, usage, read.reported
 
     def _step_down(self, mode: StructuredMode, exc: openai.APIStatusError) -> None:
         """Remember that the server rejects ``mode``; raise when there is nothing to fall to."""

@@ -111,3 +111,14 @@ def test_a_whole_answer_cut_half_way_is_a_failed_call_charged_nothing(
         context.run(client(server).complete_json, Role.CRITIC, PLAN_PROMPT, Anything)
     assert ledger.charges == []
     assert server.served_usage()["calls"] == 0
+
+
+def test_a_whole_answer_to_a_streamed_request_cut_half_way_is_read_as_nothing(
+    server: ScriptedLLMServer,
+) -> None:
+    server.streams = False  # an endpoint that answers stream=True with one JSON body
+    text, ledger = stream_once(server, "stream_disconnect")
+
+    assert text == ""  # the caller's validation finds it unusable and repairs it
+    assert ledger.charges == []
+    assert server.served_usage()["calls"] == 0
