@@ -42,12 +42,12 @@ steps:
   - id: left
     tool: agent.react
     instruction: Echo the seed, then report it
-    params: {{tools: [bench.echo], max_iterations: 3}}
+    params: {{tools: [bench.echo], max_iterations: 3, context: {{n: "{{{{seed.output.value}}}}"}}}}
     dependencies: [seed]
   - id: right
     tool: agent.react
     instruction: Echo the seed twice, then report it
-    params: {{tools: [bench.echo], max_iterations: 3}}
+    params: {{tools: [bench.echo], max_iterations: 3, context: {{n: "{{{{seed.output.value}}}}"}}}}
     dependencies: [seed]
   - {{id: last, tool: bench.echo, params: {{value: done}}, dependencies: [left, right]}}
 """

@@ -4,9 +4,12 @@
 request itself, without scripts: a plausible good answer for the schema asked for (the
 ``response_format``'s schema name, else the role), or, at ``rate``, one of :data:`FAULTS`:
 empty, partial or invalid JSON, prose around JSON, a refusal, unknown tools or params, a
-huge text, 429 (with and without ``Retry-After``), 500, a stream that stalls past the client
-timeout or disconnects half-way, a whole answer sent after the client timeout.
-``/v1/embeddings`` fails with 429, 500 or a slow answer at the same rate.
+plan with a cycle or an unknown dependency, an answer off the answer schema, a huge text,
+429 (with and without ``Retry-After``), 500, a stream that stalls past the client timeout or
+disconnects half-way, a whole answer sent after the client timeout. ``/v1/embeddings`` fails
+with 429, 500 or a slow answer at the same rate. Good answers vary too (plans with or
+without an agent step, every decider action, passing and failing critiques, reflections with
+and without a lesson); tests/llm_chaos_answers.py writes them.
 
 Deterministic per seed: each answer is drawn from a generator seeded with the seed, the
 request's role and content, and how many times that same request was seen before (a retry
