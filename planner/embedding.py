@@ -14,13 +14,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Protocol
 
 import openai
 from openai import OpenAI
 
 from planloop.config.settings import Settings
-from planloop.core.llm_meter import current_meter
+from planloop.core.errors import LLMBudgetSpentError
+from planloop.core.llm_meter import UsageMeter, current_meter
 from planloop.core.masking import mask_text
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 from planloop.planner.local_embedding import LocalEmbedder
@@ -79,10 +81,17 @@ class OpenAIEmbedder:
         if not self.available or self._client is None or not texts:
             return None
         meter = current_meter()
-        if meter is not None and meter.spent() is not None:
+        try:
+            with nullcontext() if meter is None else meter.metered(EMBEDDING_ROLE):
+                return self._embed(texts, meter)
+        except LLMBudgetSpentError:
             # No call starts on a spent budget; lexical similarity costs nothing.
-            log.info("session=%s LLM budget spent: lexical similarity this time", meter.sid)
+            log.info("session=%s LLM budget spent: lexical similarity this time", self._sid(meter))
             return None
+
+    def _embed(self, texts: Sequence[str], meter: UsageMeter | None) -> list[list[float]] | None:
+        """One embeddings call, charged to ``meter`` before its vectors are used."""
+        assert self._client is not None
         started = time.monotonic()
         try:
             # texts leave through the one masker too (core/masking.py), like every prompt
@@ -116,6 +125,10 @@ class OpenAIEmbedder:
             )
         ordered = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in ordered]
+
+    @staticmethod
+    def _sid(meter: UsageMeter | None) -> str:
+        return meter.sid if meter is not None else ""
 
     def close(self) -> None:
         if self._client is not None:

@@ -26,6 +26,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -41,6 +42,7 @@ from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableEr
 from planloop.core.llm_meter import current_meter
 from planloop.core.masking import mask_messages
 from planloop.planner.json_repair import extract_json
+from planloop.planner.llm_stream import read_stream
 
 logger = logging.getLogger(__name__)
 
@@ -272,34 +274,36 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
-            _check_budget(role)
-            started = time.monotonic()
-            try:
-                stream = cast(
-                    Stream[ChatCompletionChunk],
-                    self._send(model, _shape(chat, schema, mode), mode, schema, stream=True),
-                )
-            except openai.APIStatusError as exc:
-                if _rejects_streaming(exc):
-                    logger.warning(
-                        "%s refused a streamed request (HTTP %d); plans are not streamed "
-                        "from now on",
-                        self.base_url,
-                        exc.status_code,
+            with _metered(role):
+                started = time.monotonic()
+                try:
+                    stream = cast(
+                        Stream[ChatCompletionChunk],
+                        self._send(model, _shape(chat, schema, mode), mode, schema, stream=True),
                     )
-                    self._streams = False
-                    return self.stream_text(role, messages, schema, on_text)
-                if not _rejects_format(exc, mode):
+                except openai.APIStatusError as exc:
+                    if _rejects_streaming(exc):
+                        logger.warning(
+                            "%s refused a streamed request (HTTP %d); plans are not streamed "
+                            "from now on",
+                            self.base_url,
+                            exc.status_code,
+                        )
+                        self._streams = False
+                        break  # asked again whole, once the slot is free
+                    if not _rejects_format(exc, mode):
+                        raise self._unavailable(exc) from exc
+                    self._step_down(mode, exc)
+                    continue
+                except openai.APIConnectionError as exc:
                     raise self._unavailable(exc) from exc
-                self._step_down(mode, exc)
-                continue
-            except openai.APIConnectionError as exc:
-                raise self._unavailable(exc) from exc
-            text, usage = self._read_stream(stream, on_text, started, model, role)
-            usage = _charged(usage)
+                text, usage, reported = self._read_stream(stream, on_text, started, model, role)
+                # A stream cut before its usage chunk served no usage: nothing to record.
+                usage = _charged(usage) if reported else replace(usage, recorded=True)
             self.usages.append(usage)
             logger.debug("%s answer (%s, streamed): %s", role, model, text)
             return text, usage
+        return self.stream_text(role, messages, schema, on_text)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -314,21 +318,21 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
-            _check_budget(role)
-            started = time.monotonic()
-            try:
-                response = cast(
-                    ChatCompletion,
-                    self._send(model, _shape(chat, schema, mode), mode, schema, stream=False),
-                )
-            except openai.APIStatusError as exc:
-                if not _rejects_format(exc, mode):
+            with _metered(role):
+                started = time.monotonic()
+                try:
+                    response = cast(
+                        ChatCompletion,
+                        self._send(model, _shape(chat, schema, mode), mode, schema, stream=False),
+                    )
+                except openai.APIStatusError as exc:
+                    if not _rejects_format(exc, mode):
+                        raise self._unavailable(exc) from exc
+                    self._step_down(mode, exc)
+                    continue
+                except openai.APIConnectionError as exc:
                     raise self._unavailable(exc) from exc
-                self._step_down(mode, exc)
-                continue
-            except openai.APIConnectionError as exc:
-                raise self._unavailable(exc) from exc
-            usage = _charged(_usage_of(response, time.monotonic() - started, model, role))
+                usage = _charged(_usage_of(response, time.monotonic() - started, model, role))
             self.usages.append(usage)
             content = response.choices[0].message.content if response.choices else None
             logger.debug("%s answer (%s): %s", role, model, content)
@@ -384,41 +388,13 @@ class OpenAIChatModel:
         started: float,
         model: str,
         role: Role,
-    ) -> tuple[str, Usage]:
-        """The text and usage of an opened stream, each piece handed to ``on_text``."""
-        with stream:
-            kind = stream.response.headers.get("content-type", "")
-            if "text/event-stream" not in kind:  # the server ignored stream=True
-                whole = ChatCompletion.model_validate(json.loads(stream.response.read()))
-                text = (whole.choices[0].message.content if whole.choices else None) or ""
-                on_text(text)
-                return text, _usage_of(whole, time.monotonic() - started, model, role)
-            pieces: list[str] = []
-            counted = None
-            served = model
-            try:
-                for chunk in stream:
-                    served = chunk.model or served
-                    if chunk.usage is not None:
-                        counted = chunk.usage
-                    piece = chunk.choices[0].delta.content if chunk.choices else None
-                    if piece:
-                        pieces.append(piece)
-                        on_text(piece)
-            except openai.APIError as exc:  # the SDK wraps a broken connection
-                logger.warning(
-                    "the %s answer's stream from %s broke after %d piece(s): %s",
-                    role,
-                    self.base_url,
-                    len(pieces),
-                    exc,
-                )
+    ) -> tuple[str, Usage, bool]:
+        """The text and usage of an opened stream (planner/llm_stream.py), and whether the
+        endpoint reported its usage (a stream cut before its usage chunk did not)."""
+        read = read_stream(stream, on_text, model=model, role=str(role), base_url=self.base_url)
         latency = time.monotonic() - started
-        if counted is None:  # no usage chunk (stream_options unknown): one token per piece
-            return "".join(pieces), Usage(0, len(pieces), latency, served, str(role))
-        return "".join(pieces), Usage(
-            counted.prompt_tokens, counted.completion_tokens, latency, served, str(role)
-        )
+        usage = Usage(read.prompt_tokens, read.completion_tokens, latency, read.model, str(role))
+        return read.text, usage, read.reported
 
     def _step_down(self, mode: StructuredMode, exc: openai.APIStatusError) -> None:
         """Remember that the server rejects ``mode``; raise when there is nothing to fall to."""
@@ -627,15 +603,15 @@ def _sum_usages(usages: list[Usage]) -> Usage:
     )
 
 
-def _check_budget(role: Role) -> None:
-    """Refuse to start a call once the current session's budget is spent.
+def _metered(role: Role) -> AbstractContextManager[object]:
+    """Around one call: refuse to start it once the current session's budget is spent, and
+    hold the session's call slot until it is charged (core/llm_meter.py).
 
     Raises:
         LLMBudgetSpentError: The meter of the current context says the budget is spent.
     """
     meter = current_meter()
-    if meter is not None:
-        meter.check(str(role))
+    return nullcontext() if meter is None else meter.metered(str(role))
 
 
 def _charged(usage: Usage) -> Usage:
