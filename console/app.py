@@ -21,10 +21,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
-from planloop.console import data
+from planloop.console import data, step_detail
 from planloop.console.guard import BasicAuth, action_refused
 from planloop.console.hardening import Hardening, allowed_hosts
 from planloop.console.live_hub import LiveHub
+from planloop.console.llm_view import may_read_transcripts, transcript_of
+from planloop.console.session_list import ListQuery, list_sessions
 from planloop.console.stream_slots import StreamSlots
 from planloop.core import metrics
 from planloop.core.errors import (
@@ -32,6 +34,7 @@ from planloop.core.errors import (
     PlanloopError,
     SessionEndedError,
     SessionNotFoundError,
+    StepNotFoundError,
 )
 from planloop.core.hot_state import HotState
 from planloop.core.routing import queue_lengths
@@ -40,13 +43,12 @@ from planloop.producer.client import Producer
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
-MAX_LIST = 200
 ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
 
 
 def error_response(exc: Exception) -> JSONResponse:
     """A PlanloopError (or Redis being away) as JSON with the status that fits."""
-    if isinstance(exc, SessionNotFoundError):
+    if isinstance(exc, SessionNotFoundError | StepNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
     if isinstance(exc, SessionEndedError | CommandRefusedError):  # the state forbids it
         return JSONResponse({"error": str(exc)}, status_code=409)
@@ -104,14 +106,45 @@ class Endpoints:
         return endpoint
 
     def list_sessions(self, request: Request) -> Any:
-        try:
-            limit = int(request.query_params.get("limit") or 50)
-        except ValueError:
-            limit = 50
-        return {"sessions": data.sessions(self.client, max(1, min(MAX_LIST, limit)))}
+        return list_sessions(self.client, ListQuery.from_params(request.query_params))
 
     def one_session(self, request: Request) -> Any:
-        return data.session_detail(self.client, request.path_params["sid"])
+        detail = data.session_detail(self.client, request.path_params["sid"])
+        return {**detail, "may_read_transcripts": may_read_transcripts(request.scope)}
+
+    def timeline(self, request: Request) -> Any:
+        return data.session_timeline(self.client, request.path_params["sid"])
+
+    def one_step(self, request: Request) -> Any:
+        sid, step = request.path_params["sid"], request.path_params["step"]
+        _session, plans, report, _events = data.session_plans(self.client, sid)
+        hidden = data.hidden_params(self.client, plans)
+        return step_detail.step_detail(self.client, sid, step, plans, report, hidden)
+
+    def step_output(self, request: Request) -> Any:
+        sid, step = request.path_params["sid"], request.path_params["step"]
+        _session, plans, _report, _events = data.session_plans(self.client, sid)
+        hidden = data.hidden_params(self.client, plans)
+        return {"output": step_detail.full_output(self.client, sid, step, plans, hidden)}
+
+    def llm_transcript(self, request: Request) -> Response:
+        """A call's prompt and response: only for the roles that may read them."""
+        if not may_read_transcripts(request.scope):
+            return JSONResponse(
+                {"error": "prompts and responses are shown to operators and admins only"},
+                status_code=403,
+            )
+        sid = request.path_params["sid"]
+        try:
+            call_id = int(request.path_params["call"])
+            found = transcript_of(self.client.record, sid, call_id)
+        except ValueError:
+            found = None
+        except (PlanloopError, redis.RedisError) as exc:
+            return error_response(exc)
+        if found is None:
+            return JSONResponse({"error": f"session {sid!r} has no such LLM call"}, 404)
+        return JSONResponse(found)
 
     async def stream(self, request: Request) -> Response:
         sid = request.path_params["sid"]
@@ -157,6 +190,10 @@ def create_app(settings: Settings, producer: Producer | None = None) -> Starlett
         Route("/api/sessions", api.reading(api.list_sessions)),
         Route("/api/sessions/{sid}", api.reading(api.one_session)),
         Route("/api/sessions/{sid}/stream", api.stream),
+        Route("/api/sessions/{sid}/timeline", api.reading(api.timeline)),
+        Route("/api/sessions/{sid}/steps/{step}", api.reading(api.one_step)),
+        Route("/api/sessions/{sid}/steps/{step}/output", api.reading(api.step_output)),
+        Route("/api/sessions/{sid}/llm/{call}", api.llm_transcript),
         Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
         *metrics_routes(settings, api.client.state),

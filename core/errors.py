@@ -312,6 +312,17 @@ class SessionNotFoundError(SessionError):
         super().__init__(f"no session {session_id!r}", session_id=session_id)
 
 
+class StepNotFoundError(SessionError):
+    """No version of the session's plan has a step with that id."""
+
+    def __init__(self, session_id: str, step_id: str) -> None:
+        self.step_id = step_id
+        super().__init__(
+            f"session {session_id!r} has no step {step_id!r} in any plan version",
+            session_id=session_id,
+        )
+
+
 class FencedOutError(SessionError):
     """A write carried epoch ``epoch``; the session has moved on to a newer owner."""
 

@@ -35,6 +35,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
 from planloop.core.llm_meter import current_meter
+from planloop.core.llm_transcript import transcript
 from planloop.planner.json_repair import extract_json
 
 logger = logging.getLogger(__name__)
@@ -288,7 +289,7 @@ class OpenAIChatModel:
             except openai.APIConnectionError as exc:
                 raise self._unavailable(exc) from exc
             text, usage = self._read_stream(stream, on_text, started, model, role)
-            usage = _charged(usage)
+            usage = _charged(usage, transcript(chat, text, self._settings.llm_transcript_max_chars))
             self.usages.append(usage)
             logger.debug("%s answer (%s, streamed): %s", role, model, text)
             return text, usage
@@ -317,9 +318,11 @@ class OpenAIChatModel:
                 continue
             except openai.APIConnectionError as exc:
                 raise self._unavailable(exc) from exc
-            usage = _charged(_usage_of(response, time.monotonic() - started, model, role))
-            self.usages.append(usage)
+            usage = _usage_of(response, time.monotonic() - started, model, role)
             content = response.choices[0].message.content if response.choices else None
+            kept = transcript(chat, content or "", self._settings.llm_transcript_max_chars)
+            usage = _charged(usage, kept)
+            self.usages.append(usage)
             logger.debug("%s answer (%s): %s", role, model, content)
             return content or "", usage
 
@@ -642,12 +645,19 @@ def _check_budget(role: Role) -> None:
         meter.check(str(role))
 
 
-def _charged(usage: Usage) -> Usage:
-    """``usage``, charged to the current session's meter first when there is one."""
+def _charged(usage: Usage, kept: tuple[str | None, str | None] = (None, None)) -> Usage:
+    """``usage``, charged to the current session's meter first when there is one, with the
+    call's ``kept`` prompt and response (masked and cut: core/llm_transcript.py)."""
     meter = current_meter()
     if meter is None:
         return usage
     meter.charge(
-        usage.role, usage.model, usage.prompt_tokens, usage.completion_tokens, usage.latency_s
+        usage.role,
+        usage.model,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.latency_s,
+        prompt=kept[0],
+        response=kept[1],
     )
     return replace(usage, recorded=True)
