@@ -205,6 +205,7 @@ async function load(followNewest) {
   page.timeline = detail.timeline;
   renderStatus(); renderVersions(); renderDag(); renderSteps(); renderHistory(); renderActions();
   drawTimeline($("timeline"), detail.timeline);
+  tick();
   addEvents(detail.events);
   const open = $("step-panel").dataset.step;
   if (open) openStep(base, open);
