@@ -326,6 +326,14 @@ class Settings(BaseSettings):
     supervisor_metrics_port: int = Field(
         0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
     )
+    metrics_shared_lease_s: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds the supervisor that exports the gauges read from shared state "
+        "(queue depth, active sessions) keeps that role between scrapes, default 120: one "
+        "supervisor exports them, so summing over supervisors counts them once. Keep it "
+        "above the scrape interval.",
+    )
     metrics_address: str = Field(
         "127.0.0.1",
         description="Address a worker's and a supervisor's /metrics bind to, default "

@@ -36,8 +36,6 @@ from planloop.core.errors import (
     SessionNotFoundError,
     StepNotFoundError,
 )
-from planloop.core.hot_state import HotState
-from planloop.core.routing import queue_lengths
 from planloop.producer.client import Producer
 
 log = logging.getLogger(__name__)
@@ -57,13 +55,12 @@ def error_response(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=400)
 
 
-def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
+def metrics_routes() -> list[BaseRoute]:
     """``/metrics`` (and ``/metrics/``, neither redirecting: a scraper need not follow one):
-    this process's metrics plus what the whole deployment shows in Redis (step queue depth,
-    sessions not yet ended), read when scraped."""
-    lengths = queue_lengths(state.r, state.keys, settings.queue)
-    active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
-    app = AsgiEndpoint(metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active]))
+    this process's own metrics. The gauges read from shared state (queue depth, active
+    sessions) are a supervisor's to export (core/metrics.py ``SharedGauges``): exported here
+    too, a dashboard's sum would count them twice."""
+    app = AsgiEndpoint(metrics.metrics_app())
     return [Route("/metrics", app), Route("/metrics/", app)]
 
 
@@ -196,7 +193,7 @@ def create_app(settings: Settings, producer: Producer | None = None) -> Starlett
         Route("/api/sessions/{sid}/llm/{call}", api.llm_transcript),
         Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
-        *metrics_routes(settings, api.client.state),
+        *metrics_routes(),
     ]
     secret = settings.flower_basic_auth.get_secret_value()
     hardening = Middleware(
