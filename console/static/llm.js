@@ -3,6 +3,7 @@
 "use strict";
 
 function llmTable(base, d) {
+  if (!d.uses_llm) return [el("div", { class: "muted" }, "— (this session made no LLM call)")];
   const b = d.llm_budget;
   const head = el("div", {}, `${d.llm.calls} calls, tokens ${b.tokens}` +
     (b.max_tokens != null ? "/" + b.max_tokens : "") + `, cost $${Number(b.cost_usd).toFixed(4)}` +

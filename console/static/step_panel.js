@@ -68,7 +68,7 @@ function compensationBlock(detail) {
 
 function renderStepPanel(box, detail) {
   const where = detail.in_latest ? "" : ` · dropped after plan v${detail.version}`;
-  box.replaceChildren(
+  box.replaceChildren(...[
     el("div", { class: "step-head" }, badge(detail.status), " ", el("code", {}, detail.tool),
       detail.title ? " · " + detail.title : "", where, detail.note ? " · " + detail.note : ""),
     detail.error ? el("div", { class: "error", "data-error-kind": detail.error_kind },
@@ -80,7 +80,7 @@ function renderStepPanel(box, detail) {
       el("div", { "data-output-box": "" }, el("h3", {}, "Output"), outputBlock(detail.output))),
     el("h3", {}, "Attempts"), attemptsTable(detail.attempts),
     el("h3", {}, "Effects"), effectsBlock(detail),
-    compensationBlock(detail));
+    compensationBlock(detail)].filter((part) => part != null));
 }
 
 async function openStep(base, id) {
