@@ -1,207 +1,67 @@
-"""Do lessons help? A seeded series of sessions without lessons and with them, side by side.
+"""Do lessons help? The same sessions on the real stack without lessons and with them.
 
-Four goal families, three wordings each. In three of them the obvious approach fails most of
-the time (the primary supplier is out, a short sales window misleads, the shop's stock
-lags the ERP); the fourth never fails (a distractor: lessons must not leak into it). The
-scripted planner takes the failing approach unless its prompt holds a lesson naming the
-right one; a failed approach costs a re-plan, which succeeds less often (time is lost).
+Each arm is its own real stack (a Celery worker process, a supervisor process, Redis, the
+SQL record on SQLite) planning with the scripted OpenAI-compatible server of the tests,
+whose planning roles act as a model that repeats a mistake unless a lesson is in its
+prompt (bench/lessons_twin.py): restocking goals whose primary supplier really is out
+(``supply_chain.verify_supplier`` fails for good on the worker), and review summaries that
+never fail (a distractor: no lesson may reach them). Sessions run one after another, each
+with a re-plan budget of 1. In the "with" arm the supervisor's reflector writes a lesson
+after a session that went wrong, and later sessions' prompts get it from the lesson store
+(embedded by the server's ``/v1/embeddings``); in the "without" arm lessons are off.
 
-What runs for real: the planner (:class:`planner.agents.Planner`, plans validated against
-the bundled tools), the reflector with its sanitizing, the lesson store on SQLite with its
-search, merging and bounds (:class:`supervisor.lessons.LessonMemory`), and the scripted
-server's embeddings (hashed bags of words). What is simulated: the model (a twin that reads
-its prompt) and the outcome of each approach (seeded draws, the same for both series).
+Then retrieval precision and recall on a labelled corpus of goals vs lessons with
+paraphrases and near-miss distractors (bench/lessons_retrieval.py), for each embeddings
+backend: the endpoint (the scripted server's hashed bags of words), local (all-MiniLM-L6-v2
+from the ``local-embeddings`` extra; shown as not installed without it) and lexical.
 
-Printed: success rate and re-plans per session without and with lessons; then retrieval
-precision and recall of the right lesson on a labelled set of new goals, with embeddings and
-with the lexical fallback.
-
-Run from the repo root: ``python bench/lessons.py [--sessions 60] [--seed 7]``.
+Run from the repo root: ``python bench/lessons.py [--sessions 30] [--seed 7]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import sys
-import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
-from pydantic import BaseModel
+from pydantic import SecretStr
 
+from bench.common import bench_env, planloop_stack, print_table, wait_for
+from bench.lessons_retrieval import TABLE_COLUMNS, Quality, measure, table_rows
+from bench.lessons_twin import TwinServer, goals
 from planloop.config.settings import Settings
+from planloop.core.errors import ConfigError
+from planloop.core.heartbeat import live_workers
+from planloop.core.keys import Keys
 from planloop.core.lessons import LessonStore
-from planloop.core.models import SessionStatus
+from planloop.core.models import SessionOptions, SessionStatus
 from planloop.core.record import make_engine
-from planloop.core.tools import ToolRegistry, load_tools
-from planloop.planner.agents import Planner
-from planloop.planner.embedding import NoEmbedder
-from planloop.planner.llm import Role, Usage
-from planloop.planner.reflection import SessionStory
-from planloop.supervisor.lessons import Ended, LessonMemory, advice
-from tests.llm_server import hashed_embedding
+from planloop.planner.embedding import NoEmbedder, OpenAIEmbedder
+from planloop.planner.local_embedding import EXTRA_COMMAND, LocalEmbedder
 
-T = TypeVar("T", bound=BaseModel)
-P_WRONG_FAILS = 0.85  # the obvious approach fails this often
-P_RIGHT_OK = 0.95  # the right approach, planned up front, succeeds this often
-P_REPLAN_OK = 0.75  # the right approach after a failed one (time lost) succeeds this often
-
-
-@dataclass(frozen=True)
-class Family:
-    """Goals that share a pitfall, the approaches, and the lesson that avoids it."""
-
-    name: str
-    wordings: tuple[str, ...]
-    wrong: tuple[tuple[str, dict[str, Any]], ...]  # (tool, params) steps
-    right: tuple[tuple[str, dict[str, Any]], ...]
-    marker: str  # what a lesson that helps says (the planner twin looks for it)
-    lesson: str
-    pitfall: bool = True
-
-
-SKUS = [f"SKU-{n:03d}" for n in range(1, 40)]
-CATEGORIES = ["garden", "kitchen", "toys", "outdoor", "office"]
-FAMILIES = (
-    Family(
-        "restock",
-        (
-            "Restock {sku} of category {cat} from the primary supplier",
-            "Restock {sku} ({cat}) from the primary supplier before the weekend",
-            "Reorder {sku} of category {cat} from the primary supplier",
-        ),
-        (("supply_chain.verify_supplier", {"sku": "{sku}", "supplier_id": "primary"}),),
-        (("supply_chain.alternative_suppliers", {"sku": "{sku}"}),),
-        "alternative supplier",
-        "The primary supplier is often out when restocking; check an alternative supplier "
-        "(supply_chain.alternative_suppliers) in parallel.",
-    ),
-    Family(
-        "demand",
-        (
-            "Forecast next month's demand for {sku} in {cat}",
-            "Forecast the demand for {sku} of category {cat} for next month",
-            "Estimate next month's demand forecast for {sku} ({cat})",
-        ),
-        (("ecommerce.order_stats", {"product_id": "{sku}", "days": 7}),),
-        (("ecommerce.order_stats", {"product_id": "{sku}", "days": 90}),),
-        "90-day window",
-        "A short sales window misleads demand forecasts; read order_stats over a 90-day window.",
-    ),
-    Family(
-        "stock",
-        (
-            "Check how many units of {sku} are in stock in the {cat} warehouse",
-            "Check the units of {sku} in stock for the {cat} warehouse",
-            "How many units of {sku} are in stock in the {cat} warehouse right now",
-        ),
-        (("ecommerce.inventory", {"product_id": "{sku}"}),),
-        (("supply_chain.erp_stock", {"sku": "{sku}"}),),
-        "read stock from the ERP",
-        "The shop's inventory lags the warehouse; read stock from the ERP "
-        "(supply_chain.erp_stock).",
-    ),
-    Family(
-        "reviews",
-        (
-            "Summarize customer reviews of {sku} in {cat}",
-            "Summarize what customers say in reviews of {sku} ({cat})",
-            "Give a summary of the customer reviews for {sku} of category {cat}",
-        ),
-        (("ecommerce.reviews", {"product_id": "{sku}"}),),
-        (("ecommerce.reviews", {"product_id": "{sku}"}),),
-        "no lesson needed",
-        "",
-        pitfall=False,
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Goal:
-    family: Family
-    text: str
-    sku: str
-
-
-class HashedEmbedder:
-    """The scripted server's embeddings, in-process."""
-
-    model = "hashed-bow"
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
-        return [hashed_embedding(t) for t in texts]
-
-
-class TwinChat:
-    """The model: plans the right approach only when a lesson in the prompt names it."""
-
-    def __init__(self, goal: Goal) -> None:
-        self.goal = goal
-        self.saw_lesson = False
-
-    def complete_json(
-        self, role: Role, messages: list[dict[str, str]], schema: type[T]
-    ) -> tuple[T, Usage]:
-        prompt = "\n".join(m["content"] for m in messages)
-        family = self.goal.family
-        if role == Role.REFLECTOR:
-            answer: dict[str, Any] = {
-                "lessons": [
-                    {
-                        "trigger": f"{family.wrong[0][0]} did not work",
-                        "lesson": family.lesson,
-                        "applies_to": {"toolsets": _toolsets(family.right)},
-                        "evidence": "the first approach failed and was re-planned",
-                    }
-                ]
-            }
-        else:
-            lessons = prompt.split("## Lessons from earlier sessions", 1)[-1]
-            lessons = lessons.split("## Tools", 1)[0]
-            self.saw_lesson = family.marker.lower() in lessons.lower()
-            steps = family.right if self.saw_lesson else family.wrong
-            answer = {"goal": self.goal.text, "steps": _steps(steps, self.goal.sku)}
-        return schema.model_validate(answer), Usage(0, 0, 0.0, "twin", str(role))
-
-
-def _steps(steps: Sequence[tuple[str, dict[str, Any]]], sku: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": f"s{n}",
-            "tool": tool,
-            "params": {k: v.format(sku=sku) if isinstance(v, str) else v for k, v in p.items()},
-        }
-        for n, (tool, p) in enumerate(steps, 1)
-    ]
-
-
-def _toolsets(steps: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
-    return sorted({tool.split(".")[0] for tool, _ in steps})
-
-
-def goals(count: int, seed: int) -> list[Goal]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        family = rng.choice(FAMILIES)
-        sku, cat = rng.choice(SKUS), rng.choice(CATEGORIES)
-        text = rng.choice(family.wordings).format(sku=sku, cat=cat)
-        out.append(Goal(family, text, sku))
-    return out
+SESSION_TIMEOUT_S = 90.0
+LESSON_WAIT_S = 15.0  # for the reflector's lesson after a session that went wrong
 
 
 @dataclass
-class Series:
+class Arm:
+    name: str
     sessions: int = 0
     succeeded: int = 0
     replans: int = 0
-    saw_lesson: int = 0
+    pitfall_sessions: int = 0
+    planned_with_lesson: int = 0
+    leaked: int = 0  # distractor sessions whose planner prompt held a lesson
+    lessons_stored: int = 0
+    calls: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
 
     @property
     def success_rate(self) -> float:
@@ -212,111 +72,130 @@ class Series:
         return self.replans / self.sessions if self.sessions else 0.0
 
 
-def run_series(
-    series_goals: Sequence[Goal], seed: int, tools: ToolRegistry, memory: LessonMemory | None
-) -> Series:
-    """Every goal as one session: retrieve, plan, run (seeded draws), conclude."""
-    result = Series()
-    for n, goal in enumerate(series_goals):
-        sid = f"b{n:04d}"
-        draws = random.Random(f"{seed}:{n}")  # the same draws with and without lessons
-        chat = TwinChat(goal)
-        found = memory.retrieve(sid, goal.text, tools.names()) if memory else []
-        plan, _ = Planner(chat, tools).plan(goal.text, lessons=advice(found))
-        right = chat.saw_lesson or not goal.family.pitfall
-        first_try, second_try = draws.random(), draws.random()
-        replans = 0
-        if right:
-            ok = first_try < P_RIGHT_OK
-        elif first_try >= P_WRONG_FAILS:
-            ok = True  # the obvious approach worked this time
-        else:
-            replans = 1  # re-planned onto the right approach, late
-            ok = second_try < P_REPLAN_OK
-        status = SessionStatus.COMPLETED if ok else SessionStatus.FAILED
-        result.sessions += 1
-        result.succeeded += ok
-        result.replans += replans
-        result.saw_lesson += chat.saw_lesson
-        if memory is not None:
-            story = SessionStory(
-                goal.text,
-                status.value,
-                [],
-                [f"{s.id} ({s.tool}): {'completed' if ok else 'failed'}" for s in plan.steps],
-            )
-            memory.chat = chat
-            memory.conclude(Ended(sid, status, replans, False, story), goal.text)
-    return result
+def run_arm(twin: TwinServer, arm_goals: Sequence[Any], lessons_on: bool) -> Arm:
+    """Every goal as one session of a fresh stack, one after another."""
+    twin.reset()
+    twin.planned_with_lesson = 0
+    arm = Arm("with lessons" if lessons_on else "without lessons")
+    overrides = {
+        "llm_base_url": twin.base_url,
+        "llm_api_key": SecretStr("bench"),
+        "llm_max_retries": 0,
+        "lessons_enabled": lessons_on,
+        "max_replans": 1,
+        "lessons_embedding_backend": "endpoint",
+    }
+    started = time.monotonic()
+    with bench_env("lessons", **overrides) as bench, planloop_stack(bench) as (_, producer):
+        keys = Keys(bench.settings.key_prefix)
+        wait_for(lambda: live_workers(bench.redis, keys, bench.settings.queue), 60, "a live worker")
+        store = LessonStore(make_engine(bench.settings.database_url))
+        for goal in arm_goals:
+            twin.expect(goal)
+            learned = _learned(store)
+            sid = producer.submit_goal(goal.text, options=SessionOptions(mode="plan"))
+            wait_for(lambda s=sid: producer.session(s).status.ended, SESSION_TIMEOUT_S, sid, 0.05)
+            session = producer.session(sid)
+            arm.sessions += 1
+            arm.succeeded += session.status == SessionStatus.COMPLETED
+            arm.replans += session.replans
+            arm.pitfall_sessions += goal.family.pitfall
+            if not goal.family.pitfall:
+                planner = twin.requests_for("planner")
+                arm.leaked += bool(planner) and "Advice from an earlier session" in (
+                    planner[-1].prompt_text
+                )
+            went_wrong = session.status != SessionStatus.COMPLETED or session.replans
+            if lessons_on and went_wrong and goal.family.pitfall:
+                _wait_for_lesson(store, learned)
+        arm.lessons_stored = len(store.all())
+        store.engine.dispose()
+    arm.seconds = time.monotonic() - started
+    arm.planned_with_lesson = twin.planned_with_lesson
+    served = twin.served_usage()
+    arm.calls, arm.tokens = served["calls"], served["prompt_tokens"] + served["completion_tokens"]
+    return arm
 
 
-def retrieval_quality(
-    memory: LessonMemory, labelled: Sequence[Goal], tools: ToolRegistry
-) -> tuple[float, float, int]:
-    """(precision, recall, lessons retrieved) of the right family's lesson on ``labelled``."""
-    retrieved = relevant = wanted = hits = 0
-    for n, goal in enumerate(labelled):
-        found = memory.retrieve(f"q{n:04d}", goal.text, tools.names())
-        retrieved += len(found)
-        right = [f for f in found if goal.family.pitfall and goal.family.marker in f.lesson]
-        relevant += len(right)
-        if goal.family.pitfall:
-            wanted += 1
-            hits += bool(right)
-    precision = relevant / retrieved if retrieved else 1.0
-    recall = hits / wanted if wanted else 1.0
-    return precision, recall, retrieved
+def _learned(store: LessonStore) -> int:
+    """Lessons written so far, a merge counting as one more."""
+    return sum(1 + row.merged for row in store.all())
+
+
+def _wait_for_lesson(store: LessonStore, before: int) -> None:
+    deadline = time.monotonic() + LESSON_WAIT_S
+    while time.monotonic() < deadline and _learned(store) <= before:
+        time.sleep(0.1)
+
+
+def retrieval(twin: TwinServer) -> list[tuple[str, str, Quality | None]]:
+    """Precision/recall of each backend on the labelled corpus."""
+    settings = Settings(llm_base_url=twin.base_url, llm_api_key="bench", llm_max_retries=0)
+    endpoint = OpenAIEmbedder(settings)
+    results: list[tuple[str, str, Quality | None]] = [
+        ("endpoint", "server's /v1/embeddings (hashed words)", measure(endpoint, settings))
+    ]
+    endpoint.close()
+    try:
+        local = LocalEmbedder()
+    except ConfigError:
+        results.append(("local", f"not installed: {EXTRA_COMMAND}", None))
+    else:
+        results.append(("local", "all-MiniLM-L6-v2, in-process", measure(local, settings)))
+    results.append(("lexical", "none (word overlap)", measure(NoEmbedder(), settings)))
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--sessions", type=int, default=60)
+    parser.add_argument("--sessions", type=int, default=30, help="Sessions per arm.")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--labelled", type=int, default=40, help="Goals of the labelled set.")
     args = parser.parse_args(argv)
-    tools = load_tools()
-    series_goals = goals(args.sessions, args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(database_url=f"sqlite:///{tmp}/lessons.db")
-        store = LessonStore(make_engine(settings.database_url))
-        memory = LessonMemory(settings, store, HashedEmbedder(), None)
-        without = run_series(series_goals, args.seed, tools, None)
-        with_lessons = run_series(series_goals, args.seed, tools, memory)
-        labelled = goals(args.labelled, args.seed + 1000)
-        lexical = LessonMemory(settings, store, NoEmbedder(), None)
-        emb_p, emb_r, emb_n = retrieval_quality(memory, labelled, tools)
-        lex_p, lex_r, lex_n = retrieval_quality(lexical, labelled, tools)
-        rows = store.all()
-        stored, merged = len(rows), sum(r.merged for r in rows)
-        store.engine.dispose()
-    figures = {
-        "sessions": args.sessions,
-        "without": (without.success_rate, without.replans_per_session),
-        "with": (with_lessons.success_rate, with_lessons.replans_per_session),
-        "planned_with_lesson": with_lessons.saw_lesson,
-        "lessons_stored": stored,
-        "lessons_merged": merged,
-        "embeddings": (emb_p, emb_r, emb_n),
-        "lexical": (lex_p, lex_r, lex_n),
-    }
-    _print(figures, args.labelled)
-    return figures
+    arm_goals = goals(args.sessions, args.seed)
+    with TwinServer() as twin:
+        without = run_arm(twin, arm_goals, lessons_on=False)
+        with_lessons = run_arm(twin, arm_goals, lessons_on=True)
+        quality = retrieval(twin)
+    _print(without, with_lessons, quality)
+    return {"without": without, "with": with_lessons, "retrieval": quality}
 
 
-def _print(f: dict[str, Any], labelled: int) -> None:
-    (ws, wr), (ls, lr) = f["without"], f["with"]
-    print(f"{f['sessions']} seeded sessions over {len(FAMILIES)} goal families")
-    print(f"{'':24}{'without lessons':>18}{'with lessons':>16}{'ratio':>8}")
-    print(f"{'success rate':24}{ws:>18.0%}{ls:>16.0%}{(ls / ws if ws else 0):>8.2f}")
-    print(f"{'re-plans per session':24}{wr:>18.2f}{lr:>16.2f}{(lr / wr if wr else 0):>8.2f}")
-    print(
-        f"sessions planned with a matching lesson: {f['planned_with_lesson']}; lessons stored: "
-        f"{f['lessons_stored']} ({f['lessons_merged']} near-duplicates merged)"
+def _print(without: Arm, with_: Arm, quality: list[tuple[str, str, Quality | None]]) -> None:
+    def ratio(a: float, b: float) -> str:
+        return f"{b / a:.2f}" if a else "-"
+
+    rows = [
+        ["success rate", f"{without.success_rate:.0%}", f"{with_.success_rate:.0%}"],
+        [
+            "re-plans per session",
+            f"{without.replans_per_session:.2f}",
+            f"{with_.replans_per_session:.2f}",
+        ],
+        ["LLM calls served", str(without.calls), str(with_.calls)],
+        ["tokens served", str(without.tokens), str(with_.tokens)],
+        ["seconds", f"{without.seconds:.0f}", f"{with_.seconds:.0f}"],
+    ]
+    rows[0].append(ratio(without.success_rate, with_.success_rate))
+    rows[1].append(ratio(without.replans_per_session, with_.replans_per_session))
+    rows[2].append(ratio(without.calls, with_.calls))
+    rows[3].append(ratio(without.tokens, with_.tokens))
+    rows[4].append(ratio(without.seconds, with_.seconds))
+    title = (
+        f"{without.sessions} sessions per arm on the real stack "
+        f"({without.pitfall_sessions} with the primary supplier out, "
+        f"{without.sessions - without.pitfall_sessions} distractors)"
     )
-    print(f"retrieval of the right lesson on {labelled} labelled new goals:")
-    for name in ("embeddings", "lexical"):
-        p, r, n = f[name]
-        print(f"  {name:11} precision {p:.2f}  recall {r:.2f}  ({n} lessons retrieved)")
+    print_table(title, ["", "without lessons", "with lessons", "with / without"], rows)
+    print(
+        f"with lessons: {with_.planned_with_lesson} plans or re-plans followed a lesson; "
+        f"{with_.lessons_stored} lessons stored; distractor prompts holding a lesson: "
+        f"{with_.leaked}"
+    )
+    print_table(
+        "Lesson retrieval on the labelled corpus (20 goals: 6 close, 8 paraphrases, 6 near misses)",
+        TABLE_COLUMNS,
+        table_rows(quality),
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Soak: sessions of write steps under random faults of every kind issue 9 names, for minutes.
+"""Soak: sessions of write steps under random faults of every kind, for minutes.
 
 Run from the repo root: ``python bench/soak.py`` (about 10 minutes here) or ``--quick``
 (about 2). ``--faults kill_worker,flushall`` limits the kinds, to look at one at a time.

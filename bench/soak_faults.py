@@ -1,6 +1,6 @@
 """The faults the soak injects, one method per kind, and what it remembers of each.
 
-Every kind is one thing production does to a stack (issue 9's list). A method returns
+Every kind is one thing production does to a stack. A method returns
 ``False`` when the fault has no target right now (no owned session to freeze, no ended
 session to re-announce); the soak then picks another kind.
 """

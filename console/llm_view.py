@@ -7,19 +7,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from planloop.config.settings import Settings
+from planloop.console.guard import ROLE_KEY
+from planloop.console.users import Role
 from planloop.core.llm_budget import cost_usd
 from planloop.core.record import SqlRecord
 
 # Who may read prompts and responses: they can quote a tool's output or a user's goal.
-TRANSCRIPT_ROLES = frozenset({"operator", "admin"})
+TRANSCRIPT_ROLE = Role.OPERATOR
 
 
 def may_read_transcripts(scope: Mapping[str, Any]) -> bool:
-    """Whether the request's user may read prompts and responses. The auth middleware sets
-    ``planloop.role``; without one the console runs with its single basic-auth user, who is
-    the admin."""
-    role = scope.get("planloop.role")
-    return role is None or str(role) in TRANSCRIPT_ROLES
+    """Whether the request's user may read prompts and responses: an operator or an admin.
+    The auth middleware (console/guard.py) sets ``planloop.role`` on every request it lets
+    through; a request without one is refused, never taken for an admin's."""
+    try:
+        role = Role(str(scope.get(ROLE_KEY)))
+    except ValueError:  # no role, or one this console does not know
+        return False
+    return role.allows(TRANSCRIPT_ROLE)
 
 
 def llm_calls(record: SqlRecord, sid: str, settings: Settings) -> list[dict[str, Any]]:

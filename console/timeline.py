@@ -77,7 +77,7 @@ def human_items(events: Iterable[tuple[str, Event]]) -> list[dict[str, Any]]:
         {
             "kind": "human",
             "lane": "people",
-            "label": mask_text(ev.description)[:120] or ev.type.value,
+            "label": _by(mask_text(ev.description)[:120] or ev.type.value, ev.actor),
             "status": "human",
             "start": ev.occurred_at,
             "end": ev.occurred_at,
@@ -85,6 +85,11 @@ def human_items(events: Iterable[tuple[str, Event]]) -> list[dict[str, Any]]:
         for _, ev in events
         if is_human_action(ev)
     ]
+
+
+def _by(label: str, actor: str) -> str:
+    """A person's action names who took it (the console user, or a CLI call's ``--as``)."""
+    return f"{label} (by {mask_text(actor)})" if actor else label
 
 
 def timeline(

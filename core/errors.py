@@ -1,5 +1,8 @@
 """Planloop's exceptions. Every one a user can meet derives from :class:`PlanloopError`.
 
+The tree draws every subclass there is (tests/unit/test_errors_tree.py keeps it so); one
+defined in another module names that module in brackets.
+
 ::
 
     PlanloopError
@@ -7,7 +10,15 @@
     │   │                           Redis URL that is not one, a database driver not installed,
     │   │                           ...); ``setting`` names the PLANLOOP_* variable or option
     │   ├── PortInUseError          a server's port is taken; names the port and what chose it
-    │   └── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
+    │   ├── CredentialsError        no login for a console or Flower on a non-loopback
+    │   │                           address, or a users entry that cannot be read
+    │   ├── LibraryVersionError     Celery, kombu, redis-py or Flower at a minor version
+    │   │                           Planloop's hooks into it were not checked on (core/seams.py)
+    │   ├── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
+    │   ├── SchemaBehindError       [planloop.core.migrate] the SQL record's schema is older
+    │   │                           than this Planloop needs: run `planloop db upgrade`
+    │   └── BadLessonError          [planloop.producer.lesson_add] a seeded lesson that does
+    │                               not pass its checks
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
     ├── PlanError                   a plan that cannot run; names the culprit
     │   ├── PlanLoadError           unreadable file, bad YAML/JSON, schema mismatch
@@ -31,14 +42,32 @@
     │                               is recorded (Flower shows it; the supervisor reads streams)
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
+    │   ├── StepNotFoundError       no version of the session's plan has that step (console)
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
     │   ├── SessionEndedError       the session has ended; it is never reopened or rewritten
-    │   └── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
-    │                               state the command cannot apply to (nothing was sent)
+    │   ├── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
+    │   │                           state the command cannot apply to (nothing was sent)
+    │   ├── SessionInputRefusedError  a stored session that breaks the input limits (written
+    │   │                           past the producer): it ends failed before anything runs
+    │   └── HotStateLostError       the session's hot state vanished from Redis while it was
+    │                               loaded (it is rebuilt from the SQL record)
+    ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
+    │                               goes on
+    ├── DispatchError               a step message the supervisor cannot build from its
+    │                               template (supervisor/step_message.py: Celery or kombu
+    │                               changed it, or a queue kombu would publish to otherwise)
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries
         ├── LLMResponseError        an answer that is not usable JSON; carries the raw text
         └── LLMBudgetSpentError     no call starts: the session's token or cost budget is spent
+
+Outside the tree, never shown to a user as such: ``YamlLimitError``
+[planloop.planner.safe_yaml] (a ``ValueError``, which its callers turn into PlanLoadError or
+BadLessonError), ``ReactStopped`` [planloop.planner.react] (ends an agent loop from inside),
+``ScriptedNonRetryable`` [planloop.workers.toolsets.bench] (a bench tool's own error type),
+``JsonInputError`` [planloop.core.json_input] (a ``ValueError`` about a JSON document, turned
+into PlanLoadError or a 400 by its callers), ``BodyTooLargeError``
+[planloop.console.hardening] (a chunked request body past the limit, answered 413).
 """
 
 from __future__ import annotations
@@ -68,6 +97,27 @@ class PortInUseError(ConfigError):
             f"port {port} on {address} is in use (chosen by {setting}): stop what listens "
             f"there, or choose another port with {setting}",
             setting=setting,
+        )
+
+
+class CredentialsError(ConfigError):
+    """A console or Flower that cannot get a login it may serve with: none configured for
+    a non-loopback address, or a console users entry that cannot be read. The message says
+    which setting to give and never echoes a password or a hash."""
+
+
+class LibraryVersionError(ConfigError):
+    """``library`` is installed at ``version``; Planloop's hooks into it were checked on
+    ``checked`` (a minor version: core/seams.py)."""
+
+    def __init__(self, library: str, version: str, checked: str) -> None:
+        self.library, self.version, self.checked = library, version, checked
+        major, minor = (int(part) for part in checked.split("."))
+        super().__init__(
+            f"{library} {version} is installed, but Planloop's hooks into {library} were "
+            f"checked on {checked}.x only (core/seams.py): install "
+            f"'{library}>={checked},<{major}.{minor + 1}'",
+            setting=library,
         )
 
 
@@ -233,7 +283,7 @@ class StepAttemptFailed(ToolError):  # noqa: N818 (the state Flower shows, as it
         super().__init__(message)
 
 
-class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see, issue 10)
+class OutputTooLarge(PermanentToolError):  # noqa: N818 (the name users see)
     """Step ``step_id``'s ``what`` (its output, or one param) is ``size`` bytes of JSON, above
     ``limit``: permanent, since the same call makes the same value again."""
 
@@ -364,6 +414,18 @@ class CommandRefusedError(SessionError):
         what = f"step {step_id!r} of session {session_id}" if step_id else f"session {session_id}"
         super().__init__(
             f"cannot {command} {what}: {reason} (nothing was sent)", session_id=session_id
+        )
+
+
+class SessionInputRefusedError(SessionError):
+    """A session as stored breaks what the producer would have refused (``reason``): written
+    by something other than Planloop's producer. It ends failed before anything runs; no
+    crash is counted (it would fail the same way on every supervisor)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"session {session_id} refused before it started: {reason}", session_id=session_id
         )
 
 

@@ -20,11 +20,11 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from planloop.core.broker import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 from planloop.core.errors import SessionNotFoundError
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import BreakerAllow, BreakerRecord, RecordOutcome, StartAttempt
 from planloop.core.models import Event, SessionOptions, SessionRecord, StepState
+from planloop.core.receipts import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
 
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
 

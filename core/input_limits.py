@@ -28,6 +28,7 @@ __all__ = [
     "CEILINGS",
     "DEFAULTS",
     "MAX_FALLBACK_DEPTH",
+    "MAX_INT_DIGITS",
     "MAX_NESTING_DEPTH_CEILING",
     "STEP_TIMEOUT_CEILING_S",
     "InputLimits",
@@ -37,6 +38,11 @@ __all__ = [
 
 # Fallback sub-graphs nested in fallback sub-graphs: each level adds two JSON levels.
 MAX_FALLBACK_DEPTH = 8
+
+# Digits an integer may have. Longer ones have no use in a plan (the largest finite float has
+# 309), cost quadratic time to convert, and Python refuses to print past 4,300.
+MAX_INT_DIGITS = 300
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 # C0 controls but tab, newline and carriage return; DEL; C1 controls; lone surrogates
 # (valid in a Python str, not encodable as UTF-8, so Redis and SQL would refuse them later).
@@ -54,6 +60,7 @@ class InputLimits:
     max_nesting_depth: int = MAX_NESTING_DEPTH_CEILING
     max_yaml_alias_nodes: int | None = None
     max_step_timeout_s: float = STEP_TIMEOUT_CEILING_S
+    max_plan_bytes: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> InputLimits:
@@ -62,6 +69,7 @@ class InputLimits:
             max_nesting_depth=settings.max_nesting_depth,
             max_yaml_alias_nodes=settings.max_yaml_alias_nodes,
             max_step_timeout_s=settings.max_step_timeout_s,
+            max_plan_bytes=settings.max_plan_bytes,
         )
 
 
@@ -83,7 +91,8 @@ def text_problem(text: str, *, max_bytes: int | None = None) -> str | None:
 def value_problem(value: Any, *, max_depth: int, path: str = "") -> str | None:
     """Why a JSON-like value is refused, or None: nested deeper than ``max_depth``
     (a scalar is depth 0, ``{}`` and ``[]`` depth 1), a NaN or infinite number, or a string
-    (value or key) with a control character. The message starts with the path (``path.a.0``).
+    (value or key) with a control character, an integer of more than
+    :data:`MAX_INT_DIGITS` digits. The message starts with the path (``path.a.0``).
     """
     if clean([(value, max_depth)]):
         return None
@@ -120,16 +129,24 @@ def _clean_root(root: Any, budget: int) -> bool:
                 if not budget:
                     return False
                 below.extend(item)
-            elif kind is float:
-                if not math.isfinite(item):
+            elif kind is float or kind is int:
+                if not _number_ok(item):
                     return False
-            elif item is None or kind is int or kind is bool:
+            elif item is None or kind is bool:
                 continue  # the usual scalars, without the slow isinstance checks below
             elif _unusual(item) and next(_problems(item, budget, ""), None) is not None:
                 return False
         level = below
         budget -= 1
     return True
+
+
+def _number_ok(item: Any) -> bool:
+    """A finite float, or an int of at most ``MAX_INT_DIGITS`` digits (never compared with
+    the bound as a float: 1e308 is a fine float and far above it)."""
+    if type(item) is float:
+        return math.isfinite(item)
+    return bool(-_INT_BOUND < item < _INT_BOUND)
 
 
 def _bad_keys(item: dict[Any, Any], search: Callable[[str], object]) -> bool:
@@ -143,7 +160,9 @@ def _bad_keys(item: dict[Any, Any], search: Callable[[str], object]) -> bool:
 
 def _unusual(item: Any) -> bool:
     """A str, float or container subclass (a StrEnum member, a tuple, ...): walked slowly."""
-    return isinstance(item, str | float | Mapping | list | tuple)
+    return isinstance(item, str | float | int | Mapping | list | tuple) and not isinstance(
+        item, bool
+    )
 
 
 def _problems(value: Any, max_depth: int, root: str) -> Iterator[tuple[str, str]]:
@@ -157,6 +176,9 @@ def _problems(value: Any, max_depth: int, root: str) -> Iterator[tuple[str, str]
         elif isinstance(item, float):
             if not math.isfinite(item):
                 yield _show(parts), f"{item} is not a finite number"
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not -_INT_BOUND < item < _INT_BOUND:
+                yield _show(parts), f"an integer of more than {MAX_INT_DIGITS} digits"
         elif isinstance(item, Mapping | list | tuple):
             if depth >= max_depth:
                 yield (

@@ -1,4 +1,4 @@
-"""The lessons store (issue 12): lessons, their uses and the sessions that searched them.
+"""The lessons store (Reflexion): lessons, their uses and the sessions that searched them.
 
 Tables (core/record.py, same metadata as the rest of the record): ``lessons``,
 ``lesson_uses`` (lesson x session, with the session's outcome once it ends) and
@@ -32,6 +32,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from planloop.core.lesson_freshness import in_scope, stale_reason
+from planloop.core.masking import mask_text
 from planloop.core.record import Base, LessonRow, LessonSessionRow, LessonUseRow
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 
@@ -57,6 +58,11 @@ class NewLesson:
     embedding_model: str = ""
     source_session: str = ""
     tool_versions: Mapping[str, str] = field(default_factory=dict)  # learned on these
+
+    def __post_init__(self) -> None:
+        # Whoever wrote it (the reflector, a person, a test), no credential is stored.
+        for name in ("lesson", "trigger", "evidence", "goal"):
+            object.__setattr__(self, name, mask_text(getattr(self, name)))
 
 
 @dataclass(frozen=True)

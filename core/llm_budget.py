@@ -48,6 +48,11 @@ class Budget:
             max_cost_usd=options.max_cost_usd or settings.session_max_cost_usd,
         )
 
+    @property
+    def limited(self) -> bool:
+        """Whether there is any budget to keep."""
+        return self.max_tokens is not None or self.max_cost_usd is not None
+
     def spent(self, spend: Spend) -> str | None:
         """Which budget ``spend`` has used up, in words a user can act on; None if none."""
         if self.max_tokens is not None and spend.tokens >= self.max_tokens:

@@ -5,7 +5,11 @@ asks the meter of the current context (:data:`METER`, set by the session loop in
 supervisor and around an agent step in a worker) two things per HTTP call:
 
 1. before the request, :meth:`UsageMeter.check`: a call does not start once the session's
-   budget is spent (so a session ends at most one call over it);
+   budget is spent (so a session ends at most one call over it). Calls of one session made
+   at once (parallel agent steps on workers, the loop beside them) would each pass that
+   check, so a session with a budget runs them one at a time: :meth:`UsageMeter.metered`
+   holds the session's call slot (a lock every process shares, core/llm_slot.py) from the
+   check until the call is charged, and each check sees every call before it;
 2. as soon as the answer (or a stream's last chunk) is read, :meth:`UsageMeter.charge`:
    the call is written to the durable ledger (the SQL record's ``llm_calls``) before the
    caller may act on it, so a loop that then crashes, or a supervisor killed right after,
@@ -23,7 +27,8 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +121,8 @@ class UsageMeter:
         attempt: That step's attempt.
         on_charge: Called with each charge after it is written (the supervisor counts it
             in the loop's totals); its failures are logged, never raised.
+        slot: The session's call slot (held from the check to the charge when the session
+            has a budget); None: calls are not serialized (a unit test's single thread).
     """
 
     def __init__(
@@ -130,6 +137,7 @@ class UsageMeter:
         step_id: str = "",
         attempt: int = 0,
         on_charge: Callable[[Charge], None] | None = None,
+        slot: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.sid = sid
         self.ledger = ledger
@@ -140,6 +148,7 @@ class UsageMeter:
         self.step_id = step_id
         self.attempt = attempt
         self.on_charge = on_charge
+        self.slot = slot
         self.charges: list[Charge] = []  # what this meter charged, oldest first
         self._lock = threading.Lock()
 
@@ -168,6 +177,20 @@ class UsageMeter:
         spent = self.spent()
         if spent is not None:
             raise LLMBudgetSpentError(spent, session_id=self.sid, role=role)
+
+    @contextmanager
+    def metered(self, role: str) -> Iterator[None]:
+        """Around one call, from its check to its charge: with a budget, the session's
+        call slot is held, so no other call of the session starts before this one is
+        charged (or failed).
+
+        Raises:
+            LLMBudgetSpentError: No call starts: the budget is spent.
+        """
+        limited = self.slot is not None and self.budget().limited
+        with self.slot() if limited and self.slot is not None else nullcontext():
+            self.check(role)
+            yield
 
     def charge(
         self,

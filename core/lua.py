@@ -426,7 +426,7 @@ class StartAttempt(LuaScript):
 
     Returns 1 claimed, 2 claimed but the tool's breaker is open (fail fast), 0 stale, -1
     already started elsewhere (a duplicate delivery). Either way the broker holds the message
-    again from here until the outcome (core/broker.py): ``unacked_entry`` goes back under
+    again from here until the outcome (core/receipts.py): ``unacked_entry`` goes back under
     ``delivery_tag`` ('' = none). ``cooldown_s`` '' = no breaker.
     """
 

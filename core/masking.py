@@ -34,6 +34,14 @@ Rules, in one place so every path agrees:
   in any other text (a traceback, a tool's message that wraps pydantic's), the
   ``input_value=...`` of pydantic's rendering is masked.
 
+* **Free text** (core/secret_shapes.py): values this process knows to be secret
+  (:func:`remember_secrets`: its ``SecretStr`` settings), token shapes (``sk-…``, ``AKIA…``,
+  ``ghp_…``, JWTs), private key blocks, and the word after ``password``/``token``/``api key``
+  when it is not a plain word ("password hunter2").
+
+* **Prompts.** The LLM client sends every message through :func:`mask_messages`, at its one
+  send point, so no role's prompt can skip the masker.
+
 What it cannot see: a secret under an innocent name in an innocent-looking string. Tools
 mark such fields ``sensitive`` (``Field(json_schema_extra={"sensitive": True})`` or
 ``SecretStr``); workers publish those names in the tool catalogue (core/catalogue.py).
@@ -43,13 +51,21 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr, ValidationError
 
-MASK = "***"
+from planloop.core.secret_shapes import (
+    MASK,
+    forget_secrets,
+    mask_known,
+    mask_shapes,
+    remember_model_secrets,
+    remember_secrets,
+)
+
 # Deeper than this, a value is not inspected but hidden (plans are limited far below it).
 MAX_DEPTH = 100
 
@@ -83,15 +99,17 @@ _SECRET_KEYS = tuple(f"{q}key" for q in _KEY_QUALIFIERS)
 _URL_PASSWORD = re.compile(
     r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]*+://[^\s:/?#@]*+:)[^\s/?#@]++(?=@)"
 )
-_BEARER = re.compile(r"\b(Bearer\s+)[A-Za-z0-9\-._~+/]+=*|\b(Basic\s+)[A-Za-z0-9+/]{8,}=*", re.I)
+_BEARER = re.compile(r"\b(Bearer\s+)[^\s,;'\"<>()]++|\b(Basic\s+)[A-Za-z0-9+/]{8,}=*", re.I)
 # What every value rule needs; most texts have none and are left after this one scan.
 _MAYBE_SECRET = re.compile(r"[=:]|bearer|basic", re.I)
 # pydantic's rendering of an error repeats the input: [type=..., input_value='S', ...]
 _PYDANTIC_INPUT = re.compile(r"(input_value=)[^\n]{0,100000}?(?=, input_type=)")
 # ``name=value``, ``name: value``, ``"name": "value"``: the name, then its value.
 _PAIR_KEY = re.compile(r"""(["']?)(?<![A-Za-z0-9_.\-])([A-Za-z_][A-Za-z0-9_.\-]*+)\1\s*+[=:]\s*+""")
+# A value that opens an object is structure (a JSON schema's property), not a credential.
 _PAIR_VALUE = re.compile(
-    r"""(?:Bearer|Basic)\s+[^\s,;&)}\]]+|"[^"]*"?|'[^']*'?|[^\s,;&)}\]"']+""", re.I
+    r"""(?:Bearer|Basic|Token|Digest)\s+[^\s,;&)}\]]+|"[^"]*"?|'[^']*'?|[^\s,;&)}\]"'{][^\s,;&)}\]"']*+""",
+    re.I,
 )
 
 
@@ -148,14 +166,25 @@ def _hidden(key: object, hidden: frozenset[str]) -> bool:
 
 def mask_text(text: str, sensitive: Collection[str] = ()) -> str:
     """``text`` with URL passwords, bearer credentials and secret ``name=value`` pairs masked
-    (a pair is secret by :func:`is_secret_name` or when its name is in ``sensitive``)."""
-    if not _MAYBE_SECRET.search(text):
-        return text  # nothing here can hold a pair, a URL or a bearer credential
-    text = _mask_pairs(text, sensitive)
-    if "input_value=" in text:
-        text = _PYDANTIC_INPUT.sub(rf"\g<1>{MASK}", text)
-    text = _URL_PASSWORD.sub(rf"\g<1>{MASK}", text)
-    return _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)}{MASK}", text)
+    (a pair is secret by :func:`is_secret_name` or when its name is in ``sensitive``), and
+    the free-text credentials of core/secret_shapes.py."""
+    text = mask_known(text)
+    if _MAYBE_SECRET.search(text):  # else nothing here can hold a pair, a URL or a bearer
+        text = _mask_pairs(text, sensitive)
+        if "input_value=" in text:
+            text = _PYDANTIC_INPUT.sub(rf"\g<1>{MASK}", text)
+        text = _URL_PASSWORD.sub(rf"\g<1>{MASK}", text)
+        text = _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)}{MASK}", text)
+    return mask_shapes(text)
+
+
+def mask_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as a model may see them: every text content through :func:`mask_text`
+    (the LLM client's one send point calls this; no prompt reaches a model otherwise)."""
+    return [
+        {**m, "content": mask_text(m["content"])} if isinstance(m.get("content"), str) else dict(m)
+        for m in messages
+    ]
 
 
 def _mask_pairs(text: str, sensitive: Collection[str]) -> str:
@@ -208,3 +237,20 @@ def install_log_masking(logger: logging.Logger | None = None) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(f, MaskingFilter) for f in handler.filters):
             handler.addFilter(MaskingFilter())
+
+
+__all__ = [
+    "MASK",
+    "MaskingFilter",
+    "error_text",
+    "forget_secrets",
+    "install_log_masking",
+    "is_secret_name",
+    "mask",
+    "mask_messages",
+    "mask_text",
+    "name_words",
+    "remember_model_secrets",
+    "remember_secrets",
+    "validation_summary",
+]

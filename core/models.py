@@ -50,7 +50,7 @@ class SessionStatus(StrEnum):
 
 
 class EventType(StrEnum):
-    """Context-change events on a session's stream (seed 000)."""
+    """Context-change events on a session's stream."""
 
     TASK_COMPLETED = "TASK_COMPLETED"  # an attempt finished with an output
     TASK_FAILED = "TASK_FAILED"  # an attempt raised
@@ -103,10 +103,14 @@ class Event(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
     # Finite: the SQL record (JSON, timestamps) refuses NaN and infinity.
     occurred_at: float = Field(default_factory=time.time, allow_inf_nan=False)
+    # Who asked for it: a console user, a CLI/SDK caller's OS user or `--as` name; "" for
+    # what the system itself reports (outcomes, notices).
+    actor: str = ""
 
     def to_fields(self) -> dict[str, str]:
-        """Flat string fields for XADD."""
-        return {
+        """Flat string fields for XADD (``actor`` only when there is one: outcomes, the
+        bulk of the stream, carry none)."""
+        fields = {
             "type": self.type.value,
             "severity": self.severity.value,
             "step_id": self.step_id,
@@ -115,6 +119,9 @@ class Event(BaseModel):
             "payload": json.dumps(self.payload, separators=(",", ":"), default=str),
             "occurred_at": repr(self.occurred_at),
         }
+        if self.actor:
+            fields["actor"] = self.actor
+        return fields
 
     @classmethod
     def from_fields(cls, fields: dict[str, str]) -> Event:
@@ -127,6 +134,7 @@ class Event(BaseModel):
             description=fields.get("description", ""),
             payload=json.loads(fields.get("payload") or "{}"),
             occurred_at=float(fields.get("occurred_at") or 0.0),
+            actor=fields.get("actor", ""),
         )
 
 
@@ -148,11 +156,17 @@ class StepState(BaseModel):
     note: str = ""
     resent: int = 0  # the attempt whose second copy the watchdog queued (one per attempt)
     queue: str = ""  # the queue its attempt was sent to (core/routing.py); "": the base queue
+    requested_by: str = ""  # who approved or retried it, for its next attempt's task args
 
     def to_fields(self) -> dict[str, str]:
         # The fields' own dict: iterating the model itself costs several times more, and
         # every dispatch writes each step's fields.
-        return {k: str(v.value if isinstance(v, StrEnum) else v) for k, v in self.__dict__.items()}
+        # requested_by only once a person set it: most steps never have one
+        return {
+            k: str(v.value if isinstance(v, StrEnum) else v)
+            for k, v in self.__dict__.items()
+            if v or k != "requested_by"
+        }
 
     @classmethod
     def from_fields(cls, fields: dict[str, str]) -> StepState:
@@ -185,6 +199,8 @@ class StepTaskArgs(BaseModel):
     dispatched_at: float = 0.0
     # The queue the attempt is sent to (core/routing.py); "": the base queue (Settings.queue).
     queue: str = ""
+    # Who approved or retried the step, when a person did (Flower shows it with the args).
+    requested_by: str = ""
 
     @property
     def task_id(self) -> str:
@@ -212,20 +228,30 @@ class SessionOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: int | None = Field(None, ge=1, description="Steps running at once.")
-    max_replans: int | None = Field(None, ge=0, description="Re-plan budget.")
-    batch_react_size: int | None = Field(None, ge=1, description="WARNING batch size.")
-    deadline_s: float | None = Field(None, gt=0, description="Session deadline, seconds.")
-    max_tokens: int | None = Field(None, ge=1, description="LLM token budget, every role.")
-    max_cost_usd: float | None = Field(None, gt=0, description="LLM cost budget, US dollars.")
-    tools: list[str] = Field(default_factory=list, description="Toolset prefixes for planning.")
+    # Upper bounds: the CLI's options take theirs from here (producer/cli_types.py), so
+    # every entry point accepts the same values; each is far above any real use.
+    concurrency: int | None = Field(None, ge=1, le=10_000, description="Steps running at once.")
+    max_replans: int | None = Field(None, ge=0, le=1_000, description="Re-plan budget.")
+    batch_react_size: int | None = Field(None, ge=1, le=10_000, description="WARNING batch size.")
+    deadline_s: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False, description="Session deadline, seconds."
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, le=10**12, description="LLM token budget, every role."
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, le=1e9, allow_inf_nan=False, description="LLM cost budget, US dollars."
+    )
+    tools: list[str] = Field(
+        default_factory=list, max_length=1_000, description="Toolset prefixes for planning."
+    )
     compensate_on_failure: bool = Field(
         True, description="A session that ends failed undoes its completed writes."
     )
     milestone_reviews: bool | None = Field(
         None, description="Review the plan (LLM) when a declared phase finishes."
     )
-    max_rounds: int | None = Field(None, ge=1, description="Rounds with critique (LLM).")
+    max_rounds: int | None = Field(None, ge=1, le=1_000, description="Rounds with critique (LLM).")
     answer_schema: dict[str, Any] | None = Field(
         None, description="JSON schema the final answer's data must fit (LLM)."
     )

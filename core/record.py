@@ -115,6 +115,7 @@ class EventRow(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     payload: Mapped[str] = mapped_column(Text, default="{}")
     occurred_at: Mapped[float] = mapped_column(Float, default=0.0)
+    actor: Mapped[str] = mapped_column(String(128), default="", server_default="")
 
 
 class DecisionRow(Base):
@@ -164,7 +165,7 @@ class EffectRow(Base):
 
 
 class LessonRow(Base):
-    """A Reflexion lesson (issue 12): advice an earlier session left for similar goals.
+    """A Reflexion lesson: advice an earlier session left for similar goals.
 
     ``embedding`` is the vector of ``goal`` (the key lessons are found by) as JSON, empty
     when written without an embeddings endpoint; on PostgreSQL with pgvector a ``vector``
@@ -538,6 +539,7 @@ def _event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
         "description": ev.description,
         "payload": json.dumps(ev.payload, default=str),
         "occurred_at": ev.occurred_at,
+        "actor": ev.actor[:128],
     }
 
 

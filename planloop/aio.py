@@ -80,27 +80,45 @@ class AsyncClient:
             assert isinstance(item, SessionEvent)
             yield item
 
-    async def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+    async def cancel(
+        self, sid: str, reason: str = "cancelled by user", *, actor: str | None = None
+    ) -> SessionStatus:
         """See :meth:`Client.cancel`."""
-        return await asyncio.to_thread(self.sync.cancel, sid, reason)
+        return await asyncio.to_thread(self.sync.cancel, sid, reason, actor=actor)
 
-    async def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+    async def signal(
+        self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
+    ) -> str:
         """See :meth:`Client.signal`."""
-        return await asyncio.to_thread(self.sync.signal, sid, text, constraint=constraint)
+        return await asyncio.to_thread(
+            self.sync.signal, sid, text, constraint=constraint, actor=actor
+        )
 
     async def approve(
-        self, sid: str, *, step: str | None = None, action: str | None = None, note: str = ""
+        self,
+        sid: str,
+        *,
+        step: str | None = None,
+        action: str | None = None,
+        note: str = "",
+        actor: str | None = None,
     ) -> str:
         """See :meth:`Client.approve`."""
-        return await asyncio.to_thread(self.sync.approve, sid, step=step, action=action, note=note)
+        return await asyncio.to_thread(
+            self.sync.approve, sid, step=step, action=action, note=note, actor=actor
+        )
 
-    async def retry_step(self, sid: str, step: str, note: str = "") -> str:
+    async def retry_step(
+        self, sid: str, step: str, note: str = "", *, actor: str | None = None
+    ) -> str:
         """See :meth:`Client.retry_step`."""
-        return await asyncio.to_thread(self.sync.retry_step, sid, step, note)
+        return await asyncio.to_thread(self.sync.retry_step, sid, step, note, actor=actor)
 
-    async def skip_step(self, sid: str, step: str, note: str = "") -> str:
+    async def skip_step(
+        self, sid: str, step: str, note: str = "", *, actor: str | None = None
+    ) -> str:
         """See :meth:`Client.skip_step`."""
-        return await asyncio.to_thread(self.sync.skip_step, sid, step, note)
+        return await asyncio.to_thread(self.sync.skip_step, sid, step, note, actor=actor)
 
     async def close(self) -> None:
         """Close the Redis connections."""

@@ -7,17 +7,21 @@ talks to Redis only, never to a supervisor, and validates a plan exactly as the 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, cast
 
+from pydantic import ValidationError
+
 from planloop.config.settings import Settings
-from planloop.core.errors import PlanloopError
+from planloop.core.errors import ConfigError, PlanLoadError, PlanloopError
 from planloop.core.input_limits import InputLimits
 from planloop.core.models import Event, SessionOptions, SessionRecord, SessionStatus, StepStatus
-from planloop.core.settings_check import check_settings, load_settings
+from planloop.core.settings_check import check_settings, load_settings, settings_error
+from planloop.planner import input_check
 from planloop.planner.plan import Plan, load_plan
 from planloop.producer.client import Producer
 from planloop.report import Report, build_report
@@ -68,7 +72,12 @@ class Client:
                 first read.
         """
         base = settings or load_settings()
-        self.settings = base.model_copy(update=overrides) if overrides else base
+        if overrides:  # validated like the PLANLOOP_* variables (model_copy checks nothing)
+            try:
+                base = Settings.model_validate({**base.model_dump(), **overrides})
+            except ValidationError as exc:
+                raise settings_error(exc) from None
+        self.settings = base
         check_settings(self.settings, record=False)
         self._producer = Producer.from_settings(self.settings)
 
@@ -82,8 +91,14 @@ class Client:
         ``max_replans=1``, ...), merged over ``options``.
 
         Raises:
-            PlanError: the plan cannot run (unknown tool, cycle, bad params, ...); nothing
-                was submitted.
+            PlanError: the plan cannot run (unknown tool, cycle, bad params, ...) or breaks
+                an input limit; nothing was submitted.
+            InputLimitError: its goal or constraints are too long.
+            ConfigError: an option out of range, or an ``answer_schema`` that cannot be
+                used (the error's ``setting`` names it).
+
+        Every refusal is a :class:`PlanloopError` whose message names the field and the
+        limit, never the value; the CLI and the console refuse exactly the same input.
         """
         return self._producer.submit(self._plan(plan), _options(options, option_fields))
 
@@ -100,7 +115,9 @@ class Client:
         """Start a session whose plan an LLM writes for ``goal``; returns the session id.
 
         Raises:
-            ConfigError: no LLM endpoint is configured (``PLANLOOP_LLM_BASE_URL``).
+            ConfigError: no LLM endpoint is configured (``PLANLOOP_LLM_BASE_URL``), or an
+                option cannot be used.
+            InputLimitError: the goal or a constraint breaks an input limit.
             UnknownToolError: a toolset prefix in ``tools`` matches no tool.
         """
         chosen = _options(options, {**option_fields, "mode": mode})
@@ -124,6 +141,9 @@ class Client:
             WaitTimeoutError: still running after ``timeout_s`` (it keeps running).
             SessionNotFoundError: no such session.
         """
+        for name, value in (("timeout_s", timeout_s), ("poll_s", poll_s)):
+            if value is not None and not (_is_finite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number of seconds", setting=name)
         record = self._producer.wait(sid, timeout_s=timeout_s, poll_s=poll_s)
         if not record.status.ended:
             raise WaitTimeoutError(sid, timeout_s or 0.0, record.status)
@@ -157,19 +177,24 @@ class Client:
                 return
 
     # --- steering -----------------------------------------------------------------------
-    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+    # Every steering call records ``actor`` as who asked (default: this process's OS user).
+    def cancel(
+        self, sid: str, reason: str = "cancelled by user", *, actor: str | None = None
+    ) -> SessionStatus:
         """Stop the session (compensations of completed writes run); the status it had.
 
         Raises:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.cancel(sid, reason)
+        return self._producer.cancel(sid, reason, actor=actor)
 
-    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
+    def signal(
+        self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
+    ) -> str:
         """Tell a running session something new (a constraint unless ``constraint=False``);
         the event's stream id."""
-        return self._producer.signal(sid, text, constraint=constraint)
+        return self._producer.signal(sid, text, constraint=constraint, actor=actor)
 
     def approve(
         self,
@@ -178,6 +203,7 @@ class Client:
         step: str | None = None,
         action: str | None = None,
         note: str = "",
+        actor: str | None = None,
     ) -> str:
         """Let ``step`` (marked ``requires_approval``) run, or choose the ``action``
         (continue, replan_remaining, replan_full, abort) of a session whose re-plan budget
@@ -193,9 +219,9 @@ class Client:
         """
         if (step is None) == (action is None):
             raise ValueError("give either step= or action=")
-        return self._producer.approve(sid, action, note, step=step)
+        return self._producer.approve(sid, action, note, step=step, actor=actor)
 
-    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+    def retry_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Run ``step``, which failed for good (or was interrupted), once more; its skipped
         dependents wait for it again. The event's stream id.
 
@@ -205,9 +231,9 @@ class Client:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.retry_step(sid, step, note)
+        return self._producer.retry_step(sid, step, note, actor=actor)
 
-    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+    def skip_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Give up ``step`` (failed, or not started: an approval rejected): it and its
         dependents end skipped. The event's stream id.
 
@@ -217,7 +243,7 @@ class Client:
             SessionNotFoundError: no such session.
             SessionEndedError: it has ended already.
         """
-        return self._producer.skip_step(sid, step, note)
+        return self._producer.skip_step(sid, step, note, actor=actor)
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -239,9 +265,14 @@ class Client:
     def _plan(self, plan: PlanLike) -> Plan:
         if isinstance(plan, Plan):
             return plan
+        limits = InputLimits.from_settings(self.settings)
         if isinstance(plan, str | Path):
-            return load_plan(plan, limits=InputLimits.from_settings(self.settings))
-        return Plan.model_validate(dict(plan))
+            return load_plan(plan, limits=limits)
+        if isinstance(plan, Mapping):
+            return input_check.plan_from_data(plan, limits)
+        raise PlanLoadError(
+            f"a plan is a Plan, its dict form or a file's path, not {type(plan).__name__}"
+        )
 
     def _outputs(self, sid: str, record: SessionRecord) -> dict[str, Any]:
         """Full outputs of the completed steps: from Redis, else the SQL record."""
@@ -273,5 +304,8 @@ def _json(text: str) -> Any:
 
 
 def _options(options: SessionOptions | None, fields: Mapping[str, Any]) -> SessionOptions:
-    base = options or SessionOptions()
-    return SessionOptions.model_validate({**base.model_dump(exclude_unset=True), **fields})
+    return input_check.session_options(options, fields)
+
+
+def _is_finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

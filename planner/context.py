@@ -5,7 +5,7 @@ it, the results are compressed, never truncated: every step stays named with its
 the text opens with a line that says what was compressed and how.
 
 1. With a model, the compressor role reads the steps in chunks (map: one chunk of rendered
-   results -> notes), and the notes are merged (reduce), keeping what seed 002 keeps: the
+   results -> notes), and the notes are merged (reduce), keeping what matters to a decision: the
    goal's conclusions, key data, the last critique's points and the open questions, plus one
    line per step. A step the model's notes leave out is added back with its status.
 2. Without a model, or when the compressor fails, the rule-based ladder shortens every

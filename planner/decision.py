@@ -10,7 +10,7 @@ from planloop.planner.plan import Step
 
 
 class ReplanAction(StrEnum):
-    """What the supervisor does about the events that triggered a decision (seed 000)."""
+    """What the supervisor does about the events that triggered a decision."""
 
     CONTINUE = "CONTINUE"  # nothing to change: keep running the current plan
     REPLAN_REMAINING = "REPLAN_REMAINING"  # freeze completed steps, re-plan only the rest

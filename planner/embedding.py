@@ -5,6 +5,8 @@
 400, a model it does not serve) is remembered and the embedder answers ``None`` from then
 on, so lessons keep working on :func:`lexical_similarity`, a word-overlap cosine that is
 weaker: it misses synonyms and counts shared words whatever their meaning.
+:class:`LocalEmbedder` (planner/local_embedding.py, an optional extra) embeds in-process
+and offline instead; ``PLANLOOP_LESSONS_EMBEDDING_BACKEND`` picks one (:func:`build_embedder`).
 """
 
 from __future__ import annotations
@@ -12,17 +14,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Protocol
 
 import openai
 from openai import OpenAI
 
 from planloop.config.settings import Settings
-from planloop.core.llm_meter import current_meter
+from planloop.core.errors import LLMBudgetSpentError
+from planloop.core.llm_meter import UsageMeter, current_meter
+from planloop.core.masking import mask_text
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
+from planloop.planner.local_embedding import LocalEmbedder
 
 __all__ = [
     "Embedder",
+    "LocalEmbedder",
     "NoEmbedder",
     "OpenAIEmbedder",
     "build_embedder",
@@ -74,13 +81,23 @@ class OpenAIEmbedder:
         if not self.available or self._client is None or not texts:
             return None
         meter = current_meter()
-        if meter is not None and meter.spent() is not None:
+        try:
+            with nullcontext() if meter is None else meter.metered(EMBEDDING_ROLE):
+                return self._embed(texts, meter)
+        except LLMBudgetSpentError:
             # No call starts on a spent budget; lexical similarity costs nothing.
-            log.info("session=%s LLM budget spent: lexical similarity this time", meter.sid)
+            log.info("session=%s LLM budget spent: lexical similarity this time", self._sid(meter))
             return None
+
+    def _embed(self, texts: Sequence[str], meter: UsageMeter | None) -> list[list[float]] | None:
+        """One embeddings call, charged to ``meter`` before its vectors are used."""
+        assert self._client is not None
         started = time.monotonic()
         try:
-            response = self._client.embeddings.create(model=self._model, input=list(texts))
+            # texts leave through the one masker too (core/masking.py), like every prompt
+            response = self._client.embeddings.create(
+                model=self._model, input=[mask_text(t) for t in texts]
+            )
         except openai.APIStatusError as exc:
             if exc.status_code in (400, 404, 405, 501):
                 # The server has no embeddings (or not this model): lexical from now on.
@@ -109,6 +126,10 @@ class OpenAIEmbedder:
         ordered = sorted(response.data, key=lambda d: d.index)
         return [list(d.embedding) for d in ordered]
 
+    @staticmethod
+    def _sid(meter: UsageMeter | None) -> str:
+        return meter.sid if meter is not None else ""
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -123,8 +144,16 @@ class NoEmbedder:
         return None
 
 
-def build_embedder(settings: Settings) -> OpenAIEmbedder | NoEmbedder:
-    """The endpoint's embedder when an endpoint and a model are set, else :class:`NoEmbedder`."""
-    if settings.llm_base_url and settings.llm_embedding_model:
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedder ``PLANLOOP_LESSONS_EMBEDDING_BACKEND`` picks.
+
+    ``endpoint``: the endpoint's when an endpoint and a model are set, else
+    :class:`NoEmbedder`; ``local``: :class:`LocalEmbedder` (a ConfigError naming the pip
+    command when the extra is not installed); ``lexical``: :class:`NoEmbedder`.
+    """
+    backend = settings.lessons_embedding_backend
+    if backend == "local":
+        return LocalEmbedder()
+    if backend == "endpoint" and settings.llm_base_url and settings.llm_embedding_model:
         return OpenAIEmbedder(settings)
     return NoEmbedder()

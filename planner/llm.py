@@ -10,6 +10,10 @@ and remembered per client once a server rejects one:
 An answer that does not parse or does not fit the schema goes back to the model with the
 exact error, at most ``plan_max_repairs`` times. Prompts are logged at debug level only.
 
+Every message passes the one masker (:func:`planloop.core.masking.mask_messages`) at the
+one place a request leaves (:meth:`OpenAIChatModel._send`): whichever role built a prompt,
+from whatever text, no credential in it reaches the model.
+
 Every HTTP call is metered (core/llm_meter.py): none starts once the session of the current
 context has spent its budget, and each answer's usage is written to the session's ledger as
 soon as it is read, repairs and unusable answers included.
@@ -22,6 +26,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -36,7 +41,9 @@ from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
 from planloop.core.llm_meter import current_meter
 from planloop.core.llm_transcript import transcript
+from planloop.core.masking import mask_messages
 from planloop.planner.json_repair import extract_json
+from planloop.planner.llm_stream import read_stream
 
 logger = logging.getLogger(__name__)
 
@@ -268,31 +275,40 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
-            _check_budget(role)
-            started = time.monotonic()
-            try:
-                stream = self._create_stream(model, _shape(chat, schema, mode), mode, schema)
-            except openai.APIStatusError as exc:
-                if _rejects_streaming(exc):
-                    logger.warning(
-                        "%s refused a streamed request (HTTP %d); plans are not streamed "
-                        "from now on",
-                        self.base_url,
-                        exc.status_code,
+            with _metered(role):
+                started = time.monotonic()
+                try:
+                    stream = cast(
+                        Stream[ChatCompletionChunk],
+                        self._send(model, _shape(chat, schema, mode), mode, schema, stream=True),
                     )
-                    self._streams = False
-                    return self.stream_text(role, messages, schema, on_text)
-                if not _rejects_format(exc, mode):
+                except openai.APIStatusError as exc:
+                    if _rejects_streaming(exc):
+                        logger.warning(
+                            "%s refused a streamed request (HTTP %d); plans are not streamed "
+                            "from now on",
+                            self.base_url,
+                            exc.status_code,
+                        )
+                        self._streams = False
+                        break  # asked again whole, once the slot is free
+                    if not _rejects_format(exc, mode):
+                        raise self._unavailable(exc) from exc
+                    self._step_down(mode, exc)
+                    continue
+                except openai.APIConnectionError as exc:
                     raise self._unavailable(exc) from exc
-                self._step_down(mode, exc)
-                continue
-            except openai.APIConnectionError as exc:
-                raise self._unavailable(exc) from exc
-            text, usage = self._read_stream(stream, on_text, started, model, role)
-            usage = _charged(usage, transcript(chat, text, self._settings.llm_transcript_max_chars))
+                text, usage, reported = self._read_stream(stream, on_text, started, model, role)
+                # A stream cut before its usage chunk served no usage: nothing to record.
+                usage = (
+                    _charged(usage, self._kept(chat, text))
+                    if reported
+                    else replace(usage, recorded=True)
+                )
             self.usages.append(usage)
             logger.debug("%s answer (%s, streamed): %s", role, model, text)
             return text, usage
+        return self.stream_text(role, messages, schema, on_text)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -307,47 +323,31 @@ class OpenAIChatModel:
         model = self.model_for(role)
         while True:
             mode = self._mode
-            _check_budget(role)
-            started = time.monotonic()
-            try:
-                response = self._create(model, _shape(chat, schema, mode), mode, schema)
-            except openai.APIStatusError as exc:
-                if not _rejects_format(exc, mode):
+            with _metered(role):
+                started = time.monotonic()
+                try:
+                    response = cast(
+                        ChatCompletion,
+                        self._send(model, _shape(chat, schema, mode), mode, schema, stream=False),
+                    )
+                except openai.APIStatusError as exc:
+                    if not _rejects_format(exc, mode):
+                        raise self._unavailable(exc) from exc
+                    self._step_down(mode, exc)
+                    continue
+                except openai.APIConnectionError as exc:
                     raise self._unavailable(exc) from exc
-                self._step_down(mode, exc)
-                continue
-            except openai.APIConnectionError as exc:
-                raise self._unavailable(exc) from exc
-            usage = _usage_of(response, time.monotonic() - started, model, role)
-            content = response.choices[0].message.content if response.choices else None
-            kept = transcript(chat, content or "", self._settings.llm_transcript_max_chars)
-            usage = _charged(usage, kept)
+                usage = _usage_of(response, time.monotonic() - started, model, role)
+                content = response.choices[0].message.content if response.choices else None
+                usage = _charged(usage, self._kept(chat, content or ""))
             self.usages.append(usage)
             logger.debug("%s answer (%s): %s", role, model, content)
             return content or "", usage
 
-    def _create(
-        self,
-        model: str,
-        messages: list[dict[str, str]],
-        mode: StructuredMode,
-        schema: type[BaseModel],
-    ) -> ChatCompletion:
-        """POST one chat completion, retrying 429s, 5xx and lost connections."""
-        logger.debug("prompt to %s (%s): %s", model, mode, messages)
-        extra: dict[str, Any] = {}
-        if mode != "none":
-            # Through extra_body: llama.cpp's json_object + schema is not in the SDK's types.
-            extra["response_format"] = _response_format(mode, schema)
-
-        def call() -> ChatCompletion:
-            return self._client.chat.completions.create(
-                model=model,
-                messages=cast("list[ChatCompletionMessageParam]", messages),
-                extra_body=extra or None,
-            )
-
-        return self._retrying(mode)(call)
+    def _kept(self, chat: list[dict[str, str]], answer: str) -> tuple[str | None, str | None]:
+        """The prompt and response the record keeps of one call: of the messages as masked
+        for sending (never the unmasked ones), cut to ``llm_transcript_max_chars``."""
+        return transcript(mask_messages(chat), answer, self._settings.llm_transcript_max_chars)
 
     def _retrying(self, mode: StructuredMode) -> Retrying:
         """Retries of one request: transient errors, with the endpoint's back-off."""
@@ -359,27 +359,35 @@ class OpenAIChatModel:
             reraise=True,
         )
 
-    def _create_stream(
+    def _send(
         self,
         model: str,
         messages: list[dict[str, str]],
         mode: StructuredMode,
         schema: type[BaseModel],
-    ) -> Stream[ChatCompletionChunk]:
-        """Open one streamed chat completion, retrying as :meth:`_create` does (only the
-        request: a stream cut off after its first piece is not asked again)."""
-        logger.debug("streamed prompt to %s (%s): %s", model, mode, messages)
+        *,
+        stream: bool,
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]:
+        """POST one chat completion (or open a stream), the one place a request leaves:
+        masked messages, the structured-output form, retries of 429s, 5xx and lost
+        connections (only of the request: a stream cut off after its first piece is not
+        asked again)."""
+        masked = mask_messages(messages)
+        logger.debug("prompt to %s (%s, stream=%s): %s", model, mode, stream, masked)
         extra: dict[str, Any] = {}
         if mode != "none":
+            # Through extra_body: llama.cpp's json_object + schema is not in the SDK's types.
             extra["response_format"] = _response_format(mode, schema)
+        streaming: dict[str, Any] = (
+            {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+        )
 
-        def call() -> Stream[ChatCompletionChunk]:
-            return self._client.chat.completions.create(
+        def call() -> ChatCompletion | Stream[ChatCompletionChunk]:
+            return self._client.chat.completions.create(  # type: ignore[no-any-return]
                 model=model,
-                messages=cast("list[ChatCompletionMessageParam]", messages),
-                stream=True,
-                stream_options={"include_usage": True},
+                messages=cast("list[ChatCompletionMessageParam]", masked),
                 extra_body=extra or None,
+                **streaming,
             )
 
         return self._retrying(mode)(call)
@@ -391,41 +399,13 @@ class OpenAIChatModel:
         started: float,
         model: str,
         role: Role,
-    ) -> tuple[str, Usage]:
-        """The text and usage of an opened stream, each piece handed to ``on_text``."""
-        with stream:
-            kind = stream.response.headers.get("content-type", "")
-            if "text/event-stream" not in kind:  # the server ignored stream=True
-                whole = ChatCompletion.model_validate(json.loads(stream.response.read()))
-                text = (whole.choices[0].message.content if whole.choices else None) or ""
-                on_text(text)
-                return text, _usage_of(whole, time.monotonic() - started, model, role)
-            pieces: list[str] = []
-            counted = None
-            served = model
-            try:
-                for chunk in stream:
-                    served = chunk.model or served
-                    if chunk.usage is not None:
-                        counted = chunk.usage
-                    piece = chunk.choices[0].delta.content if chunk.choices else None
-                    if piece:
-                        pieces.append(piece)
-                        on_text(piece)
-            except openai.APIError as exc:  # the SDK wraps a broken connection
-                logger.warning(
-                    "the %s answer's stream from %s broke after %d piece(s): %s",
-                    role,
-                    self.base_url,
-                    len(pieces),
-                    exc,
-                )
+    ) -> tuple[str, Usage, bool]:
+        """The text and usage of an opened stream (planner/llm_stream.py), and whether the
+        endpoint reported its usage (a stream cut before its usage chunk did not)."""
+        read = read_stream(stream, on_text, model=model, role=str(role), base_url=self.base_url)
         latency = time.monotonic() - started
-        if counted is None:  # no usage chunk (stream_options unknown): one token per piece
-            return "".join(pieces), Usage(0, len(pieces), latency, served, str(role))
-        return "".join(pieces), Usage(
-            counted.prompt_tokens, counted.completion_tokens, latency, served, str(role)
-        )
+        usage = Usage(read.prompt_tokens, read.completion_tokens, latency, read.model, str(role))
+        return read.text, usage, read.reported
 
     def _step_down(self, mode: StructuredMode, exc: openai.APIStatusError) -> None:
         """Remember that the server rejects ``mode``; raise when there is nothing to fall to."""
@@ -634,15 +614,15 @@ def _sum_usages(usages: list[Usage]) -> Usage:
     )
 
 
-def _check_budget(role: Role) -> None:
-    """Refuse to start a call once the current session's budget is spent.
+def _metered(role: Role) -> AbstractContextManager[object]:
+    """Around one call: refuse to start it once the current session's budget is spent, and
+    hold the session's call slot until it is charged (core/llm_meter.py).
 
     Raises:
         LLMBudgetSpentError: The meter of the current context says the budget is spent.
     """
     meter = current_meter()
-    if meter is not None:
-        meter.check(str(role))
+    return nullcontext() if meter is None else meter.metered(str(role))
 
 
 def _charged(usage: Usage, kept: tuple[str | None, str | None] = (None, None)) -> Usage:

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from planloop.core import json_input
 from planloop.core.errors import PlanLoadError, PlanValidationError
 from planloop.core.input_limits import (
     CEILINGS,
@@ -106,8 +107,8 @@ class Step(BaseModel):
         pattern=QUEUE_PATTERN,
         max_length=128,
         description="The worker queue (pool) to send this step to, whether or not a live "
-        "worker consumes it (seed 004's assignedWorker); None = routed to a live worker "
-        "that serves the tool (core/routing.py).",
+        "worker consumes it (what other plan formats call assignedWorker); None = routed to a "
+        "live worker that serves the tool (core/routing.py).",
     )
     expect: list[Expectation] = Field(default_factory=list)
     fallback: list[Step] = Field(
@@ -322,15 +323,15 @@ def _parse_yaml(text: str, source: str | None, max_alias_nodes: int | None) -> A
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise PlanLoadError(f"bad YAML{where}: {problem}", source=source) from None
+    except ValueError as exc:  # a scalar its constructor refuses (a date that is none, ...)
+        raise PlanLoadError(f"bad YAML: a value cannot be read ({exc})", source=source) from None
 
 
 def _parse_json(text: str, source: str | None) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanLoadError(
-            f"bad JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source
-        ) from None
+        return json_input.loads(text)
+    except json_input.JsonInputError as exc:
+        raise PlanLoadError(str(exc), source=source) from None
 
 
 def load_stored_plan(raw: str, *, checked: bool = False) -> Plan:

@@ -1,4 +1,4 @@
-"""Stall detection for the ReAct loop (seed 003): a loop that stopped making progress ends.
+"""Stall detection for the ReAct loop: a loop that stopped making progress ends.
 
 Two rules, each over the newest turns of the loop, each with its own threshold
 (``PLANLOOP_REACT_STALL_REPEATS``, ``PLANLOOP_REACT_STALL_REFUSALS``; 0 turns a rule off):

@@ -1,4 +1,4 @@
-"""Reflexion (seed 003): a session that went wrong leaves lessons for similar later goals.
+"""Reflexion: a session that went wrong leaves lessons for similar later goals.
 
 The reflector role sees the goal, how the session ended, its steps with their statuses and
 (masked) errors, the decisions' reasons and the critic's feedback. It never sees a tool

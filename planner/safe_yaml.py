@@ -5,7 +5,9 @@ malformed file took 81 s to be refused), and aliases share nodes, so a 600-byte 
 laughs" loads at once and then expands to 10^9 values in whatever walks it next. Here libyaml
 (C; nesting capped at 1,000 levels) first checks the syntax without building anything (a
 malformed 5 MB file is refused in well under a second), then composes the node graph, which is
-walked once to count what the aliases add, and only then built into Python.
+walked once to count what the aliases add, and only then built into Python. Building refuses
+what YAML would silently resolve: a key given twice in one mapping (the last would win) and an
+integer too long to be meant (core/input_limits.py ``MAX_INT_DIGITS``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from typing import Any
 
 import yaml
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from planloop.core.input_limits import MAX_INT_DIGITS
+from planloop.core.json_input import shown_key
+
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CParser: Any = getattr(getattr(yaml, "_yaml", None), "CParser", None)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class YamlLimitError(ValueError):
@@ -24,6 +30,46 @@ class YamlLimitError(ValueError):
     def __init__(self, message: str, *, line: int = 0) -> None:
         self.line = line
         super().__init__(message)
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc]
+    """The safe loader, refusing duplicate keys and overlong integers (naming the line)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            _refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        digits = sum(char.isalnum() for char in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise YamlLimitError(
+                f"an integer of more than {MAX_INT_DIGITS} digits",
+                line=node.start_mark.line + 1,
+            )
+        return super().construct_yaml_int(node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+
+def _refuse_duplicate_keys(loader: Any, node: yaml.MappingNode) -> None:
+    """A key written twice in one mapping; keys a merge (``<<``) brings may be overridden."""
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            seen_at = first.get(key)
+        except TypeError:  # an unhashable key: construct_mapping refuses it
+            continue
+        if seen_at is not None:
+            raise YamlLimitError(
+                f"duplicate key {shown_key(key)} (first at line {seen_at})", line=line
+            )
+        first[key] = line
 
 
 def load_yaml(text: str, *, max_alias_nodes: int | None) -> Any:
@@ -39,7 +85,7 @@ def load_yaml(text: str, *, max_alias_nodes: int | None) -> Any:
     """
     if _CParser is not None:
         _CParser(text).raw_parse()  # syntax only, in C: no Python object per event
-    loader = _Loader(text)
+    loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -1,6 +1,6 @@
 """The situation report the decider and re-planner read, held under a size budget.
 
-Compression follows seed 002: it trims state, it does not summarise. The goal, the trigger,
+Compression trims state, it does not summarise. The goal, the trigger,
 the constraints, the last feedback, CRITICAL events and the open steps always stay; what
 gives way, in this order, is older tool outputs (full, then their top-level scalar fields,
 then one line each), older non-critical events, the newest output, and at last the one-line
@@ -111,7 +111,7 @@ class _Level:
 
 _ALL = 10**6
 # Tried in order until the report fits the budget. Old warnings give way before the newest
-# output does: seed 002 ranks tool results above the history of how they came about.
+# output does: tool results rank above the history of how they came about.
 _LADDER = (
     _Level(_ALL, 0, None),
     _Level(3, _ALL, None),

@@ -14,8 +14,10 @@ from typing import Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, Field, field_validator
+from referencing.exceptions import Unresolvable
 
 from planloop.core.errors import ConfigError
+from planloop.planner.answer_schema import check_answer_schema
 from planloop.planner.answer_shape import answer_shape
 from planloop.planner.llm import ChatModel, Role, Usage
 from planloop.planner.prompting import render_prompt
@@ -56,22 +58,13 @@ class SessionAnswer(BaseModel):
     source: AnswerSource = "summarizer"
 
 
-def check_answer_schema(schema: dict[str, Any]) -> None:
-    """Refuse an ``answer_schema`` that is not a valid JSON schema, before a session starts.
-
-    Raises:
-        ConfigError: the schema itself is invalid; the message names the problem.
-    """
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigError(f"answer_schema is not a valid JSON schema: {exc.message}") from None
-
-
 def schema_problem(data: Any, schema: dict[str, Any]) -> str | None:
     """Why ``data`` does not fit ``schema`` (the first error, with its path), or None."""
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    except (Unresolvable, RecursionError):  # a schema stored before these were refused
+        return "the answer_schema itself cannot be used (an unresolvable $ref or too deep)"
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "<root>"

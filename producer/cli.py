@@ -12,10 +12,21 @@ import click
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.core.models import SessionOptions
+from planloop.producer.cli_types import (
+    MAX_LISTED,
+    MAX_PROCESSES,
+    MAX_WAIT_S,
+    MAX_WORKER_SLOTS,
+    BoundedFloat,
+    bounded_int,
+    row_id,
+    session_option,
+)
 from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
+from planloop.producer.users_cli import users
 
 if TYPE_CHECKING:
+    from planloop.core.input_limits import InputLimits
     from planloop.core.lessons import LessonStore, Thresholds
     from planloop.producer.lesson_views import Freshness
 
@@ -55,6 +66,11 @@ class PlanloopGroup(click.Group):
     database with one line naming the URL and what to do, and exit code 3
     (producer/exits.py). Never a traceback."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from planloop.producer.cli_errors import run_main  # usage errors in one line
+
+        return run_main(super().main, *args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -65,8 +81,7 @@ class PlanloopGroup(click.Group):
             while seen is not None:  # the fault may be the cause of a wrapping error
                 found = unreachable(seen, *_service_urls())
                 if found is not None:
-                    click.echo(f"error: {found.message()}", err=True)
-                    sys.exit(EXIT_UNREACHABLE)
+                    _fail(found.message(), code=EXIT_UNREACHABLE)
                 seen = seen.__cause__ or seen.__context__
             raise
 
@@ -105,8 +120,18 @@ def _setup_logging(level: str, settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line on stderr (a message's own line breaks joined, escapes made harmless), then
+    exit ``code``."""
+    from planloop.producer.terminal import terminal_safe  # a name or a tool's text in it
+
+    click.echo(f"error: {terminal_safe(' '.join(message.split()))}", err=True)
     sys.exit(code)
+
+
+# Who asks, recorded with the command's event (default: the OS user running the CLI).
+AS_OPTION = click.option(
+    "--as", "actor", default=None, metavar="NAME", help="Who asks, for the record (default: you)."
+)
 
 
 @click.group(cls=PlanloopGroup)
@@ -127,10 +152,13 @@ def cli() -> None:
 @click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
 @click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None, help="Steps running at once."
+    "--concurrency", type=session_option("concurrency"), default=None, help="Steps running at once."
 )
 @click.option(
-    "--max-replans", type=click.IntRange(min=0), default=None, help="Re-plan budget of the session."
+    "--max-replans",
+    type=session_option("max_replans"),
+    default=None,
+    help="Re-plan budget of the session.",
 )
 @click.option(
     "--compensate-on-failure/--no-compensate-on-failure",
@@ -140,19 +168,19 @@ def cli() -> None:
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=session_option("max_tokens"),
     default=None,
     help="LLM token budget of the session (every role).",
 )
 @click.option(
     "--max-cost-usd",
-    type=click.FloatRange(min=0, min_open=True),
+    type=session_option("max_cost_usd"),
     default=None,
     help="LLM cost budget of the session, US dollars (priced by PLANLOOP_LLM_PRICES).",
 )
 @click.option(
     "--max-rounds",
-    type=click.IntRange(min=1),
+    type=session_option("max_rounds"),
     default=None,
     help="Rounds with critique (LLM sessions; default PLANLOOP_MAX_ROUNDS).",
 )
@@ -173,7 +201,7 @@ def cli() -> None:
 @click.option(
     "--wait-for-workers",
     "wait_for_workers_s",
-    type=click.FloatRange(min=0),
+    type=BoundedFloat(0, MAX_WAIT_S),
     is_flag=False,
     flag_value=DEFAULT_WAIT_FOR_WORKERS_S,
     default=0.0,
@@ -209,6 +237,7 @@ def submit(
 ) -> None:
     """Submit PLAN_FILE (YAML or JSON), or a --goal for the LLM planner, as a new session."""
     from planloop.core.input_limits import InputLimits
+    from planloop.planner.input_check import session_options
     from planloop.planner.plan import load_plan
     from planloop.producer.client import Producer
 
@@ -216,21 +245,23 @@ def submit(
         _fail("give either a plan file (YAML or JSON) or --goal TEXT")
         return
     plan_file, answer_schema_file = _shipped(plan_file), _shipped(answer_schema_file)
-    options = SessionOptions(
-        concurrency=concurrency,
-        max_replans=max_replans,
-        compensate_on_failure=compensate_on_failure,
-        max_tokens=max_tokens,
-        max_cost_usd=max_cost_usd,
-        max_rounds=max_rounds,
-        mode=mode,
-    )
     settings = _settings()  # a bad setting is its own line (PlanloopGroup), exit 2
     try:
-        if answer_schema_file is not None:
-            options = options.model_copy(
-                update={"answer_schema": read_answer_schema(answer_schema_file)}
-            )
+        limits = InputLimits.from_settings(settings)
+        schema = read_answer_schema(answer_schema_file, limits) if answer_schema_file else None
+        options = session_options(  # the SDK's own check: the same values pass both
+            None,
+            {
+                "concurrency": concurrency,
+                "max_replans": max_replans,
+                "compensate_on_failure": compensate_on_failure,
+                "max_tokens": max_tokens,
+                "max_cost_usd": max_cost_usd,
+                "max_rounds": max_rounds,
+                "mode": mode,
+                "answer_schema": schema,
+            },
+        )
         producer = Producer.from_settings(settings, on_local_catalogue=_say_local)
         if goal is not None:
             tools = [t.strip() for t in toolsets.split(",") if t.strip()]
@@ -245,7 +276,7 @@ def submit(
             )
         else:
             assert plan_file is not None
-            plan = load_plan(plan_file, limits=InputLimits.from_settings(settings))
+            plan = load_plan(plan_file, limits=limits)
             sid = producer.submit(
                 plan,
                 options,
@@ -256,7 +287,7 @@ def submit(
     except ToolModuleError:
         raise  # one line, exit 2 (PlanloopGroup)
     except PlanloopError as exc:
-        _fail(f"{exc}\n(nothing was submitted)")
+        _fail(f"{exc} (nothing was submitted)")
         return
     click.echo(json.dumps({"session_id": sid}) if as_json else sid)
     if wait:
@@ -306,21 +337,24 @@ def examples(directory: Path, overwrite: bool) -> None:
     click.echo(f"try: planloop submit {directory / 'diamond.yaml'} --wait")
 
 
-def read_answer_schema(path: Path) -> dict[str, Any]:
+def read_answer_schema(path: Path, limits: InputLimits | None = None) -> dict[str, Any]:
     """The JSON schema in ``path``, checked before anything is submitted.
 
     Raises:
-        ConfigError: the file is not JSON, not an object, or not a valid JSON schema.
+        ConfigError: the file is not JSON (a duplicate key, an overlong number), not an
+            object, or an answer schema that cannot be used (planner/answer_schema.py).
     """
-    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.core.input_limits import DEFAULTS
+    from planloop.core.json_input import loads
+    from planloop.planner.answer_schema import check_answer_schema  # jsonschema: when asked
 
     try:
-        schema = json.loads(path.read_text("utf-8"))
+        schema = loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the answer schema {path}: {exc}") from None
     if not isinstance(schema, dict):
         raise ConfigError(f"the answer schema {path} must be a JSON object")
-    check_answer_schema(schema)
+    check_answer_schema(schema, limits or DEFAULTS)
     return schema
 
 
@@ -334,7 +368,10 @@ def read_answer_schema(path: Path) -> dict[str, Any]:
 )
 @click.option("--step", default=None, help="Let this step (requires_approval) run.")
 @click.option("--note", default="", help="Why, for the record.")
-def approve(session_id: str, action: str | None, step: str | None, note: str) -> None:
+@AS_OPTION
+def approve(
+    session_id: str, action: str | None, step: str | None, note: str, actor: str | None
+) -> None:
     """Answer a session waiting for a person: approve a step, or choose an action."""
     from planloop.producer.client import Producer
 
@@ -342,7 +379,9 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
         _fail("give either --step STEP_ID or --action ACTION")
         return
     try:
-        Producer.from_settings(_settings()).approve(session_id, action, note, step=step)
+        Producer.from_settings(_settings()).approve(
+            session_id, action, note, step=step, actor=actor
+        )
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"approval ({step or action}) sent to {session_id}")
@@ -351,7 +390,11 @@ def approve(session_id: str, action: str | None, step: str | None, note: str) ->
 @cli.command()
 @click.argument("session_id", required=False)
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sessions to list."
+    "--limit",
+    type=bounded_int(1, MAX_LISTED),
+    default=20,
+    show_default=True,
+    help="Sessions to list.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(session_id: str | None, limit: int, as_json: bool) -> None:
@@ -403,12 +446,13 @@ def show(session_id: str, as_json: bool) -> None:
 @cli.command()
 @click.argument("session_id")
 @click.option("--reason", default="cancelled by user", help="Why, for the report.")
-def cancel(session_id: str, reason: str) -> None:
+@AS_OPTION
+def cancel(session_id: str, reason: str, actor: str | None) -> None:
     """Cancel a session: running steps stop, nothing new starts."""
     from planloop.producer.client import Producer
 
     try:
-        before = Producer.from_settings(_settings()).cancel(session_id, reason)
+        before = Producer.from_settings(_settings()).cancel(session_id, reason, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     if before == "pending":
@@ -424,12 +468,15 @@ def cancel(session_id: str, reason: str) -> None:
 @click.argument("session_id")
 @click.argument("text")
 @click.option("--signal", "plain", is_flag=True, help="A plain signal, not a constraint.")
-def signal(session_id: str, text: str, plain: bool) -> None:
+@AS_OPTION
+def signal(session_id: str, text: str, plain: bool, actor: str | None) -> None:
     """Tell a running session something new, e.g. "budget is 5k"."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).signal(session_id, text, constraint=not plain)
+        Producer.from_settings(_settings()).signal(
+            session_id, text, constraint=not plain, actor=actor
+        )
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"signal sent to {session_id}")
@@ -500,7 +547,7 @@ def lessons_add(
 
 
 @lessons.command("show")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 @click.option("--json", "as_json", is_flag=True, help="Print the lesson as JSON.")
 def lessons_show(lesson_id: int, as_json: bool) -> None:
     """One lesson in full, with its measured effect."""
@@ -513,7 +560,7 @@ def lessons_show(lesson_id: int, as_json: bool) -> None:
 
 
 @lessons.command("disable")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 @click.option("--reason", default="disabled by a person", help="Why, for the record.")
 def lessons_disable(lesson_id: int, reason: str) -> None:
     """Stop giving a lesson to prompts (kept, with its record; `enable` undoes it)."""
@@ -524,7 +571,7 @@ def lessons_disable(lesson_id: int, reason: str) -> None:
 
 
 @lessons.command("enable")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 def lessons_enable(lesson_id: int) -> None:
     """Give a disabled lesson to prompts again."""
     store, _ = _lesson_store()
@@ -534,7 +581,7 @@ def lessons_enable(lesson_id: int) -> None:
 
 
 @lessons.command("delete")
-@click.argument("lesson_id", type=int)
+@click.argument("lesson_id", type=row_id())
 def lessons_delete(lesson_id: int) -> None:
     """Delete a lesson and its uses."""
     store, _ = _lesson_store()
@@ -576,12 +623,13 @@ def _lesson_store() -> tuple[LessonStore, Thresholds]:
 @click.argument("session_id")
 @click.argument("step_id")
 @click.option("--note", default="", help="Why, for the record.")
-def retry(session_id: str, step_id: str, note: str) -> None:
+@AS_OPTION
+def retry(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Run a step that failed for good once more; its skipped dependents wait for it again."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).retry_step(session_id, step_id, note)
+        Producer.from_settings(_settings()).retry_step(session_id, step_id, note, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"retry of {step_id} sent to {session_id}")
@@ -591,12 +639,13 @@ def retry(session_id: str, step_id: str, note: str) -> None:
 @click.argument("session_id")
 @click.argument("step_id")
 @click.option("--note", default="", help="Why, for the record.")
-def skip(session_id: str, step_id: str, note: str) -> None:
+@AS_OPTION
+def skip(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Give up a failed (or not yet started) step: it and its dependents end skipped."""
     from planloop.producer.client import Producer
 
     try:
-        Producer.from_settings(_settings()).skip_step(session_id, step_id, note)
+        Producer.from_settings(_settings()).skip_step(session_id, step_id, note, actor=actor)
     except PlanloopError as exc:
         _fail(str(exc))
     click.echo(f"skip of {step_id} sent to {session_id}")
@@ -604,7 +653,10 @@ def skip(session_id: str, step_id: str, note: str) -> None:
 
 @cli.command()
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None, help="Threads (or processes)."
+    "--concurrency",
+    type=bounded_int(1, MAX_WORKER_SLOTS),
+    default=None,
+    help="Threads (or processes).",
 )
 @click.option(
     "--pool",
@@ -738,8 +790,8 @@ def supervisor(loglevel: str) -> None:
 
 @cli.command()
 @click.option("--demo", is_flag=True, help="Submit the e-commerce example, watch it, then stop.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--workers", type=bounded_int(1, MAX_PROCESSES), default=1, show_default=True)
+@click.option("--concurrency", type=bounded_int(1, MAX_WORKER_SLOTS), default=8, show_default=True)
 @click.option(
     "--console/--no-console",
     "with_console",
@@ -792,7 +844,8 @@ def up(
 )
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 def flower(port: int | None, address: str) -> None:
-    """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH; unset on
+    a loopback address: a generated password)."""
     from planloop.producer.up import run_flower
 
     run_flower(_settings(), port=port, address=address)
@@ -810,7 +863,8 @@ def flower(port: int | None, address: str) -> None:
 )
 @click.option("--loglevel", default="WARNING", show_default=True)
 def console(port: int | None, address: str | None, loglevel: str) -> None:
-    """Start the web console (live DAGs, actions) behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH)."""
+    """Start the web console (live DAGs, actions) for its users (PLANLOOP_CONSOLE_USERS_FILE;
+    none on a loopback address: a generated admin password)."""
     from planloop.console.serve import run_console
 
     settings = _settings(record=True)
@@ -878,6 +932,9 @@ def health(role: str, port: int | None) -> None:
         result = console_health(port or 8765)
     click.echo(result.detail)
     sys.exit(0 if result.ok else 1)
+
+
+cli.add_command(users)
 
 
 def main(argv: list[str] | None = None) -> Any:

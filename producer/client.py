@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -9,21 +11,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
-
 from planloop.config.settings import Settings
 from planloop.core.errors import (
     CommandRefusedError,
     ConfigError,
     InputLimitError,
-    PlanValidationError,
     SessionEndedError,
     SessionNotFoundError,
     UnknownToolError,
 )
 from planloop.core.hot_state import HotState, connect
-from planloop.core.input_limits import InputLimits, text_problem, value_problem
+from planloop.core.input_limits import InputLimits
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.models import (
@@ -34,15 +32,27 @@ from planloop.core.models import (
     SessionStatus,
     Severity,
 )
+from planloop.core.seams import check_libraries
 from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tools import ToolRegistry, load_tools
-from planloop.planner.plan import Plan, describe
+from planloop.planner import input_check
+from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
 
 if TYPE_CHECKING:
     from planloop.core.record import SqlRecord
 
 CONNECT_TIMEOUT_S = 5.0
+# What ``approve --action`` may choose for a session whose re-plan budget is spent.
+ACTIONS = ("continue", "replan_remaining", "replan_full", "abort")
+
+
+def os_user() -> str:
+    """Who runs this process, as the actor of what it asks for (no ``--as`` given)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # a container user with no passwd entry and no $USER
+        return f"uid {os.getuid()}"
 
 
 def new_session_id() -> str:
@@ -84,6 +94,7 @@ class Producer:
         Raises:
             ToolModuleError: a module of ``PLANLOOP_TOOL_MODULES`` cannot be imported.
         """
+        check_libraries("redis")  # the version its hooks were checked on (core/seams.py)
         # a person waits on this: an unreachable host is reported in seconds (exit 3)
         client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
         keys = Keys(settings.key_prefix)
@@ -120,7 +131,10 @@ class Producer:
                 enqueued.
             NoLiveWorkerError: a tool no live worker serves (in time); nothing was enqueued.
         """
-        plan_json = self._stored_form(plan)
+        limits = self.limits
+        plan_json = input_check.stored_plan(plan, limits)
+        options = options or SessionOptions()
+        input_check.check_options(options, limits)
         validate_plan(plan, self.tools)
         if check_workers or wait_for_workers_s > 0:
             from planloop.producer.liveness import required_tools
@@ -131,8 +145,8 @@ class Producer:
             sid,
             plan_json=plan_json,
             goal=plan.goal,
-            options=options or SessionOptions(),
-            checked=True,  # _stored_form validated this very text
+            options=options,
+            checked=True,  # input_check.stored_plan validated this very text
         )
         return sid
 
@@ -157,9 +171,13 @@ class Producer:
             UnknownToolError: a toolset prefix in ``tools`` matches no registered tool.
             NoLiveWorkerError: no live worker serves a toolset (in time); nothing was enqueued.
         """
-        self._check_text("goal", goal)
-        for constraint in constraints or []:
-            self._check_text("constraint", constraint)
+        base = options or SessionOptions()
+        input_check.check_goal(goal, constraints or [], self.limits)
+        input_check.check_options(base, self.limits)
+        if tools is not None and not isinstance(tools, list | tuple):
+            raise InputLimitError("tools", "must be a list of toolset names")
+        for prefix in tools or []:
+            input_check.check_text("toolset", prefix, self.limits)
         if not self.settings.llm_base_url:
             from planloop.planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
 
@@ -173,7 +191,6 @@ class Producer:
             from planloop.producer.liveness import goal_tools
 
             self._wait_for_workers(goal_tools(prefixes), wait_for_workers_s, on_wait)
-        base = options or SessionOptions()
         sid = new_session_id()
         self.state.create_session(
             sid,
@@ -185,10 +202,17 @@ class Producer:
         return sid
 
     def approve(
-        self, sid: str, action: str | None = None, note: str = "", *, step: str | None = None
+        self,
+        sid: str,
+        action: str | None = None,
+        note: str = "",
+        *,
+        step: str | None = None,
+        actor: str | None = None,
     ) -> str:
         """Answer a session waiting for a person: let ``step`` (``requires_approval``) run,
-        or choose the ``action`` of a session whose re-plan budget is spent.
+        or choose the ``action`` of a session whose re-plan budget is spent. ``actor`` is
+        who answers, for the record (default: this process's OS user).
 
         Raises:
             SessionNotFoundError: no such session; nothing was appended.
@@ -197,6 +221,9 @@ class Producer:
                 (or, for ``action``, a session that waits for no decision); nothing was
                 appended.
         """
+        self._check_text("note", note)
+        if action is not None and (not isinstance(action, str) or action.lower() not in ACTIONS):
+            raise InputLimitError("action", f"must be one of {', '.join(ACTIONS)}")
         payload: dict[str, str] = {"command": "approve"}
         if step:
             self._check_step_command(sid, StepCommand.APPROVE, step)
@@ -212,10 +239,11 @@ class Producer:
                 severity=Severity.INFO,
                 description=note,
                 payload=payload,
+                actor=actor or os_user(),
             ),
         )
 
-    def retry_step(self, sid: str, step: str, note: str = "") -> str:
+    def retry_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Run a step that failed for good once more (its skipped dependents wait for it
         again); the session's owner carries it out like an approval.
 
@@ -224,9 +252,9 @@ class Producer:
             CommandRefusedError: no such step, or one that is not failed or interrupted;
                 nothing was appended.
         """
-        return self._step_command(sid, StepCommand.RETRY, step, note)
+        return self._step_command(sid, StepCommand.RETRY, step, note, actor)
 
-    def skip_step(self, sid: str, step: str, note: str = "") -> str:
+    def skip_step(self, sid: str, step: str, note: str = "", *, actor: str | None = None) -> str:
         """Give up a failed step, or one that has not started (an approval rejected): it
         and its dependents end skipped.
 
@@ -235,11 +263,12 @@ class Producer:
             CommandRefusedError: no such step, or one that is running or has finished;
                 nothing was appended.
         """
-        return self._step_command(sid, StepCommand.SKIP, step, note)
+        return self._step_command(sid, StepCommand.SKIP, step, note, actor)
 
     def _check_step_command(self, sid: str, command: StepCommand, step: str) -> None:
         """Refuse ``command`` where it cannot apply to ``step`` as the session stands now
         (core/step_commands.py; the supervisor applies the same rule when it arrives)."""
+        self._check_text("step", step)
         record = self._live_session(sid)
         raw = self.state.plan_json(sid, record.plan_version)
         plan = Plan.model_validate_json(raw) if raw else None
@@ -281,7 +310,10 @@ class Producer:
             raise SessionEndedError(sid, record.status.value)
         return record
 
-    def _step_command(self, sid: str, command: StepCommand, step: str, note: str) -> str:
+    def _step_command(
+        self, sid: str, command: StepCommand, step: str, note: str, actor: str | None
+    ) -> str:
+        self._check_text("note", note)
         self._check_step_command(sid, command, step)
         return self._tell(
             sid,
@@ -290,13 +322,16 @@ class Producer:
                 severity=Severity.INFO,
                 description=note,
                 payload={"command": command.value, "step": step},
+                actor=actor or os_user(),
             ),
         )
 
     def session(self, sid: str) -> SessionRecord:
         return self.state.session(sid)
 
-    def cancel(self, sid: str, reason: str = "cancelled by user") -> SessionStatus:
+    def cancel(
+        self, sid: str, reason: str = "cancelled by user", *, actor: str | None = None
+    ) -> SessionStatus:
         """Ask the session to stop; returns the status it had (``pending``: never started).
 
         The request is a field of the session hash (``cancel_requested``) as well as an
@@ -307,7 +342,9 @@ class Producer:
         Raises:
             SessionNotFoundError: no such session; nothing was written.
             SessionEndedError: the session has ended already (ended is final).
+            InputLimitError: the reason breaks an input limit; nothing was written.
         """
+        self._check_text("cancel reason", reason)
         key = self.state.keys.session(sid)
         status = self.state.r.hget(key, "status")
         if status is None:
@@ -319,6 +356,7 @@ class Producer:
             severity=Severity.CRITICAL,
             description=reason,
             payload={"command": "cancel"},
+            actor=actor or os_user(),
         )
         pipe = self.state.r.pipeline(transaction=True)
         pipe.hset(key, "cancel_requested", reason or "cancelled by user")
@@ -326,13 +364,28 @@ class Producer:
         pipe.execute()
         return SessionStatus(str(status))
 
-    def signal(self, sid: str, text: str, *, constraint: bool = True) -> str:
-        """Tell a running session something new (a constraint or a plain signal)."""
+    def signal(
+        self, sid: str, text: str, *, constraint: bool = True, actor: str | None = None
+    ) -> str:
+        """Tell a running session something new (a constraint or a plain signal), as
+        ``actor`` (default: this process's OS user).
+
+        Raises:
+            SessionNotFoundError, SessionEndedError: as for :meth:`approve`.
+            InputLimitError: the text breaks an input limit; nothing is appended.
+        """
+        self._check_text("signal text", text)  # before the Event model sees it
         kind = EventType.NEW_CONSTRAINT if constraint else EventType.EXTERNAL_SIGNAL
         # A person spoke: the session should think about it at once, not in a batch.
         return self._tell(
             sid,
-            Event(type=kind, severity=Severity.CRITICAL, description=text, payload={"text": text}),
+            Event(
+                type=kind,
+                severity=Severity.CRITICAL,
+                description=text,
+                payload={"text": text},
+                actor=actor or os_user(),
+            ),
         )
 
     def _tell(self, sid: str, event: Event) -> str:
@@ -340,33 +393,12 @@ class Producer:
 
         Raises:
             InputLimitError: the text breaks an input limit; nothing is appended.
+            SessionNotFoundError, SessionEndedError: nothing is appended (ended is final:
+                nothing a person sends can apply to it).
         """
-        self._check_text("signal text", event.description)
-        problem = value_problem(event.payload, max_depth=self.settings.max_nesting_depth)
-        if problem:
-            raise InputLimitError("signal", problem)
-        self.state.session(sid)  # raises SessionNotFoundError: nothing is appended
+        input_check.check_signal(event.payload, event.description, self.limits)
+        self._live_session(sid)
         return self.state.append_event(sid, event)
-
-    def _stored_form(self, plan: Plan) -> str:
-        """``plan`` as the supervisor will read it, checked by the same reading path
-        (``Plan.model_validate_json``) under this deployment's input limits.
-
-        Raises:
-            PlanValidationError: the plan breaks an input limit; nothing was enqueued.
-        """
-        limits = InputLimits.from_settings(self.settings)
-        try:
-            # defaults left out: a third smaller, and as much faster to read back (here and
-            # in the supervisor), which restores them
-            plan_json = plan.model_dump_json(exclude_defaults=True)
-        except PydanticSerializationError as exc:
-            raise PlanValidationError(f"the plan cannot be stored: {exc}") from None
-        try:
-            Plan.model_validate_json(plan_json, context={"limits": limits})
-        except ValidationError as exc:
-            raise PlanValidationError(f"plan does not fit the schema: {describe(exc)}") from None
-        return plan_json
 
     def _wait_for_workers(
         self, tools: list[str], wait_s: float, on_wait: Callable[[list[str]], None] | None
@@ -387,10 +419,13 @@ class Producer:
             on_wait=on_wait,
         )
 
-    def _check_text(self, what: str, text: str) -> None:
-        problem = text_problem(text, max_bytes=self.settings.max_input_bytes)
-        if problem:
-            raise InputLimitError(what, problem)
+    @property
+    def limits(self) -> InputLimits:
+        """This deployment's input limits (the one check: planner/input_check.py)."""
+        return InputLimits.from_settings(self.settings)
+
+    def _check_text(self, what: str, text: object) -> None:
+        input_check.check_text(what, text, self.limits)
 
     def wait(self, sid: str, timeout_s: float | None = None, poll_s: float = 0.1) -> SessionRecord:
         """Block until the session ends (or ``timeout_s`` passes); returns its record."""

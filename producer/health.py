@@ -9,9 +9,11 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from planloop.config.settings import Settings
+from planloop.core.credentials import kept_flower_login
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
 
@@ -91,7 +93,9 @@ def flower_health(settings: Settings, port: int | None = None) -> Health:
     """Flower on this host answers its ``/healthcheck`` (behind our basic auth)."""
     return http_health(
         f"http://127.0.0.1:{port or settings.flower_port}/healthcheck",
-        basic_auth=settings.flower_basic_auth.get_secret_value(),
+        basic_auth=kept_flower_login(
+            settings.flower_basic_auth.get_secret_value(), Path(settings.secrets_dir)
+        ),
         body="OK",
     )
 

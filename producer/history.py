@@ -12,6 +12,7 @@ from planloop.core.masking import mask_text
 from planloop.core.record import SqlRecord
 from planloop.planner.plan import Plan
 from planloop.planner.plan_diff import diff_plans
+from planloop.producer.terminal import terminal_safe
 
 
 def plan_diff(old: Plan, new: Plan) -> list[str]:
@@ -72,16 +73,18 @@ def print_history(console: Console, history: dict[str, Any]) -> None:
     """Plan versions with diffs, then decisions, then LLM usage."""
     console.rule("plan versions")
     for version in history["plan_versions"]:
-        console.print(f"v{version['version']}: {version['reason']} ({len(version['steps'])} steps)")
+        reason = terminal_safe(version["reason"])
+        console.print(f"v{version['version']}: {reason} ({len(version['steps'])} steps)")
         for line in version["diff"]:
-            console.print(f"    {line}", markup=False, highlight=False)
+            console.print(f"    {terminal_safe(line)}", markup=False, highlight=False)
     console.rule("decisions")
     if not history["decisions"]:
         console.print("(none: nothing needed deciding)")
     for d in history["decisions"]:
         tokens = d["prompt_tokens"] + d["completion_tokens"]
         usage = f", {d['prompt_tokens']}+{d['completion_tokens']} tokens" if tokens else ""
-        console.print(f"{d['action']} ({d['source']}{usage}): {d['reasoning']}", markup=False)
+        line = f"{d['action']} ({d['source']}{usage}): {d['reasoning']}"
+        console.print(terminal_safe(line), markup=False)
     console.rule("LLM calls")
     if not history["llm_calls"]:
         console.print("(none)")
@@ -91,8 +94,8 @@ def print_history(console: Console, history: dict[str, Any]) -> None:
         table.add_column(name)
     for c in history["llm_calls"]:
         table.add_row(
-            c["role"],
-            c["model"],
+            terminal_safe(c["role"]),
+            terminal_safe(c["model"]),
             str(c["prompt_tokens"]),
             str(c["completion_tokens"]),
             f"{c['latency_s']:.3f}",

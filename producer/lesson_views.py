@@ -14,6 +14,7 @@ from rich.table import Table
 
 from planloop.core.lessons import LessonStats, LessonStore, Thresholds, staleness
 from planloop.core.record import LessonRow
+from planloop.producer.terminal import make_console, terminal_safe
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def print_lessons(
     if as_json:
         print(json.dumps([stats_doc(s, fresh) for s in stats], indent=2))
         return
-    out = console or Console()
+    out = console or make_console()
     if not stats:
         out.print("no lessons yet")
         return
@@ -87,7 +88,7 @@ def print_lessons(
             str(s.row.uses),
             _rate(s.used_ok, s.used),
             _rate(s.without_ok, s.without),
-            s.row.lesson if len(s.row.lesson) <= 90 else s.row.lesson[:87] + "...",
+            terminal_safe(s.row.lesson if len(s.row.lesson) <= 90 else s.row.lesson[:87] + "..."),
         )
     out.print(table)
 
@@ -109,10 +110,10 @@ def print_lesson(
     if as_json:
         print(json.dumps(doc, indent=2))
         return True
-    out = console or Console()
+    out = console or make_console()
     for key, value in doc.items():
         shown = json.dumps(value) if isinstance(value, dict | list) else value
-        out.print(f"{key}: {shown}", highlight=False, markup=False, soft_wrap=True)
+        out.print(f"{key}: {terminal_safe(shown)}", highlight=False, markup=False, soft_wrap=True)
     return True
 
 

@@ -8,6 +8,7 @@ import click
 
 from planloop.core.live_tools import LOCAL_NOTE, CatalogueSource, LiveTools
 from planloop.core.tools import ToolRegistry, ToolSpec
+from planloop.producer.terminal import terminal_safe
 
 DESCRIPTION_CHARS = 72
 
@@ -68,6 +69,9 @@ def print_catalogue(tools: ToolRegistry) -> None:
             for w in doc["workers"]
             for name in w["tools"]
         ]
+    # worker names, queues and descriptions come from whatever workers publish
+    safe = terminal_safe
+    rows = [(safe(w), safe(q), safe(name), safe(text)) for w, q, name, text in rows]
     header = ("WORKER", "QUEUE", "TOOL", "DESCRIPTION")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
     for row in [header, *rows]:

@@ -25,6 +25,7 @@ import redis
 from rich.console import Console
 
 from planloop.config.settings import Settings
+from planloop.core.credentials import FlowerLogin, flower_login
 from planloop.core.errors import ConfigError, SessionEndedError
 from planloop.core.keys import INBOX_GROUP, Keys
 from planloop.core.models import SessionOptions
@@ -35,7 +36,7 @@ from planloop.planner.validation import validate_plan
 from planloop.producer.client import Producer
 from planloop.producer.examples import EXAMPLES, example_path
 from planloop.producer.stack import Stack, describe_redis, local_stack, wait_until
-from planloop.producer.views import make_console
+from planloop.producer.terminal import make_console
 from planloop.producer.watch import watch_session
 from planloop.workers.toolsets import BENCH_TOOLS
 
@@ -80,7 +81,7 @@ def demo_options(settings: Settings, plan_file: Path | None) -> SessionOptions |
     one, or for another plan, none (the report is the steps' outputs, as before)."""
     if settings.llm_base_url is None or plan_file not in (None, DEMO_PLAN):
         return None
-    from planloop.planner.summarizer import check_answer_schema  # jsonschema: only when asked for
+    from planloop.planner.answer_schema import check_answer_schema  # jsonschema: when asked
 
     schema = json.loads(DEMO_ANSWER_SCHEMA.read_text(encoding="utf-8"))
     check_answer_schema(schema)
@@ -100,6 +101,8 @@ def stack_overrides(settings: Settings, state_dir: Path) -> dict[str, str]:
     and the tool modules."""
     # The stack's processes serve the tools the demo and the suggested example run.
     overrides = {"PLANLOOP_TOOL_MODULES": json.dumps(settings.tool_modules)}
+    # whatever a child's cwd, it keeps (and finds) a generated password where we do
+    overrides["PLANLOOP_SECRETS_DIR"] = str(Path(settings.secrets_dir).resolve())
     if settings.database_url == Settings.model_fields["database_url"].default:
         # an absolute path, so every process opens the same file whatever its cwd
         overrides["PLANLOOP_DATABASE_URL"] = f"sqlite:///{(state_dir / 'planloop.db').resolve()}"
@@ -208,9 +211,11 @@ def start_console(stack: Stack, settings: Settings) -> str:
     if not port_free(address, port):
         # another console (or anything else) has the port: the stack runs without one
         return f"console not started: {address}:{port} is in use (set PLANLOOP_CONSOLE_PORT)"
+    from planloop.console.users import console_login, login_notice
+
+    login = console_login(settings, address)  # the console child reads the same password
     stack.start_console(port)
-    user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
-    return f"console on http://{address}:{port}/ (user {user!r}, PLANLOOP_FLOWER_BASIC_AUTH)"
+    return f"console on http://{address}:{port}/ ({login_notice(login)})"
 
 
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -317,7 +322,20 @@ def flower_command(
 
     The basic-auth credentials travel in ``FLOWER_BASIC_AUTH`` (Flower reads ``FLOWER_*``
     variables), never on the command line where ``ps`` would show them.
+
+    Raises:
+        CredentialsError: no credentials configured for a non-loopback ``address``.
     """
+    argv, env, _login = _flower_start(settings, port=port, address=address)
+    return argv, env
+
+
+def _flower_start(
+    settings: Settings, *, port: int | None, address: str
+) -> tuple[list[str], dict[str, str], FlowerLogin]:
+    login = flower_login(
+        settings.flower_basic_auth.get_secret_value(), Path(settings.secrets_dir), address
+    )
     argv = [
         sys.executable,
         "-m",
@@ -328,15 +346,17 @@ def flower_command(
         f"--port={port or settings.flower_port}",
         f"--address={address}",
     ]
-    env = {**os.environ, "FLOWER_BASIC_AUTH": settings.flower_basic_auth.get_secret_value()}
-    return argv, env
+    env = {**os.environ, "FLOWER_BASIC_AUTH": login.basic_auth}
+    return argv, env, login
 
 
 def run_flower(settings: Settings, *, port: int | None, address: str) -> None:
-    """Replace this process with Flower (basic auth from the settings); ``port`` is the
-    ``--port`` option's value (``None``: ``PLANLOOP_FLOWER_PORT``).
+    """Replace this process with Flower (basic auth from the settings, or a generated
+    password on a loopback address); ``port`` is the ``--port`` option's value (``None``:
+    ``PLANLOOP_FLOWER_PORT``).
 
     Raises:
+        CredentialsError: no credentials configured for a non-loopback ``address``.
         PortInUseError: the port is taken (checked before Flower starts: its own bind
             error is a long traceback).
         ConfigError: the address cannot be bound here.
@@ -349,10 +369,9 @@ def run_flower(settings: Settings, *, port: int | None, address: str) -> None:
         port_setting="--port" if port else "PLANLOOP_FLOWER_PORT",
         address_setting="--address",
     )
-    argv, env = flower_command(settings, port=port, address=address)
-    user = settings.flower_basic_auth.get_secret_value().partition(":")[0]
+    argv, env, login = _flower_start(settings, port=port, address=address)
     print(
-        f"Flower on http://{address}:{port or settings.flower_port} (user {user!r}), "
+        f"Flower on http://{address}:{port or settings.flower_port} ({login.notice}), "
         f"broker {redact_url(settings.redis_url)}",
         flush=True,
     )

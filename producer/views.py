@@ -31,6 +31,7 @@ from planloop.planner.dag import to_mermaid
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 from planloop.producer.history import print_history, session_history
+from planloop.producer.terminal import make_console, terminal_safe
 
 STATUS_COLOURS: dict[str, str] = {
     "pending": "white",
@@ -48,16 +49,6 @@ SEVERITY_COLOURS: dict[str, str] = {"INFO": "white", "WARNING": "yellow", "CRITI
 SHORT_TEXT = 60
 EVENT_TEXT = 400  # an event's description in a plain line (watch wraps it; show keeps it)
 SHORT_OUTPUT = 50
-# Width of tables when stdout is a pipe or a CI log (rich would assume 80 columns).
-PLAIN_WIDTH = 160
-
-
-def make_console() -> Console:
-    """A console on stdout; wider than rich's 80-column default when stdout is not a terminal."""
-    console = Console()
-    if not console.is_terminal:
-        console.width = PLAIN_WIDTH
-    return console
 
 
 def styled_status(status: str) -> Text:
@@ -66,8 +57,9 @@ def styled_status(status: str) -> Text:
 
 
 def short(text: object, limit: int = SHORT_TEXT) -> str:
-    """One line of at most ``limit`` characters (``…`` marks a cut), masked."""
-    flat = mask_text(" ".join(str(text).split())) if text is not None else ""
+    """One line of at most ``limit`` characters (``…`` marks a cut), masked, terminal-safe."""
+    # escapes dropped first: an escape inside a word could otherwise hide it from the masker
+    flat = mask_text(" ".join(terminal_safe(text).split())) if text is not None else ""
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -93,12 +85,18 @@ def age(ts: float, now: float | None = None) -> str:
 
 
 def event_line(event: Event) -> str:
-    """One plain line per event: time, type, severity, step (with attempt), description."""
+    """One plain line per event: time, type, severity, step (with attempt), who asked for
+    it (a person's command or signal), description."""
     step = f"{event.step_id}#{event.attempt}" if event.step_id else "-"
     return (
         f"{clock(event.occurred_at)} {event.type.value:<24} {event.severity.value:<8} "
-        f"{step:<20} {short(event.description, EVENT_TEXT)}"
+        f"{step:<20} {actor_text(event)}{short(event.description, EVENT_TEXT)}"
     ).rstrip()
+
+
+def actor_text(event: Event) -> str:
+    """``by NAME: `` for an event a person asked for, "" for the system's own."""
+    return f"by {event.actor}: " if event.actor else ""
 
 
 def load_session_plan(producer: Producer, record: SessionRecord) -> Plan | None:
@@ -211,7 +209,7 @@ def print_status(
     notes = [n for _, n in producer.state.recent_progress(sid)]
     warnings = [w for w in [consumer_warning(notes), *unserved_warnings(notes)] if w]
     for warning in warnings if not record.status.ended else []:
-        console.print(Text(f"WARNING      {warning}", style="bold yellow"))
+        console.print(Text(f"WARNING      {terminal_safe(warning)}", style="bold yellow"))
 
 
 def status_doc(producer: Producer, sid: str | None, limit: int) -> dict[str, Any]:
@@ -266,7 +264,7 @@ def workers_line(producer: Producer) -> str:
     if not workers:
         return f"no live worker on queue {queue}: start one with `planloop worker`"
     listed = "; ".join(f"{hb.worker} ({', '.join(hb.toolsets())})" for hb in workers)
-    return f"live workers on queue {queue}: {listed}"
+    return terminal_safe(f"live workers on queue {queue}: {listed}")
 
 
 def _print_sessions(producer: Producer, limit: int, console: Console) -> None:
@@ -310,9 +308,9 @@ def print_report(
     console.print(header)
     if report.get("error") and status == "completed":
         # completed around failed steps (a fallback took over): a note, not an error
-        console.print(Text(f"note: {report['error']}", style="yellow"))
+        console.print(Text(f"note: {terminal_safe(report['error'])}", style="yellow"))
     elif report.get("error"):
-        console.print(f"error: {report['error']}")
+        console.print(f"error: {terminal_safe(report['error'])}")
     table = Table(show_lines=False)
     # the status and counts never wrap; names fold; error and output share what is left
     table.add_column("step", overflow="fold")
@@ -342,7 +340,7 @@ def print_report(
         line = f"compensation of {comp.get('step')} by {comp.get('tool')}: {comp.get('status')}"
         if not ok:
             line = f"COMPENSATION FAILED: {line} ({comp.get('error')})"
-        console.print(Text(line, style="green" if ok else "bold red"))
+        console.print(Text(terminal_safe(line), style="green" if ok else "bold red"))
     print_conclusion(console, report)
 
 
@@ -355,7 +353,7 @@ def print_conclusion(console: Console, report: Mapping[str, Any]) -> None:
         line = f"critique after {report.get('rounds', 1)} round(s): {verdict}"
         if critique.get("feedback"):
             line += f": {critique['feedback']}"
-        console.print(Text(line, style="green" if passed else "yellow"))
+        console.print(Text(terminal_safe(line), style="green" if passed else "yellow"))
     answer = report.get("answer")
     if isinstance(answer, Mapping):
         notes = []
@@ -364,11 +362,12 @@ def print_conclusion(console: Console, report: Mapping[str, Any]) -> None:
         if answer.get("source") == "planloop":
             notes.append("written without the model")
         label = f"answer ({'; '.join(notes)}): " if notes else "answer: "
-        console.print(Text(label, style="bold").append(str(answer.get("text", ""))))
+        console.print(Text(label, style="bold").append(terminal_safe(answer.get("text", ""))))
         if answer.get("data") is not None:
             console.print(f"answer data: {json.dumps(answer['data'], default=str)}")
         if answer.get("schema_error"):
-            console.print(Text(f"answer schema error: {answer['schema_error']}", style="red"))
+            error = terminal_safe(answer["schema_error"])
+            console.print(Text(f"answer schema error: {error}", style="red"))
 
 
 # --- show ---------------------------------------------------------------------------------
@@ -431,7 +430,7 @@ def print_show(
         console.print("(no report yet: the session has not ended)")
     console.rule("plan")
     if plan is not None:
-        console.print(mermaid_block(plan, statuses), markup=False, highlight=False)
+        console.print(terminal_safe(mermaid_block(plan, statuses)), markup=False, highlight=False)
     else:
         console.print("(plan not found)")
 
@@ -497,5 +496,6 @@ def _sql_events(record: SqlRecord, sid: str) -> Iterable[tuple[str, Event]]:
                 description=row.description,
                 payload=json.loads(row.payload or "{}"),
                 occurred_at=row.occurred_at,
+                actor=row.actor,
             ),
         )

@@ -21,15 +21,16 @@ from planloop.core.llm_budget import budget_line, budget_view
 from planloop.core.models import Event, SessionRecord, StepState, StepStatus
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
+from planloop.producer.terminal import make_console, terminal_safe
 from planloop.producer.views import (
     NO_CONSUMER_NOTES,
     SEVERITY_COLOURS,
     UNSERVED_NOTES,
+    actor_text,
     clock,
     consumer_warning,
     event_line,
     load_session_plan,
-    make_console,
     print_report,
     seconds,
     short,
@@ -137,7 +138,7 @@ def step_line(step_id: str, state: StepState, now: float) -> str:
         f"attempt {state.attempt}"
     )
     if state.worker:
-        line += f" on {state.worker}"
+        line += f" on {terminal_safe(state.worker)}"
     if state.error:
         line += f": {short(state.error, 80)}"
     return line
@@ -160,7 +161,8 @@ def note_line(note: dict[str, str]) -> str:
     )
     at = clock(float(note.get("at") or 0))
     label = "WARNING note" if note.get("kind") in ("no_consumer", "unserved") else "note"
-    return " ".join(part for part in (at, label, note.get("kind", "?"), extra) if part)
+    kind = terminal_safe(note.get("kind", "?"))
+    return " ".join(part for part in (at, label, kind, extra) if part)
 
 
 def plain_lines(changes: Changes, now: float) -> list[str]:
@@ -256,7 +258,7 @@ def _steps_table(view: WatchState) -> Table:
         duration = end - st.started_at if st.started_at and end else None
         table.add_row(
             step.id,
-            step.tool,
+            terminal_safe(step.tool),
             styled_status(st.status.value),
             str(st.attempt),
             seconds(duration),
@@ -277,7 +279,7 @@ def _events_table(view: WatchState) -> Table:
             ev.type.value,
             Text(ev.severity.value, style=SEVERITY_COLOURS.get(ev.severity.value, "")),
             f"{ev.step_id}#{ev.attempt}" if ev.step_id else "",
-            short(ev.description, 400),
+            actor_text(ev) + short(ev.description, 400),
         )
     return table
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planloop.config.settings import Settings  # noqa: E402
+from planloop.core.credentials import CONSOLE_PASSWORD_FILE, GENERATED_CONSOLE_USER  # noqa: E402
 from planloop.planner.plan import load_plan, parse_plan  # noqa: E402
 from planloop.producer.client import Producer  # noqa: E402
 from planloop.producer.stack import free_port, local_stack, wait_until  # noqa: E402
@@ -72,6 +73,7 @@ def main() -> None:
             key_prefix=prefix,
             queue=prefix,
             database_url=f"sqlite:///{work / 'planloop.db'}",
+            secrets_dir=str(work / "secrets"),
         )
     )
     with local_stack(settings.to_env(), log_dir=work) as stack:
@@ -86,7 +88,9 @@ def main() -> None:
             wait_until(lambda: healthy(url), 30, "the console to answer")
             producer = Producer.from_settings(running)
             sid = producer.submit(load_plan(ROOT / "examples" / "supply_chain.yaml"))
-            user, _, password = running.flower_basic_auth.get_secret_value().partition(":")
+            # no users configured: the console generated an admin password and kept it
+            user = GENERATED_CONSOLE_USER
+            password = (Path(running.secrets_dir) / CONSOLE_PASSWORD_FILE).read_text().strip()
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(
                     executable_path=shutil.which("chromium"), args=["--no-sandbox"]

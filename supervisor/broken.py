@@ -1,4 +1,4 @@
-"""DEPENDENCY_BROKEN as a trigger (seed 000): a final failure that leaves critical work unable
+"""DEPENDENCY_BROKEN as a trigger: a final failure that leaves critical work unable
 to run is put to the decision agent at once, before any branch is skipped."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class SupervisorContext:
     tools: ToolRegistry
     name: str
     chat: ChatModel | None = None
-    lessons: LessonMemory | None = None  # Reflexion lessons (issue 12); None: off or no LLM
+    lessons: LessonMemory | None = None  # Reflexion lessons; None: off or no LLM
     # One thread for SQL: SQLite allows one writer, and ordering keeps checkpoints simple.
     sql_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sql")

@@ -39,6 +39,7 @@ from planloop.core.masking import MASK, mask
 from planloop.core.metrics import count_dispatched
 from planloop.core.models import StepTaskArgs
 from planloop.core.routing import LiveRoutes, route_step
+from planloop.core.seams import check_celery_app
 from planloop.core.tools import ToolRegistry
 from planloop.core.tracing import step_headers
 from planloop.planner.answer_step import ANSWER_TOOL
@@ -80,6 +81,7 @@ class Dispatcher:
         )
         self.celery = Celery("planloop-supervisor", set_as_current=False)
         self.celery.conf.update(celery_config(settings))
+        check_celery_app(self.celery, settings)  # the hooks' versions and broker (core/seams.py)
         self._messages: dict[str, StepMessages] = {}
         self._channel: Any = None
         self._events: Any = None
@@ -125,6 +127,8 @@ class Dispatcher:
             if hidden is not None
             else dict.fromkeys(args.params, MASK),
         }
+        if args.requested_by:  # the person whose approval or retry caused this attempt
+            shown["requested_by"] = args.requested_by
         return json.dumps([shown], default=str)
 
     def _open(self, queue: str) -> StepMessages:

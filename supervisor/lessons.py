@@ -32,6 +32,7 @@ from planloop.core.models import SessionStatus
 from planloop.core.record import make_engine
 from planloop.planner.embedding import Embedder, NoEmbedder, build_embedder
 from planloop.planner.llm import ChatModel, Usage
+from planloop.planner.local_embedding import LOCAL_MODEL
 from planloop.planner.reflection import LessonDraft, Reflector, SessionStory, sanitize_lesson
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,7 @@ class LessonMemory:
 
     @property
     def thresholds(self) -> Thresholds:
-        s = self.settings
-        return Thresholds(s.lessons_min_similarity, s.lessons_min_lexical_similarity)
+        return thresholds_for(self.settings, self.embedder)
 
     # --- 1. retrieval ---------------------------------------------------------------------
     def retrieve(
@@ -212,6 +212,17 @@ def _learned_on(served: Mapping[str, str], draft: LessonDraft) -> dict[str, str]
     if draft.applies_to.tools:
         return {t: served[t] for t in sorted(draft.applies_to.tools) if t in served}
     return versions_for(served, draft.applies_to.toolsets)
+
+
+def thresholds_for(settings: Settings, embedder: Embedder) -> Thresholds:
+    """The similarities a lesson needs with ``embedder``'s vectors (the local model's
+    cosines of alike goals run lower than an endpoint's), and lexically."""
+    cosine = (
+        settings.lessons_min_local_similarity
+        if embedder.model == LOCAL_MODEL
+        else settings.lessons_min_similarity
+    )
+    return Thresholds(cosine, settings.lessons_min_lexical_similarity)
 
 
 def build_lesson_memory(

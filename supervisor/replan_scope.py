@@ -1,7 +1,7 @@
-"""The scope rule (seed 003): re-plan only what a failure breaks, or the whole rest.
+"""The scope rule: re-plan only what a failure breaks, or the whole rest.
 
 Incremental re-planning (REPLAN_REMAINING) is cheap and keeps the plan's shape; it misses
-hidden conflicts when much of the plan hangs off the failed step. Seed 003 measured both and
+hidden conflicts when much of the plan hangs off the failed step. So the rule
 escalates to a full re-plan when what is downstream of the failure is deep or large, and
 from the second re-plan on (a plan that needed two repairs has a structural problem):
 

@@ -213,6 +213,7 @@ class Scheduling:
             max_retries=self.io.max_retries(step),
             dispatched_at=time.time(),
             queue=queue,
+            requested_by=self.state.states[step_id].requested_by,
         )
 
     # --- steps no live worker serves -------------------------------------------------------

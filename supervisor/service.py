@@ -18,6 +18,7 @@ import redis
 from planloop.config.settings import Settings
 from planloop.core import metrics, tracing
 from planloop.core.catalogue import catalogue_client
+from planloop.core.errors import SessionInputRefusedError
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
@@ -359,6 +360,14 @@ class Supervisor:
         The cool-off doubles with each crash counted (across supervisors).
         """
         sid, error = runner.sid, describe_error(exc)
+        if isinstance(exc, SessionInputRefusedError):  # the same on every try: no crash
+            log.warning("session=%s %s; ending it failed", sid, exc.reason)
+            await end_crashed_session(
+                self.ctx, sid, runner.epoch, status=SessionStatus.FAILED, error=str(exc), cause=None
+            )
+            self._stop_renewing(sid)
+            await self.store.release_lease(sid, token)
+            return
         crash = await count_crash(self.ctx, sid, error, exc)
         limit = self.settings.max_session_crashes
         if crash.cancel is not None or crash.count >= limit:

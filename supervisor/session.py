@@ -52,6 +52,7 @@ from planloop.supervisor.context import SupervisorContext
 from planloop.supervisor.ending import Ending, adopt_recorded_ending, finish_session
 from planloop.supervisor.failures import settle_failure
 from planloop.supervisor.goal_routing import REACT_FALLBACK, FirstPlan, first_plan, route_goal
+from planloop.supervisor.input_refusal import refuse_bad_input
 from planloop.supervisor.lesson_story import ended_session
 from planloop.supervisor.lessons import BAD_ENDINGS, advice
 from planloop.supervisor.plan_changes import PlanChanges
@@ -316,6 +317,9 @@ class SessionRunner:
         """
         state, store = self.state, self.store
         info, raw = await self._read_session()
+        if not info.started_at:  # never owned: what the producer checks, checked again
+            fields = self.taken.fields if self.taken is not None else {}
+            refuse_bad_input(info, raw, fields, self.settings)
         state.info = info
         if info.plan_version and raw is None:
             # Wiped between the two reads: claiming now would record a session without
@@ -367,6 +371,7 @@ class SessionRunner:
             return None
         assert taken.plan_json is not None  # can_begin checked it
         info = SessionRecord.from_fields(self.sid, taken.fields)
+        refuse_bad_input(info, taken.plan_json, taken.fields, self.settings)
         self.state.info = info
         self._next_cancel_check = time.monotonic() + CANCEL_CHECK_INTERVAL_S
         self._adopt_fresh(info, (info.plan_version, taken.plan_json))
@@ -670,7 +675,7 @@ class SessionRunner:
         if command == "cancel":
             self.state.outcome = (SessionStatus.CANCELLED, event.description or "cancelled by user")
         elif command == "approve" and event.payload.get("step"):
-            await self._approve_step(str(event.payload["step"]), event.description)
+            await self._approve_step(str(event.payload["step"]), event.description, event.actor)
         elif command == "approve":
             await self._approve(event)
         elif command in ("retry", "skip"):
@@ -680,7 +685,7 @@ class SessionRunner:
         elif event.type in USER_CHANGES:
             self.brain.note(event)
 
-    async def _approve_step(self, step_id: str, note: str) -> None:
+    async def _approve_step(self, step_id: str, note: str, actor: str = "") -> None:
         state = self.state
         refusal = self._refusal(StepCommand.APPROVE, step_id)
         if refusal:  # the producer checked, but the step may have moved on since
@@ -689,9 +694,11 @@ class SessionRunner:
         state.approved.add(step_id)
         state.candidates.add(step_id)
         await self.io.write_session("approved", sorted(state.approved))
-        state.states[step_id].note = f"approved{': ' + note if note else ''}"
-        await self.io.write_step(step_id, note=state.states[step_id].note)
-        log.info("session=%s step=%s approved by a person", self.sid, step_id)
+        st = state.states[step_id]
+        st.note = f"approved by {actor or 'a person'}{': ' + note if note else ''}"
+        st.requested_by = actor
+        await self.io.write_step(step_id, note=st.note, requested_by=actor)
+        log.info("session=%s step=%s %s", self.sid, step_id, st.note)
 
     def _refusal(self, command: StepCommand, step_id: str) -> str | None:
         """Why ``command`` does not apply to the step now (core/step_commands.py, the rule
@@ -713,7 +720,8 @@ class SessionRunner:
             log.info("session=%s %s of %r ignored: %s", self.sid, command, step_id, refusal)
             return
         st = self.state.states[step_id]
-        by = f"{command} by a person{': ' + event.description if event.description else ''}"
+        by = f"{command} by {event.actor or 'a person'}"
+        by += f": {event.description}" if event.description else ""
         if command == StepCommand.SKIP:
             st.status, st.note = StepStatus.SKIPPED, by
             self.state.candidates.discard(step_id)
@@ -721,7 +729,9 @@ class SessionRunner:
             await self.io.write_step(step_id, status=st.status, note=st.note)
             await self.changes.skip_descendants(step_id)
         else:
+            st.requested_by = event.actor
             await self.changes.retry_step(step_id, by)
+            await self.io.write_step(step_id, requested_by=event.actor)
         log.info("session=%s step=%s %s", self.sid, step_id, by)
 
     async def _approve(self, event: Event) -> None:

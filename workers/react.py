@@ -32,6 +32,7 @@ from planloop.core.errors import (
 from planloop.core.hot_state import BreakerPolicy, HotState
 from planloop.core.llm_budget import Budget, UsageByModel, add_calls, reconcile, spend_of
 from planloop.core.llm_meter import METER, CallLedger, UsageMeter
+from planloop.core.llm_slot import session_slot
 from planloop.core.masking import error_text, mask, mask_text
 from planloop.core.models import ErrorKind, SessionOptions, SessionRecord, StepTaskArgs
 from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry
@@ -153,6 +154,7 @@ class AgentStepRunner:
             includes_own=True,
             step_id=args.step_id,
             attempt=args.attempt,
+            slot=session_slot(self.settings, sid, self.state.r),
         )
         return meter
 

@@ -98,6 +98,6 @@ class PlanloopCelery(Celery):  # type: ignore[misc]
     """A Celery app that carries its worker runtime (no global ``current_app`` lookups)."""
 
     def __init__(self, runtime: WorkerRuntime) -> None:
-        # core.broker.AMQP: connection URIs name the redis scheme (Flower's Broker page).
-        super().__init__("planloop", set_as_current=False, amqp="planloop.core.broker:AMQP")
+        # workers.transport.AMQP: connection URIs name the redis scheme (Flower's Broker page).
+        super().__init__("planloop", set_as_current=False, amqp="planloop.workers.transport:AMQP")
         self.runtime = runtime

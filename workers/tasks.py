@@ -11,7 +11,7 @@ otherwise. Either way the exception is raised *after* the executor recorded the 
 its event in one atomic Redis call, and the supervisor reads those, never Celery's states.
 Celery then acknowledges the message as it does for any finished task (late acks ack on
 failure too: ``task_acks_on_failure_or_timeout``), and the broker's ack has nothing left to
-do (core/broker.py: the outcome script settled it). Nothing is re-queued: a raised ``Retry``
+do (core/receipts.py: the outcome script settled it). Nothing is re-queued: a raised ``Retry``
 without ``Task.retry`` sends no new message; the supervisor dispatches the next attempt under
 its own task id.
 """

@@ -51,3 +51,13 @@ function clock(ts) {
 function badge(status) {
   return el("span", { class: "badge s-" + status, "data-status": status }, status);
 }
+
+// Who is logged in: shown in the header; a viewer's page hides the actions (the server
+// refuses them anyway, console/guard.py).
+async function whoAmI() {
+  const me = await getJSON("/api/me");
+  document.body.dataset.role = me.role;
+  const slot = document.getElementById("me");
+  if (slot) slot.textContent = me.user + " (" + me.role + ")";
+  return me;
+}

@@ -154,7 +154,7 @@ function eventRow(ev) {
   return el("tr", { class: "sev-" + ev.severity, "data-event": ev.id },
     el("td", { class: "mono" }, clock(ev.occurred_at)), el("td", {}, ev.type),
     el("td", {}, ev.severity), el("td", {}, ev.step_id ? ev.step_id + "#" + ev.attempt : ""),
-    el("td", {}, ev.description));
+    el("td", { class: "actor" }, ev.actor || ""), el("td", {}, ev.description));
 }
 
 function addEvents(events) {
@@ -263,6 +263,7 @@ $("signal-form").addEventListener("submit", (e) => {
 $("legend").replaceChildren(...STATUSES.map((s) => el("span", { class: "s-" + s }, s)));
 
 setInterval(tick, 1000);
+whoAmI().catch(() => {});
 load(true).then(() => { if (!ended()) follow(); }).catch((exc) => {
   $("summary").replaceChildren(el("span", { class: "error" }, "cannot load the session: " + exc.message));
 });

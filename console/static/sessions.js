@@ -83,5 +83,6 @@ document.getElementById("age").addEventListener("change", () => { list.page = 1;
 document.getElementById("filters").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
 document.getElementById("prev").addEventListener("click", () => { list.page -= 1; refresh(); });
 document.getElementById("next").addEventListener("click", () => { list.page += 1; refresh(); });
+whoAmI().catch(() => {});
 refresh();
 setInterval(refresh, 2000);

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from planloop.producer.stack import free_port
 from tests.conftest import wait_for
+from tests.console_users import PASSWORDS
 from tests.shipped import shipped
 
 
@@ -34,7 +35,10 @@ class Console:
 
 @contextlib.contextmanager
 def console_process(
-    env_overrides: dict[str, str], log_dir: Path, extra_env: dict[str, str] | None = None
+    env_overrides: dict[str, str],
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    user: str = "otto",  # an operator (tests/console_users.py)
 ) -> Iterator[Console]:
     port = free_port()
     log = log_dir / f"console-{port}.log"
@@ -59,8 +63,7 @@ def console_process(
 
     try:
         wait_for(healthy, 30, "the console to answer")
-        user, _, password = env_overrides["PLANLOOP_FLOWER_BASIC_AUTH"].partition(":")
-        yield Console(url, port, user, password, proc, log)
+        yield Console(url, port, user, PASSWORDS[user], proc, log)
     finally:
         proc.terminate()
         proc.wait(10)

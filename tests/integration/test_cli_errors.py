@@ -1,4 +1,4 @@
-"""Clear errors everywhere (issue 20, item 8): every bad setting or option is exit 2 in one
+"""Clear errors everywhere: every bad setting or option is exit 2 in one
 line naming it; retry/skip/approve that cannot apply are exit 2 naming the step and its
 state, with nothing appended to the session's stream."""
 

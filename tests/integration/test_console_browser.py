@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from planloop.core.models import SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
+from tests.conftest import wait_for
+from tests.console_users import PASSWORDS
 from tests.integration.conftest import report_steps, wait_ended
 from tests.integration.console_process import Console, console_process
 from tests.integration.test_console_http import FALLBACK
@@ -49,8 +52,9 @@ def console(
         yield running
 
 
-@pytest.fixture
-def page(console: Console, tmp_path: Path) -> Iterator[object]:
+@contextmanager
+def logged_in(user: str, password: str, shot: Path) -> Iterator[object]:
+    """A chromium tab logged in to the console as ``user``; a screenshot at ``shot`` after."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -60,16 +64,22 @@ def page(console: Console, tmp_path: Path) -> Iterator[object]:
             args=["--no-sandbox", "--disable-dev-shm-usage"],
         )
         context = browser.new_context(
-            http_credentials={"username": console.user, "password": console.password},
+            http_credentials={"username": user, "password": password},
             viewport={"width": 1280, "height": 900},
         )
         tab = context.new_page()
         try:
             yield tab
         finally:
-            tab.screenshot(path=str(tmp_path / "console.png"), full_page=True)
+            tab.screenshot(path=str(shot), full_page=True)
             context.close()
             browser.close()
+
+
+@pytest.fixture
+def page(console: Console, tmp_path: Path) -> Iterator[object]:
+    with logged_in(console.user, console.password, tmp_path / "console.png") as tab:
+        yield tab
 
 
 def node(step: str, status: str) -> str:
@@ -180,3 +190,52 @@ def test_plan_versions_switch_on_the_page_with_the_diff_outlined(
     assert page.locator("svg#dag g.node").count() == 2
     assert page.locator("svg#dag g.node.added").count() == 0
     assert page.locator(node("broken", "failed")).count() == 1
+
+
+APPROVAL = """
+goal: a write that needs a person's approval
+steps:
+  - {id: quote, tool: bench.echo, params: {value: 1}}
+  - {id: order, tool: bench.echo, params: {value: 2}, dependencies: [quote],
+     requires_approval: true}
+"""
+
+
+def test_a_viewer_sees_no_actions_and_is_refused_one_an_operator_takes(
+    console: Console, producer: Producer, tmp_path: Path
+) -> None:
+    from playwright.sync_api import Page
+
+    sid = producer.submit(parse_plan(APPROVAL))
+    wait_for(
+        lambda: producer.state.steps(sid, ["order"])["order"].note == "awaiting approval",
+        30,
+        "the approval request",
+    )
+    with logged_in("vera", PASSWORDS["vera"], tmp_path / "viewer.png") as tab:
+        assert isinstance(tab, Page)
+        tab.goto(f"{console.url}/sessions/{sid}")
+        tab.wait_for_selector('#me:has-text("vera (viewer)")', timeout=15_000)
+        tab.wait_for_selector('[data-approval="order"]', state="attached", timeout=15_000)
+        assert not tab.locator('button[data-action="approve"]').is_visible()
+        assert not tab.locator("#cancel").is_visible()
+        # the page's own script, as the viewer, asking anyway: the server refuses it
+        status = tab.evaluate(
+            """async (sid) => (await fetch(`/api/sessions/${sid}/approve`, {method: "POST",
+                 headers: {"Content-Type": "application/json"},
+                 body: JSON.stringify({step: "order"})})).status""",
+            sid,
+        )
+        assert status == 403
+    assert not producer.session(sid).status.ended
+    with logged_in(console.user, console.password, tmp_path / "operator.png") as tab:
+        assert isinstance(tab, Page)
+        tab.goto(f"{console.url}/sessions/{sid}")
+        tab.wait_for_selector('#me:has-text("otto (operator)")', timeout=15_000)
+        tab.once("dialog", lambda dialog: dialog.accept())  # the page asks first
+        tab.locator('button[data-action="approve"][data-step="order"]').click()
+        tab.wait_for_selector(node("order", "completed"), timeout=20_000)
+        row = tab.locator("#events tbody tr", has_text="EXTERNAL_SIGNAL")
+        row.first.wait_for(timeout=10_000)
+        assert row.first.locator("td.actor").inner_text() == "otto"
+    assert wait_ended(producer, sid, 20).status == SessionStatus.COMPLETED

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from planloop.producer.client import Producer
 from planloop.producer.history import session_history
 from planloop.producer.stack import Stack
 from tests.conftest import wait_for
+from tests.console_users import auth_header, login
 from tests.integration.conftest import MakeStack, RunPlan, report_steps, wait_ended
 
 pytestmark = pytest.mark.integration
@@ -35,19 +35,15 @@ steps:
 BASE = "http://127.0.0.1:8765"  # a Host the console serves (console/hardening.py)
 
 
-def auth_header(credentials: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
-
-
 @pytest.fixture
 def client(test_settings: Settings, stack: Stack, producer: Producer) -> Iterator[TestClient]:
+    """The console as an operator sees it (tests/console_users.py)."""
     app = create_app(test_settings, producer)
-    secret = test_settings.flower_basic_auth.get_secret_value()
-    with TestClient(app, base_url=BASE, headers=auth_header(secret)) as http:
+    with TestClient(app, base_url=BASE, headers=auth_header(login("otto"))) as http:
         yield http
 
 
-def test_every_page_and_endpoint_asks_for_flowers_credentials(
+def test_every_page_and_endpoint_asks_for_a_console_user(
     test_settings: Settings, producer: Producer
 ) -> None:
     http = TestClient(create_app(test_settings, producer), base_url=BASE)
@@ -55,11 +51,13 @@ def test_every_page_and_endpoint_asks_for_flowers_credentials(
         refused = http.get(path)
         assert refused.status_code == 401, path
         assert refused.headers["www-authenticate"].startswith("Basic")
-    assert http.get("/api/sessions", headers=auth_header("admin:wrong")).status_code == 401
+    assert http.get("/api/sessions", headers=auth_header("otto:wrong")).status_code == 401
     assert http.post("/api/sessions/x/cancel", json={}).status_code == 401
     assert http.get("/healthz").json() == {"ok": True}  # for healthchecks only
-    secret = test_settings.flower_basic_auth.get_secret_value()
-    assert http.get("/api/sessions", headers=auth_header(secret)).status_code == 200
+    assert http.get("/api/sessions", headers=auth_header(login("vera"))).status_code == 200
+    # Flower's login is Flower's only
+    flower = test_settings.flower_basic_auth.get_secret_value()
+    assert http.get("/api/sessions", headers=auth_header(flower)).status_code == 401
 
 
 def test_sessions_list_and_session_detail(client: TestClient, run_plan: RunPlan) -> None:

@@ -1,4 +1,4 @@
-"""Seed 000 completions end to end (issue 11): the decision agent's REPLAN_FULL and ABORT
+"""Decisions end to end: the decision agent's REPLAN_FULL and ABORT
 paths, and DEPENDENCY_BROKEN reaching it, through a real supervisor, Redis and workers with
 the scripted LLM server answering by role."""
 

@@ -78,7 +78,7 @@ def test_writes_in_flight_when_redis_loses_its_data_are_applied_once(
     audit = ps.effects.audit
     assert audit is not None
     assert audit.duplicates() == {}, f"effects applied twice after {fault}"
-    # Issue 9 item 1 (processes ride out Redis faults) is what keeps these two alive.
+    # Processes ride out Redis faults: that is what keeps these two alive.
     dead = [p.args for p in ps.supervisors + ps.workers if p.poll() is not None]
     assert not dead, f"processes died of the {fault}: {dead}"
     # The session ends once the supervisor rebuilt it from SQL and re-sent what was running

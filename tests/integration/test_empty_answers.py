@@ -1,7 +1,7 @@
 """Model answers that parse but add nothing, end to end: real Redis, workers and a
 supervisor from the installed wheel, a scripted LLM over HTTP.
 
-Each answer has a defined outcome (issue 21): the session ends in a terminal state with an
+Each answer has a defined outcome: the session ends in a terminal state with an
 answer, its decisions and their tokens are in the SQL record, and no supervisor logs a
 crash of its loop.
 """

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from planloop.core.broker import KOMBU_UNACKED
 from planloop.core.heartbeat import live_workers
 from planloop.core.models import SessionStatus
+from planloop.core.receipts import KOMBU_UNACKED
 from planloop.planner.plan import Plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
@@ -168,3 +168,43 @@ def test_flower_shows_failures_retries_tool_names_and_queue_lengths(
     with urllib.request.urlopen(url, timeout=10) as page:  # 404 before: "not supported"
         html = page.read().decode()
     assert pool in html
+
+
+def test_a_step_a_person_approved_names_them_in_its_task_args(private_stack: MakeStack) -> None:
+    stack = private_stack(workers=0)
+    stack.start_worker(concurrency=2)
+    flower = Flower(stack)
+    try:
+        wait_for(lambda: flower.answers("/api/workers?refresh=1"), 30, "flower to see a worker")
+        plan = Plan.model_validate(
+            {
+                "goal": "a write a person approves",
+                "steps": [
+                    {"id": "a", "tool": "bench.echo", "params": {"value": 1}},
+                    {
+                        "id": "b",
+                        "tool": "bench.echo",
+                        "params": {"value": 2},
+                        "dependencies": ["a"],
+                        "requires_approval": True,
+                    },
+                ],
+            }
+        )
+        sid = stack.producer.submit(plan)
+        wait_for(
+            lambda: stack.producer.state.steps(sid, ["b"])["b"].note == "awaiting approval",
+            30,
+            "the approval request",
+        )
+        stack.producer.approve(sid, step="b", actor="otto")
+        stack.finish(sid, ["a", "b"])
+
+        def args_of(task: str) -> str | None:
+            found = (flower.answers("/api/tasks") or {}).get(f"{sid}:{task}:1")
+            return found["args"] if found and found["state"] == "SUCCESS" else None
+
+        assert '"requested_by": "otto"' in wait_for(lambda: args_of("b"), 30, "task b")
+        assert "requested_by" not in wait_for(lambda: args_of("a"), 30, "task a")
+    finally:
+        flower.stop()

@@ -1,4 +1,4 @@
-"""Large values by reference (issue 10, item 3), on a private Redis so its memory is ours.
+"""Large values by reference, on a private Redis so its memory is ours.
 
 A 1 MiB output reaches a dependent step through a reference unchanged while Redis holds one
 copy of it, not one per place (blob, task message, step hash, event); a 20 MiB output fails

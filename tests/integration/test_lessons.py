@@ -1,4 +1,4 @@
-"""Lessons end to end (issue 12): a failure teaches, the next similar goal is told.
+"""Lessons end to end: a failure teaches, the next similar goal is told.
 
 Real Redis, a real worker and supervisor, the scripted OpenAI-compatible server over HTTP
 (chat by role, ``/v1/embeddings`` as hashed bags of words), the SQL record on SQLite; the

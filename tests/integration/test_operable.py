@@ -1,4 +1,4 @@
-"""Errors a person can act on (issue 13, item 5): exit codes, one line for an unreachable
+"""Errors a person can act on: exit codes, one line for an unreachable
 service, tools advertised by live workers, ``status --json``, JSON logs."""
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def test_json_logs_parse_and_name_the_session(private_stack: MakeStack) -> None:
     assert all({"ts", "level", "logger", "message"} <= doc.keys() for doc in docs)
 
 
-# --- watch (issue 13, item 7) -------------------------------------------------------------
+# --- watch ----------------------------------------------------------------------------------
 def test_watch_of_a_fallback_session_reads_completed_with_a_note(
     stack: Stack, env_overrides: dict[str, str], producer: Producer
 ) -> None:

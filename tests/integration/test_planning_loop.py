@@ -1,6 +1,6 @@
 """The planning loop end to end: real Redis, workers and supervisor, a scripted LLM over HTTP.
 
-Seed 000's six verification scenarios, then a mid-run signal, a WARNING batch, garbage model
+Six verification scenarios, then a mid-run signal, a WARNING batch, garbage model
 output and a repeated failed plan. The model's answers are scripted per role; what it was
 told is read back from the server's recorded requests.
 """
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 # Every LLM session that completes ends with the critic's verdict and the summarizer's answer
 # (the scripted server's defaults: passed, "done").
 END_ROLES = ["critic", "summarizer"]
-# Recorded calls these tests are not about (issue 21 records them): the lessons search's
+# Recorded calls these tests are not about (the usage tests check them): the lessons search's
 # embeddings, and the reflection that may follow the end while the test reads.
 SIDE_ROLES = frozenset({"embedding", "reflector"})
 
@@ -100,7 +100,7 @@ def plan_version(record: SqlRecord, sid: str, version: int) -> Plan:
     return Plan.model_validate_json(row.plan)
 
 
-# --- seed 000's verification scenarios ----------------------------------------------------
+# --- the verification scenarios -----------------------------------------------------------
 
 
 def test_a_failed_step_is_replaced_by_the_replanners_subgraph(
@@ -224,7 +224,7 @@ steps:
 
     sid, session = run(llm_producer, llm_record, plan, SessionOptions(max_replans=3))
 
-    # The fourth failure is not critical: past the budget the rules skip its branch (issue 21)
+    # The fourth failure is not critical: past the budget the rules skip its branch
     assert session.status == SessionStatus.COMPLETED, session.error
     assert len(llm.requests_for("decider")) == 3
     replans = notes(llm_hot, sid, "replan_required")
@@ -463,7 +463,7 @@ def test_garbage_planner_output_is_repaired(
 def test_planner_output_that_stays_invalid_gives_way_to_an_agent_step(
     llm: ScriptedLLMServer, llm_producer: Producer, llm_record: SqlRecord, llm_hot: HotState
 ) -> None:
-    """Issue 11: a planning failure no longer fails the session (tests/integration/
+    """A planning failure no longer fails the session (tests/integration/
     test_react_steps.py covers the agent step that stands in)."""
     cycle = {"steps": [echo("a", 1, "b"), echo("b", 2, "a")]}
     llm.script("planner", cycle, cycle, cycle)

@@ -2,8 +2,9 @@
 
 kombu's Redis transport keeps every received message in an "unacked" hash until its ack, so
 a dead worker's messages come back after the visibility timeout. Planloop's transport
-(core/broker.py) moves those writes into the attempt's own scripts; here each stage is
-checked against the hash itself, and against what a stopping worker puts back in the queue.
+(workers/transport.py, core/receipts.py) moves those writes into the attempt's own scripts;
+here each stage is checked against the hash itself, and against what a stopping worker puts
+back in the queue.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from kombu import Connection
 
 from planloop.config.celery import STEP_TASK
 from planloop.config.settings import Settings
-from planloop.core.broker import Receipt, receipts
 from planloop.core.hot_state import HotState
 from planloop.core.models import Event, EventType, StepStatus, StepTaskArgs
+from planloop.core.receipts import Receipt, receipts
 from planloop.core.tools import load_tools
 from planloop.supervisor.dispatch import Dispatcher
 from tests.conftest import wait_for
@@ -51,7 +52,7 @@ def channel(settings: Settings, unacked: tuple[str, str]) -> Iterator[Any]:
     hash_key, index_key = unacked
     connection = Connection(
         settings.redis_url,
-        transport="planloop.core.broker:Transport",
+        transport="planloop.workers.transport:Transport",
         transport_options={
             "unacked_key": hash_key,
             "unacked_index_key": index_key,

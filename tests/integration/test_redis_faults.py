@@ -4,8 +4,8 @@ Each test runs a private Redis (``private_redis``) and a private stack pointed a
 a session of a few ``bench.write`` steps, injects one fault while a step runs, and checks
 that the session completes, that the supervisor and the worker are still alive, and (where
 Redis keeps its data) that every effect was applied once. After a data loss duplicate
-effects are possible until the effect ledger is durable (another part of issue 9): they are
-printed, not asserted.
+effects are possible (the durable effect ledger has tests of its own): they are printed, not
+asserted.
 """
 
 from __future__ import annotations

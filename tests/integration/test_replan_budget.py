@@ -1,4 +1,4 @@
-"""A spent re-plan budget aborts only what needs a re-plan (issue 21), and the decision agent
+"""A spent re-plan budget aborts only what needs a re-plan, and the decision agent
 is told the scope rule's pick between a full and an incremental re-plan.
 
 Every session here runs with ``max_replans=0``: the budget is spent before anything happens.

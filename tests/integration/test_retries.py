@@ -1,4 +1,4 @@
-"""Retry semantics a Celery or Temporal user expects (issue 20, item 9), on real workers: a
+"""Retry semantics a Celery or Temporal user expects, on real workers: a
 tool's exception is retried within max_retries unless it is declared permanent."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Lessons that hold up (issue 21), end to end from the installed wheel.
+"""Lessons that hold up, end to end from the installed wheel.
 
 ``planloop lessons add`` (a subprocess of the shipped venv) seeds a lesson scoped to a
 toolset; the real supervisor's planner prompt (as the scripted server received it) carries
 it for a similar goal using that toolset and not for one using another; a lesson learned
-on a tool version that is no longer the served one is never injected and is listed stale.
+on a tool version that is no longer the served one, or older than the max age, is never
+injected and is listed stale.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy import update
 
 from planloop.config.settings import Settings
+from planloop.core.lesson_freshness import DAY_S
 from planloop.core.lessons import LessonStore
 from planloop.core.models import SessionOptions, SessionStatus
 from planloop.core.record import LessonRow, SqlRecord
@@ -141,6 +144,32 @@ def test_a_lesson_whose_tool_changed_is_not_injected_and_is_listed_stale(
     assert "supply_chain.erp_stock" in doc["stale"]
     table = cli(llm_settings, "lessons")
     assert "stale" in table.stdout
+
+
+def test_a_lesson_older_than_the_max_age_is_not_injected_and_is_listed_stale(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_settings: Settings,
+    lessons: LessonStore,
+) -> None:
+    lesson_id = seed(llm_settings)
+    max_age = llm_settings.lesson_max_age_days
+    assert max_age > 0  # the supervisor's setting: lessons age by default
+    learned_at = time.time() - (max_age + 10) * DAY_S
+    with lessons.engine.begin() as conn:
+        conn.execute(
+            update(LessonRow).where(LessonRow.id == lesson_id).values(created_at=learned_at)
+        )
+
+    prompt = planner_prompt(llm, llm_producer, llm_record, ["supply_chain"], ERP_STEP)
+    assert ADVICE_PREFIX not in prompt
+    assert AVOID not in prompt
+
+    listed = cli(llm_settings, "lessons", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (doc,) = json.loads(listed.stdout)
+    assert f"older than {max_age:g} days" in doc["stale"]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Every model call a session causes is recorded against it (issue 21, "Why" 2): what
+"""Every model call a session causes is recorded against it: what
 ``planloop show SID --json`` totals equals what the endpoint reported in ``usage``.
 
 Real Redis, workers and supervisors from the installed wheel, the scripted server (which

@@ -79,3 +79,17 @@ def test_the_cli_check_can_fail() -> None:
     assert command is not None
     with pytest.raises(click.NoSuchOption):
         command.make_context("console", ["--host", "0.0.0.0"], parent=ctx)
+
+
+def test_flower_and_the_console_get_their_logins_from_the_environment_not_a_fixed_pair() -> None:
+    """Each has its own setting, filled from the shell or .env with no default: without one
+    they refuse to start (tests/integration/test_no_default_login.py)."""
+    found = services()
+    flower, console = found["flower"]["environment"], found["console"]["environment"]
+    assert flower["PLANLOOP_FLOWER_BASIC_AUTH"] == "${PLANLOOP_FLOWER_BASIC_AUTH:-}"
+    assert console["PLANLOOP_CONSOLE_USERS"] == "${PLANLOOP_CONSOLE_USERS:-}"
+    assert console["PLANLOOP_CONSOLE_USERS_FILE"] == "${PLANLOOP_CONSOLE_USERS_FILE:-}"
+    assert "PLANLOOP_FLOWER_BASIC_AUTH" not in console  # the console never uses Flower's
+    text = COMPOSE.read_text()
+    assert "planloop}" not in text.replace("POSTGRES_PASSWORD:-planloop}", "")
+    assert "admin:" not in text.replace("ada:admin:", "")

@@ -6,19 +6,19 @@ import base64
 
 from starlette.requests import Request
 
-from planloop.console.guard import credentials_match, same_origin
+from planloop.console.guard import basic_credentials, same_origin
 
 
 def basic(value: str) -> str:
     return "Basic " + base64.b64encode(value.encode()).decode()
 
 
-def test_credentials_match_only_the_configured_pair() -> None:
-    assert credentials_match(basic("admin:planloop"), "admin:planloop")
-    assert not credentials_match(basic("admin:nope"), "admin:planloop")
-    assert not credentials_match("Basic !!!not-base64", "admin:planloop")
-    assert not credentials_match("Bearer x", "admin:planloop")
-    assert not credentials_match(None, "admin:planloop")
+def test_basic_credentials_are_read_from_the_header_only_when_well_formed() -> None:
+    assert basic_credentials(basic("ada:pa:ss")) == ("ada", "pa:ss")
+    assert basic_credentials(basic("no-colon")) is None
+    assert basic_credentials("Basic !!!not-base64") is None
+    assert basic_credentials("Bearer x") is None
+    assert basic_credentials(None) is None
 
 
 def request(headers: dict[str, str]) -> Request:

@@ -1,4 +1,4 @@
-"""DEPENDENCY_BROKEN (seed 000): with an LLM, a final failure that leaves a critical step
+"""DEPENDENCY_BROKEN: with an LLM, a final failure that leaves a critical step
 unable to run, or a reference that cannot resolve, reaches the decision agent as a CRITICAL
 trigger before any branch is skipped; the rule path skips the branch as before."""
 

@@ -1,4 +1,4 @@
-"""Large values (issue 10, item 3): limits, references read back by the worker, previews."""
+"""Large values: limits, references read back by the worker, previews."""
 
 from __future__ import annotations
 

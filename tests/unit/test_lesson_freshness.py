@@ -1,4 +1,4 @@
-"""Lessons that hold up (issue 21): tool versions, age, toolset scope, and seeded lessons.
+"""Lessons that hold up: tool versions, age, toolset scope, and seeded lessons.
 
 Pure functions first (core/lesson_freshness.py), then the store's search on a SQLite file
 leaving stale lessons out, then the checks of a lesson seeded by hand.

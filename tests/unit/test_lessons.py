@@ -1,4 +1,4 @@
-"""Lessons (issue 12): similarity, sanitizing, the store's search, curation and measured effect.
+"""Lessons: similarity, sanitizing, the store's search, curation and measured effect.
 
 The store runs on a SQLite file (the same SQL as production's default); vectors come from
 the scripted server's hashed bag of words, computed in-process (no network).

@@ -105,8 +105,8 @@ def test_the_client_charges_through_the_meter_of_its_context_and_marks_it_record
     def in_session() -> Usage:
         METER.set(meter(ledger, max_tokens=35))
         charged = llm._charged(served)
-        with pytest.raises(LLMBudgetSpentError):
-            llm._check_budget(llm.Role.DECIDER)
+        with pytest.raises(LLMBudgetSpentError), llm._metered(llm.Role.DECIDER):
+            pass
         return charged
 
     charged = contextvars.copy_context().run(in_session)

@@ -1,4 +1,4 @@
-"""Milestone reviews (seed 000): a finished declared phase is announced on the stream, and
+"""Milestone reviews: a finished declared phase is announced on the stream, and
 reviewed by the decision agent when reviews are on; without a review nothing waits on it."""
 
 from __future__ import annotations

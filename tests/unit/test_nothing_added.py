@@ -1,4 +1,4 @@
-"""Answers that add nothing (issue 21): the pure rules of nothing_added.py, the planner's
+"""Answers that add nothing: the pure rules of nothing_added.py, the planner's
 acceptance of an empty answer, and what a round and a decision do with it, over the
 in-memory store and a scripted chat model (no Redis, no HTTP)."""
 
@@ -233,7 +233,7 @@ def test_a_plan_pydantic_refuses_in_a_check_is_repaired_then_a_plan_error() -> N
     chat = ScriptedChat(replanner=[EMPTY, EMPTY])
 
     def check(answer: SubGraph) -> Plan:
-        return Plan(steps=answer.steps)  # the shape of the crash in issue 21
+        return Plan(steps=answer.steps)  # the shape of a crash seen before
 
     planner = Planner(chat, registry(), max_repairs=1)  # type: ignore[arg-type]
     with pytest.raises(PlanValidationError, match="still invalid after 1 repair"):

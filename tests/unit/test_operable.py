@@ -1,4 +1,4 @@
-"""Pure parts of issue 13's item 5: the tool-modules list, the tools a plan needs, JSON log
+"""Pure parts of operability: the tool-modules list, the tools a plan needs, JSON log
 lines, and the unreachable-service line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scope rule (seed 003): full or incremental re-planning after a failure, and the rule
+"""The scope rule: full or incremental re-planning after a failure, and the rule
 policy and the decision agent's report that use its pick."""
 
 from __future__ import annotations

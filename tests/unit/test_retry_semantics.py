@@ -1,4 +1,4 @@
-"""Which tool failures are retried: every exception, unless declared permanent (issue 20, 9)."""
+"""Which tool failures are retried: every exception, unless declared permanent."""
 
 from __future__ import annotations
 

@@ -14,11 +14,12 @@ from rich.console import Console
 
 from planloop.core.errors import LLMUnavailableError
 from planloop.core.models import SessionOptions, SessionStatus, StepState, StepStatus
+from planloop.planner.answer_schema import check_answer_schema
 from planloop.planner.answer_step import ANSWER_TOOL
 from planloop.planner.critic import Critique, answer_request
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.planner.summarizer import check_answer_schema, schema_problem
+from planloop.planner.summarizer import schema_problem
 from planloop.producer.cli import read_answer_schema
 from planloop.producer.views import print_conclusion
 from planloop.supervisor.rounds import Rounds, next_round, results_text

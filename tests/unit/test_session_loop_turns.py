@@ -153,7 +153,7 @@ def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None
 
 
 def test_a_step_whose_worker_lacks_the_tool_fails_the_session() -> None:
-    # issue 13: it used to end "completed" around the failed step, exit 0
+    # it once ended "completed" around the failed step, exit 0
     loop, store = runner(Plan(steps=[step("a"), step("b", "a"), step("c")]))
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")

@@ -227,7 +227,7 @@ def test_watch_shows_llm_tokens_and_cost_against_the_budget() -> None:
     assert line in console.export_text()
 
 
-# --- issue 13, item 7: watch ----------------------------------------------------------------
+# --- watch -----------------------------------------------------------------------------------
 LONG_REASONING = (
     "verify_primary failed for good (the primary supplier cannot deliver) and declares a "
     "fallback; injecting it keeps the restock going with the best rated alternative supplier, "
@@ -296,3 +296,25 @@ def test_a_completed_session_around_failed_steps_reads_as_a_note() -> None:
     text = console.export_text()
     assert "note: completed around failed steps: store" in text
     assert "error: completed" not in text
+
+
+def test_show_and_watch_name_who_asked_for_a_persons_event() -> None:
+    asked = Event(
+        type=EventType.EXTERNAL_SIGNAL,
+        description="looks right",
+        payload={"command": "approve", "step": "b"},
+        actor="otto",
+    )
+    assert event_line(asked).endswith("by otto: looks right")
+    assert "by " not in event_line(Event(type=EventType.TASK_COMPLETED, step_id="a"))
+    view = WatchState("s", record=None, plan=PLAN)
+    view.events.append(asked)
+    console = Console(width=120, record=True, force_terminal=False)
+    console.print(render(view))
+    assert "by otto: looks right" in console.export_text()
+
+
+def test_an_events_actor_survives_the_stream_fields_and_is_left_out_when_none() -> None:
+    asked = Event(type=EventType.NEW_CONSTRAINT, description="budget", actor="carol")
+    assert Event.from_fields(asked.to_fields()).actor == "carol"
+    assert "actor" not in Event(type=EventType.TASK_COMPLETED).to_fields()

@@ -1,4 +1,4 @@
-"""Reflexion lessons (issue 12): the lessons, each use of one by a session, and the sessions
+"""Reflexion lessons: the lessons, each use of one by a session, and the sessions
 that searched them (the comparison group of the measured effect).
 
 A table that exists already is left as it is: a record whose lesson store made its tables

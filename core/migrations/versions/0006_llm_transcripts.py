@@ -1,8 +1,8 @@
 """LLM calls keep their prompt and response (masked, cut to llm_transcript_max_chars) for
 the console's prompt viewer.
 
-Revision ID: 0005_console24
-Revises: 0004
+Revision ID: 0006_llm_transcripts
+Revises: 0005_auth
 Create Date: 2026-12-02
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005_console24"
-down_revision: str | Sequence[str] | None = "0004"
+revision: str = "0006_llm_transcripts"
+down_revision: str | Sequence[str] | None = "0005_auth"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,21 +12,19 @@ Two changes to kombu's Redis transport, both about round trips on the worker:
   trip on the consumer's thread, before the next message can be fetched), on ack it deletes
   it (another, before the prefetch slot frees). For ``planloop.step`` messages the entry
   instead goes along with the claim script, and its removal along with the outcome script
-  (see :class:`Receipt`). So a step costs the worker two round trips fewer, and the outcome
+  (core/receipts.py). So a step costs the worker two round trips fewer, and the outcome
   and the ack happen together or not at all.
 
-  Until its claim has written the entry, a received step message is *parked* here, in
-  memory. A worker that stops takes parked messages back to the queue with the rest of its
-  unacked ones; one killed in that sub-millisecond window loses the message, as stock kombu
-  does between its pop and its write, and the supervisor's watchdog sends the attempt again.
+  Until its claim has written the entry, a received step message is *parked* in memory
+  (``core.receipts.receipts``). A worker that stops takes parked messages back to the queue
+  with the rest of its unacked ones; one killed in that sub-millisecond window loses the
+  message, as stock kombu does between its pop and its write, and the supervisor's watchdog
+  sends the attempt again.
 """
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -35,82 +33,10 @@ from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from planloop.config.celery import STEP_TASK
-
-# kombu's default names of its unacked hash and index (transport options can change them).
-KOMBU_UNACKED: str = kombu_redis.Channel.unacked_key
-KOMBU_UNACKED_INDEX: str = kombu_redis.Channel.unacked_index_key
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """A received step message, as kombu's unacked entry that the attempt's scripts hold.
-
-    The claim script writes ``entry`` under ``tag`` (hash ``unacked_key``, index
-    ``index_key``, scored by time, as kombu does); the outcome script deletes it.
-    """
-
-    tag: str
-    unacked_key: str
-    index_key: str
-    message: dict[str, Any]
-    exchange: str
-    routing_key: str
-
-    @property
-    def entry(self) -> str:
-        """kombu's unacked format: JSON of [message, exchange, routing key]."""
-        return json.dumps([self.message, self.exchange, self.routing_key])
-
-
-class Receipts:
-    """The worker's step messages between receipt and ack, by delivery tag.
-
-    Written by the consumer's thread and read by the task threads; each operation is a
-    single dict or set call, and a lock keeps them whole across interpreters without a GIL.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._parked: dict[str, Receipt] = {}  # received; the claim has not written the entry
-        self._settled: set[str] = set()  # the outcome script deleted the entry
-
-    def park(self, receipt: Receipt) -> None:
-        with self._lock:
-            self._parked[receipt.tag] = receipt
-
-    def parked(self, tag: str) -> Receipt | None:
-        """The receipt the claim should write, or None (not a parked step message)."""
-        with self._lock:
-            return self._parked.get(tag)
-
-    def held(self, tag: str) -> None:
-        """The claim script wrote the entry: the broker holds the message again."""
-        with self._lock:
-            self._parked.pop(tag, None)
-
-    def settle(self, tag: str) -> None:
-        """The outcome script deleted the entry: the coming ack has nothing left to delete."""
-        with self._lock:
-            self._settled.add(tag)
-
-    def on_ack(self, tag: str) -> bool:
-        """Forget ``tag``; True when the ack's deletion was already done by a script."""
-        with self._lock:
-            self._parked.pop(tag, None)
-            if tag in self._settled:
-                self._settled.discard(tag)
-                return True
-            return False
-
-    def unpark(self, tags: list[str]) -> list[Receipt]:
-        """Take the parked receipts among ``tags`` (to write them back before a restore)."""
-        with self._lock:
-            return [r for r in (self._parked.pop(t, None) for t in tags) if r is not None]
-
-
-receipts = Receipts()
-"""This process's receipts: one worker process consumes through one transport."""
+from planloop.config.celery import STEP_TASK, TRANSPORT
+from planloop.core.errors import ConfigError
+from planloop.core.receipts import Receipt, receipts
+from planloop.core.seams import check_transport_options
 
 
 class QoS(kombu_redis.QoS):
@@ -166,6 +92,19 @@ class Channel(kombu_redis.Channel):
     QoS = QoS
     _sync_client: Any = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        # What the options made of the channel, however they reached it (Flower, an app
+        # configured elsewhere): the hooks below need kombu's unprefixed, emulated acks.
+        try:
+            check_transport_options(
+                {"global_keyprefix": self.global_keyprefix, "ack_emulation": self.ack_emulation}
+            )
+        except ConfigError:
+            # its pool's connections, opened by kombu's ping
+            self.close()  # type: ignore[no-untyped-call]
+            raise
+
     def _restore(self, message: Any, leftmost: bool = False) -> None:
         self.qos.hold([message.delivery_tag])
         super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
@@ -191,15 +130,11 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
-TRANSPORT = f"{__name__}:Transport"
-"""The ``broker_transport`` of every Planloop app (config/celery.py)."""
-
-
 class BrokerConnection(KombuConnection):
     """A kombu connection whose URI names the Redis scheme its transport speaks.
 
     kombu writes a connection's ``transport_cls`` as its URI scheme; ours is a class path
-    (``core.broker:Transport``), and Flower picks its broker client (the Broker page,
+    (``workers.transport:Transport``), and Flower picks its broker client (the Broker page,
     ``/api/queues/length``) by that scheme: it answered "'redis' broker is not supported".
     The transport is kombu's Redis one, so the URI says ``redis`` (``rediss`` with TLS).
     """

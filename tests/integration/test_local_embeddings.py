@@ -1,0 +1,156 @@
+"""The local embeddings backend (issue 21), from the installed wheel.
+
+Without the ``local-embeddings`` extra (the suite's shipped venv, as CI has it), choosing
+``PLANLOOP_LESSONS_EMBEDDING_BACKEND=local`` stops ``planloop`` with one line naming the
+pip command. With it, ``planloop lessons add`` embeds with the bundled all-MiniLM-L6-v2,
+offline, and a paraphrase of the lesson's goal that word overlap misses finds it.
+
+The extra brings PyTorch with its CUDA libraries from PyPI (about 5.9 GB, 2.5 minutes to
+install here), so the suite installs it only when ``PLANLOOP_TEST_LOCAL_EMBEDDINGS=1``:
+then a venv with ``planloop[local-embeddings]`` from the shipped wheel is kept in the test
+cache (``local-embeddings/``) and the shipped wheel reinstalled into it on each run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+from planloop.config.settings import Settings
+from planloop.core.similarity import lexical_similarity
+from planloop.planner.local_embedding import EXTRA_COMMAND, LOCAL_MODEL
+from tests.shipped import shipped, shipped_wheel
+
+pytestmark = pytest.mark.integration
+
+OPT_IN = "PLANLOOP_TEST_LOCAL_EMBEDDINGS"
+GOAL = "Restock SKU-104 of category garden from the primary supplier"
+PARAPHRASE = "Reorder SKU-104 for the lawn and yard aisle from our main vendor"
+SUGGESTION = "check supply_chain.alternative_suppliers"
+SEARCH = """
+import json, sys
+from planloop.config.settings import Settings
+from planloop.core.lessons import LessonStore, Query
+from planloop.core.record import make_engine
+from planloop.planner.embedding import build_embedder
+from planloop.supervisor.lessons import thresholds_for
+settings = Settings()
+embedder = build_embedder(settings)
+store = LessonStore(make_engine(settings.database_url))
+(vector,) = embedder.embed([sys.argv[1]])
+query = Query(sys.argv[1], (), tuple(vector), embedder.model)
+found = store.search(query, top_k=3, thresholds=thresholds_for(settings, embedder))
+print(json.dumps([[f.id, f.similarity, f.via] for f in found]))
+"""
+
+
+def lessons_add(python: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    args = ["lessons", "add", "--json", "--goal-pattern", GOAL, "--toolsets", "supply_chain"]
+    return subprocess.run(
+        [str(python), "-m", "planloop.producer.cli", *args, "--suggestion", SUGGESTION],
+        env=env,
+        cwd=shipped().home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def local_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
+    local = settings.model_copy(
+        update={
+            "database_url": f"sqlite:///{tmp_path / 'lessons.db'}",
+            "lessons_embedding_backend": "local",
+        }
+    )
+    return shipped().env({**os.environ, **local.to_env()})
+
+
+def test_local_without_the_extra_exits_2_naming_the_pip_command(
+    llm_settings: Settings, tmp_path: Path
+) -> None:
+    probe = [str(shipped().python), "-c", "import sentence_transformers"]
+    if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        pytest.skip("the shipped venv has the local-embeddings extra")
+    done = lessons_add(shipped().python, local_env(llm_settings, tmp_path))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert EXTRA_COMMAND in line
+
+
+def local_venv() -> Path:
+    """A venv with the shipped wheel and its local-embeddings extra (kept in the cache)."""
+    cache = Path(os.environ.get("PLANLOOP_TEST_CACHE", Path.home() / ".cache" / "planloop-tests"))
+    target = cache / "local-embeddings"
+    python = target / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(target)
+    wheel = shipped_wheel(shipped().venv)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, f"{wheel}[local-embeddings]"], check=True, timeout=1800)
+    subprocess.run([*pip, "--force-reinstall", "--no-deps", str(wheel)], check=True, timeout=300)
+    return python
+
+
+@pytest.mark.skipif(
+    os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 installs the 5.9 GB extra (PyTorch)"
+)
+@pytest.mark.timeout(2400)  # the first run installs the extra (minutes)
+def test_the_local_backend_embeds_offline_and_finds_a_paraphrase(
+    llm_settings: Settings, tmp_path: Path
+) -> None:
+    assert lexical_similarity(GOAL, PARAPHRASE) < llm_settings.lessons_min_lexical_similarity
+    python = local_venv()
+    env = {**local_env(llm_settings, tmp_path), "HF_HUB_OFFLINE": "0"}  # it sets it itself
+    added = lessons_add(python, env)
+    assert added.returncode == 0, added.stderr
+    lesson_id = json.loads(added.stdout)["id"]
+    rows = subprocess.run(
+        [str(python), "-m", "planloop.producer.cli", "lessons", "--json"],
+        env=env,
+        cwd=shipped().home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rows.returncode == 0, rows.stderr
+    (doc,) = json.loads(rows.stdout)
+    assert doc["id"] == lesson_id
+    searched = subprocess.run(
+        [str(python), "-c", SEARCH, PARAPHRASE],
+        env=env,
+        cwd=shipped().home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert searched.returncode == 0, searched.stderr
+    ((found_id, similarity, via),) = json.loads(searched.stdout.strip().splitlines()[-1])
+    assert (found_id, via) == (lesson_id, "cosine")
+    assert similarity >= llm_settings.lessons_min_local_similarity
+    # The stored key is the model's: 384 floats, named after it.
+    check = (
+        "import json,sys;from planloop.core.lessons import LessonStore;"
+        "from planloop.core.record import make_engine;"
+        "r=LessonStore(make_engine(sys.argv[1])).all()[0];"
+        "print(json.dumps([r.embedding_model,len(json.loads(r.embedding))]))"
+    )
+    db = f"sqlite:///{tmp_path / 'lessons.db'}"
+    shown = subprocess.run(
+        [str(python), "-c", check, db],
+        env=env,
+        cwd=shipped().home,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout) == [LOCAL_MODEL, 384]

@@ -1,0 +1,233 @@
+"""Contract tests of the library seams (core/seams.py) that need no Redis, and the guards.
+
+Each contract test fails when Celery, kombu or redis-py changes what a hook relies on; the
+ones on real Redis are in tests/integration/test_library_seams.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.bin.celery import celery as celery_command
+from celery.events.dispatcher import EventDispatcher
+from celery.worker.consumer import Consumer as CeleryConsumer
+from celery.worker.consumer import events as consumer_events
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from packaging.requirements import Requirement
+
+from planloop.config.celery import TRANSPORT, celery_config
+from planloop.config.settings import Settings
+from planloop.core import seams
+from planloop.core.errors import ConfigError, LibraryVersionError
+from planloop.core.receipts import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
+from planloop.workers import transport
+from planloop.workers.app import run_worker
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = Settings(redis_url="redis://127.0.0.1:6379/9")
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("seams", set_as_current=False)
+    app.conf.update(celery_config(SETTINGS))
+    yield app
+    app.close()
+
+
+# --- the inventory and the pins ------------------------------------------------------------
+
+
+def test_each_library_is_pinned_to_the_minor_version_its_seams_were_checked_on() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = {Requirement(r).name: Requirement(r).specifier for r in project["dependencies"]}
+    for library, (major, minor) in seams.CHECKED.items():
+        assert str(pins[library]) == f"<{major}.{minor + 1},>={major}.{minor}", library
+
+
+def test_the_installed_libraries_are_the_checked_ones() -> None:
+    seams.check_libraries(*seams.CHECKED)
+
+
+def test_every_seam_names_a_checked_library_and_contract_tests_that_exist() -> None:
+    for seam in seams.SEAMS:
+        assert seam.library in seams.CHECKED, seam
+        for contract in seam.contract.split("; "):
+            path, _, test = contract.partition("::")
+            source = (ROOT / path).read_text()
+            assert not test or re.search(rf"^def {test}\(", source, re.MULTILINE), contract
+
+
+def test_an_unchecked_library_version_is_refused_naming_the_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(seams, "installed_version", lambda library: "5.8.0")
+
+    with pytest.raises(LibraryVersionError, match=r"celery 5\.8\.0 is installed") as caught:
+        seams.check_libraries("celery")
+
+    assert caught.value.setting == "celery"
+    assert "'celery>=5.7,<5.8'" in str(caught.value)
+
+
+# --- the start-up guards ---------------------------------------------------------------------
+
+
+def test_planloops_own_celery_configuration_passes(app: Celery) -> None:
+    seams.check_celery_app(app, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    "variable", ["CELERY_BROKER_URL", "CELERY_BROKER_READ_URL", "CELERY_BROKER_WRITE_URL"]
+)
+def test_a_broker_url_from_celerys_environment_is_refused_naming_it(
+    app: Celery, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "redis://:s3cret@elsewhere:6379/0")
+
+    with pytest.raises(ConfigError, match=f"unset {variable}") as caught:
+        seams.check_celery_app(app, SETTINGS)
+
+    assert caught.value.setting == variable
+    assert "s3cret" not in str(caught.value)
+
+
+def test_a_broker_that_is_not_our_redis_transport_is_refused(app: Celery) -> None:
+    app.conf.broker_transport = "amqp"
+
+    with pytest.raises(ConfigError, match="broker_transport is 'amqp'"):
+        seams.check_celery_app(app, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("global_keyprefix", "shared:"), ("ack_emulation", False)]
+)
+def test_a_transport_option_the_hooks_cannot_work_with_is_refused_naming_it(
+    app: Celery, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, option: str, value: Any
+) -> None:
+    (tmp_path / "site_celery.py").write_text("worker_hijack_root_logger = False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CELERY_CONFIG_MODULE", "site_celery")  # named as where it may come from
+    app.conf.broker_transport_options = {"visibility_timeout": 60, option: value}
+
+    with pytest.raises(ConfigError, match=re.escape(f"broker_transport_options['{option}']")) as e:
+        seams.check_celery_app(app, SETTINGS)
+
+    assert "CELERY_CONFIG_MODULE=site_celery" in str(e.value)
+
+
+def test_harmless_transport_options_pass(app: Celery) -> None:
+    app.conf.broker_transport_options = {"ack_emulation": True, "global_keyprefix": ""}
+
+    seams.check_celery_app(app, SETTINGS)
+
+
+# --- contracts ---------------------------------------------------------------------------------
+
+
+def test_every_kombu_transport_option_is_supported_or_refused() -> None:
+    known = seams.SUPPORTED_TRANSPORT_OPTIONS | set(seams.REFUSED_TRANSPORT_OPTIONS)
+
+    assert set(kombu_redis.Channel.from_transport_options) <= known
+
+
+def test_kombus_unacked_key_names_are_the_receipts_defaults() -> None:
+    assert kombu_redis.Channel.unacked_key == KOMBU_UNACKED
+    assert kombu_redis.Channel.unacked_index_key == KOMBU_UNACKED_INDEX
+
+
+def _parameters(function: Any) -> list[tuple[str, Any]]:
+    return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def test_kombus_private_methods_keep_their_signatures() -> None:
+    empty = inspect.Parameter.empty
+    assert _parameters(kombu_redis.Channel._restore) == [
+        ("self", empty),
+        ("message", empty),
+        ("leftmost", False),
+    ]
+    assert _parameters(kombu_redis.Channel._create_client) == [
+        ("self", empty),
+        ("asynchronous", False),
+    ]
+    assert _parameters(kombu_redis.QoS.append) == [
+        ("self", empty),
+        ("message", empty),
+        ("delivery_tag", empty),
+    ]
+    assert _parameters(kombu_redis.QoS.restore_unacked) == [("self", empty), ("client", None)]
+    assert _parameters(kombu_redis.QoS.pipe_or_acquire) == [
+        ("self", empty),
+        ("pipe", None),
+        ("client", None),
+    ]
+    # Our QoS skips kombu's Redis QoS for step messages and calls the virtual one directly.
+    assert kombu_redis.QoS.__mro__[1] is virtual.QoS
+    assert transport.Channel.QoS is transport.QoS
+    assert issubclass(transport.Transport.Channel, kombu_redis.Channel)
+
+
+def test_the_transport_named_in_the_configuration_is_ours() -> None:
+    module, _, name = TRANSPORT.partition(":")
+    assert module == transport.__name__
+    assert getattr(transport, name) is transport.Transport
+
+
+def test_send_task_replies_to_the_apps_thread_oid() -> None:
+    app = Celery("seams-oid", broker="memory://", set_as_current=False)
+    app.conf.task_default_queue = "seams-oid"
+    with app.connection_for_write() as connection:
+        app.send_task("seams.probe", args=[1], connection=connection)
+        message = connection.SimpleQueue("seams-oid").get(timeout=1)
+
+    assert message.properties["reply_to"] == app.thread_oid
+    app.close()
+
+
+def test_celerys_consumer_flushes_buffered_events_through_the_hooks() -> None:
+    # The worker's Events step hands the consumer's hook to its dispatcher when it buffers.
+    wiring = inspect.getsource(consumer_events.Events.start)
+    assert "on_send_buffered=c.on_send_event_buffered" in wiring
+    assert "buffer_group=['task']" in wiring
+    app = Celery("seams-events", broker="memory://", set_as_current=False)
+    buffered: list[int] = []
+    with app.connection_for_write() as connection:
+        dispatcher = EventDispatcher(
+            connection,
+            app=app,
+            buffer_group=["task"],
+            on_send_buffered=lambda: buffered.append(1),
+        )
+        dispatcher.send("task-received", uuid="t1")
+        assert buffered == [1]
+        assert dispatcher._group_buffer["task"]
+
+        consumer = CeleryConsumer.__new__(CeleryConsumer)  # only what _flush_events reads
+        consumer.event_dispatcher = dispatcher
+        CeleryConsumer._flush_events(consumer)
+
+        assert not dispatcher._group_buffer["task"]
+        dispatcher.close()
+    app.close()
+
+
+def test_the_celery_commands_first_parameter_is_app(capsys: pytest.CaptureFixture[str]) -> None:
+    app = Celery("seams-report", broker="memory://", set_as_current=False)
+    app.conf.planloop_probe = "the app run_worker was given"
+
+    code = run_worker(app, ["report"])
+
+    assert celery_command.params[0].name == "app"
+    assert celery_command.params[0].default is None  # put back after the run
+    assert code == 0
+    assert "planloop_probe: 'the app run_worker was given'" in capsys.readouterr().out
+    app.close()
