@@ -253,6 +253,13 @@ class Settings(BaseSettings):
         "(JSON); replaces the default table; a model not in it is priced 0 (warned once).",
     )
     llm_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM request, seconds.")
+    llm_transcript_max_chars: int = Field(
+        20_000,
+        ge=0,
+        description="Characters of each LLM call's prompt and of its response kept in the SQL "
+        "record (masked) for the console's prompt viewer, default 20000; longer ones are cut "
+        "and say so; 0 keeps none.",
+    )
     llm_max_retries: int = Field(
         3, ge=0, description="Retries of one LLM request on 429, 5xx or a lost connection."
     )
@@ -332,6 +339,14 @@ class Settings(BaseSettings):
     )
     supervisor_metrics_port: int = Field(
         0, ge=0, le=65535, description="Port of a supervisor's /metrics (0: not served)."
+    )
+    metrics_shared_lease_s: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds the supervisor that exports the gauges read from shared state "
+        "(queue depth, active sessions) keeps that role between scrapes, default 120: one "
+        "supervisor exports them, so summing over supervisors counts them once. Keep it "
+        "above the scrape interval.",
     )
     metrics_address: str = Field(
         "127.0.0.1",

@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
-from planloop.console import data
+from planloop.console import data, step_detail
 from planloop.console.guard import (
     Authenticator,
     ConsoleAuth,
@@ -31,6 +31,8 @@ from planloop.console.guard import (
 )
 from planloop.console.hardening import Hardening, allowed_hosts
 from planloop.console.live_hub import LiveHub
+from planloop.console.llm_view import may_read_transcripts, transcript_of
+from planloop.console.session_list import ListQuery, list_sessions
 from planloop.console.stream_slots import StreamSlots
 from planloop.console.users import ConsoleLogin, Role, console_login
 from planloop.core import json_input, metrics
@@ -39,15 +41,13 @@ from planloop.core.errors import (
     PlanloopError,
     SessionEndedError,
     SessionNotFoundError,
+    StepNotFoundError,
 )
-from planloop.core.hot_state import HotState
-from planloop.core.routing import queue_lengths
 from planloop.producer.client import ACTIONS, Producer
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
-MAX_LIST = 200
 # The role each action needs (console/users.py); an action not listed here is unknown.
 ACTION_ROLES = dict.fromkeys(
     ("approve", "reject", "signal", "retry", "skip", "cancel"), Role.OPERATOR
@@ -56,7 +56,7 @@ ACTION_ROLES = dict.fromkeys(
 
 def error_response(exc: Exception) -> JSONResponse:
     """A PlanloopError (or Redis being away) as JSON with the status that fits."""
-    if isinstance(exc, SessionNotFoundError):
+    if isinstance(exc, SessionNotFoundError | StepNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
     if isinstance(exc, SessionEndedError | CommandRefusedError):  # the state forbids it
         return JSONResponse({"error": str(exc)}, status_code=409)
@@ -65,13 +65,12 @@ def error_response(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=400)
 
 
-def metrics_routes(settings: Settings, state: HotState) -> list[BaseRoute]:
+def metrics_routes() -> list[BaseRoute]:
     """``/metrics`` (and ``/metrics/``, neither redirecting: a scraper need not follow one):
-    this process's metrics plus what the whole deployment shows in Redis (step queue depth,
-    sessions not yet ended), read when scraped."""
-    lengths = queue_lengths(state.r, state.keys, settings.queue)
-    active = metrics.ActiveSessions(lambda: int(state.r.scard(state.keys.active)))
-    app = AsgiEndpoint(metrics.metrics_app(extra=[metrics.QueueDepth(lengths), active]))
+    this process's own metrics. The gauges read from shared state (queue depth, active
+    sessions) are a supervisor's to export (core/metrics.py ``SharedGauges``): exported here
+    too, a dashboard's sum would count them twice."""
+    app = AsgiEndpoint(metrics.metrics_app())
     return [Route("/metrics", app), Route("/metrics/", app)]
 
 
@@ -114,14 +113,45 @@ class Endpoints:
         return endpoint
 
     def list_sessions(self, request: Request) -> Any:
-        try:
-            limit = int(request.query_params.get("limit") or 50)
-        except ValueError:
-            limit = 50
-        return {"sessions": data.sessions(self.client, max(1, min(MAX_LIST, limit)))}
+        return list_sessions(self.client, ListQuery.from_params(request.query_params))
 
     def one_session(self, request: Request) -> Any:
-        return data.session_detail(self.client, request.path_params["sid"])
+        detail = data.session_detail(self.client, request.path_params["sid"])
+        return {**detail, "may_read_transcripts": may_read_transcripts(request.scope)}
+
+    def timeline(self, request: Request) -> Any:
+        return data.session_timeline(self.client, request.path_params["sid"])
+
+    def one_step(self, request: Request) -> Any:
+        sid, step = request.path_params["sid"], request.path_params["step"]
+        _session, plans, report, _events = data.session_plans(self.client, sid)
+        hidden = data.hidden_params(self.client, plans)
+        return step_detail.step_detail(self.client, sid, step, plans, report, hidden)
+
+    def step_output(self, request: Request) -> Any:
+        sid, step = request.path_params["sid"], request.path_params["step"]
+        _session, plans, _report, _events = data.session_plans(self.client, sid)
+        hidden = data.hidden_params(self.client, plans)
+        return {"output": step_detail.full_output(self.client, sid, step, plans, hidden)}
+
+    def llm_transcript(self, request: Request) -> Response:
+        """A call's prompt and response: only for the roles that may read them."""
+        if not may_read_transcripts(request.scope):
+            return JSONResponse(
+                {"error": "prompts and responses are shown to operators and admins only"},
+                status_code=403,
+            )
+        sid = request.path_params["sid"]
+        try:
+            call_id = int(request.path_params["call"])
+            found = transcript_of(self.client.record, sid, call_id)
+        except ValueError:
+            found = None
+        except (PlanloopError, redis.RedisError) as exc:
+            return error_response(exc)
+        if found is None:
+            return JSONResponse({"error": f"session {sid!r} has no such LLM call"}, 404)
+        return JSONResponse(found)
 
     async def stream(self, request: Request) -> Response:
         sid = request.path_params["sid"]
@@ -193,9 +223,13 @@ def create_app(
         Route("/api/sessions", api.reading(api.list_sessions)),
         Route("/api/sessions/{sid}", api.reading(api.one_session)),
         Route("/api/sessions/{sid}/stream", api.stream),
+        Route("/api/sessions/{sid}/timeline", api.reading(api.timeline)),
+        Route("/api/sessions/{sid}/steps/{step}", api.reading(api.one_step)),
+        Route("/api/sessions/{sid}/steps/{step}/output", api.reading(api.step_output)),
+        Route("/api/sessions/{sid}/llm/{call}", api.llm_transcript),
         Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
-        *metrics_routes(settings, api.client.state),
+        *metrics_routes(),
     ]
     hardening = Middleware(
         Hardening,

@@ -1,26 +1,26 @@
-"""What the console shows, as JSON-ready dicts: read through the producer's own views (Redis
-first, the SQL record for what Redis no longer holds), masked like ``planloop show``."""
+"""What the session page shows, as JSON-ready dicts: read through the producer's own views
+(Redis first, the SQL record for what Redis no longer holds), masked like ``planloop show``."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from planloop.console.layout import layout
-from planloop.core.errors import SessionNotFoundError
-from planloop.core.llm_budget import budget_view
-from planloop.core.masking import mask
-from planloop.core.models import Event, SessionRecord, StepState
+from planloop.console.llm_view import llm_calls
+from planloop.console.step_detail import StepRun, runs_of
+from planloop.console.timeline import timeline
+from planloop.console.versions import all_step_ids, version_view
+from planloop.core.masking import mask, mask_text
+from planloop.core.models import Event, StepState
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
-from planloop.producer.history import plan_diff, session_history
+from planloop.producer.history import session_history
 from planloop.producer.views import gather_session, llm_budget, masked_report, sensitive_params
 
 AWAITING_APPROVAL = "awaiting approval"  # the note supervisor/session.py writes
 
 
 def step_view(state: StepState) -> dict[str, Any]:
-    """One step's live fields for the page."""
+    """One step's live fields for the page (what the live stream sends on each change)."""
     duration = (
         round(state.finished_at - state.started_at, 3)
         if state.finished_at and state.started_at
@@ -30,49 +30,42 @@ def step_view(state: StepState) -> dict[str, Any]:
         "status": state.status.value,
         "attempt": state.attempt,
         "worker": state.worker,
-        "error": state.error,
-        "note": state.note,
+        "error": mask_text(state.error),
+        "error_kind": state.error_kind,
+        "note": mask_text(state.note),
+        "dispatched_at": state.dispatched_at,
+        "started_at": state.started_at,
+        "finished_at": state.finished_at,
         "duration_s": duration,
+    }
+
+
+def run_view(run: StepRun, reported: dict[str, Any] | None) -> dict[str, Any]:
+    """A step's fields from Redis; when Redis let its hash go, its last recorded attempt or
+    the report's line."""
+    state = run.state
+    if state.attempt or state.status.value != "pending" or not (run.attempts or reported):
+        return step_view(state)
+    if run.attempts:
+        last = run.attempts[-1]
+        return step_view(StepState.model_validate({**last, "attempt": last["attempt"]}))
+    assert reported is not None
+    return {
+        **step_view(StepState()),
+        "status": reported.get("status", "pending"),
+        "attempt": reported.get("attempts", 0),
+        "worker": reported.get("worker") or "",
+        "error": mask_text(reported.get("error") or ""),
+        "note": mask_text(reported.get("note") or ""),
+        "duration_s": reported.get("duration_s"),
     }
 
 
 def event_view(event_id: str, event: Event, hidden: frozenset[str]) -> dict[str, Any]:
     data = event.model_dump(mode="json")
     data["payload"] = mask(event.payload, hidden)
-    data["description"] = mask(event.description)
+    data["description"] = mask_text(event.description)
     return {"id": event_id, **data}
-
-
-def session_summary(producer: Producer, record: SessionRecord, now: float) -> dict[str, Any]:
-    """One row of the sessions list: status, progress, age, re-plans, tokens, cost."""
-    plan = load_plan(producer, record.id, record.plan_version)
-    states = producer.state.steps(record.id, plan.step_ids if plan else [])
-    spend = budget_view(record.llm_usage, record.options, producer.settings)
-    return {
-        "id": record.id,
-        "status": record.status.value,
-        "goal": mask(record.goal),
-        "steps_done": sum(1 for st in states.values() if st.status.terminal),
-        "steps_total": len(states),
-        "age_s": round(max(0.0, now - record.created_at), 1),
-        "created_at": record.created_at,
-        "replans": record.replans,
-        "plan_version": record.plan_version,
-        "tokens": spend["tokens"],
-        "cost_usd": spend["cost_usd"],
-        "awaiting": record.awaiting,
-    }
-
-
-def sessions(producer: Producer, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` sessions that Redis still holds."""
-    now, rows = time.time(), []
-    for sid in producer.state.session_ids(limit):
-        try:
-            rows.append(session_summary(producer, producer.session(sid), now))
-        except SessionNotFoundError:
-            continue  # listed but already cleaned up
-    return rows
 
 
 def load_plan(producer: Producer, sid: str, version: int) -> Plan | None:
@@ -91,37 +84,27 @@ def plan_versions(producer: Producer, sid: str, current: int) -> list[Plan]:
         plans.append(Plan.model_validate_json(raw))
     if len(plans) == current and plans:
         return plans
-    record = producer.record
-    return [Plan.model_validate_json(row.plan) for row in record.plan_versions(sid)]
+    return [Plan.model_validate_json(row.plan) for row in producer.record.plan_versions(sid)]
 
 
-def version_view(
-    number: int, plan: Plan, previous: Plan | None, reason: str, hidden: frozenset[str]
-) -> dict[str, Any]:
-    """A plan version drawn: its layout, and what changed from the version before."""
-    before = previous.by_id if previous is not None else {}
-    after = plan.by_id
-    added = [i for i in after if previous is not None and i not in before]
-    changed = [i for i in after if i in before and before[i] != after[i]]
-    return {
-        "version": number,
-        "reason": reason,
-        "layout": layout(plan),
-        "added": added,
-        "removed": [i for i in before if i not in after],
-        "changed": changed,
-        "diff": plan_diff(previous, plan) if previous is not None else [],
-        "steps": {
-            s.id: {
-                "tool": s.tool,
-                "dependencies": s.dependencies,
-                "params": mask(s.params, hidden),
-                "critical": s.critical,
-                "requires_approval": s.requires_approval,
-            }
-            for s in plan.steps
-        },
-    }
+def hidden_params(producer: Producer, plans: list[Plan]) -> frozenset[str]:
+    """The params any version's tools mark sensitive."""
+    hidden: frozenset[str] = frozenset()
+    for plan in plans:
+        hidden |= sensitive_params(producer, plan)
+    return hidden
+
+
+def session_plans(producer: Producer, sid: str) -> tuple[dict[str, Any], list[Plan], Any, Any]:
+    """The session's fields, every plan version, its report and events.
+
+    Raises:
+        SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
+    """
+    session, plan, report, events = gather_session(producer, sid)
+    current = int(session.get("plan_version") or 1)
+    plans = plan_versions(producer, sid, current) or ([plan] if plan is not None else [])
+    return session, plans, report, events
 
 
 def session_detail(producer: Producer, sid: str) -> dict[str, Any]:
@@ -130,31 +113,20 @@ def session_detail(producer: Producer, sid: str) -> dict[str, Any]:
     Raises:
         SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
     """
-    session, plan, report, events = gather_session(producer, sid)
-    hidden = sensitive_params(producer, plan)
+    session, plans, report, events = session_plans(producer, sid)
+    hidden = hidden_params(producer, plans)
     history = session_history(producer.record, sid)
-    current = int(session.get("plan_version") or 1)
-    plans = plan_versions(producer, sid, current) or ([plan] if plan is not None else [])
+    ids = all_step_ids(plans)
+    runs = runs_of(producer, sid, ids)
+    reported = {str(s["id"]): s for s in (report or {}).get("steps", [])}
+    steps = {i: run_view(runs[i], reported.get(i)) for i in ids}
+    statuses = {i: s["status"] for i, s in steps.items()}
     reasons = {v["version"]: v["reason"] for v in history["plan_versions"]}
     versions = [
-        version_view(n, p, plans[n - 2] if n > 1 else None, reasons.get(n, ""), hidden)
-        for n, p in enumerate(plans, start=1)
+        version_view(plans, n, reasons.get(n, ""), statuses, hidden)
+        for n in range(1, len(plans) + 1)
     ]
-    ids = plans[-1].step_ids if plans else []
-    steps = {i: step_view(st) for i, st in producer.state.steps(sid, ids).items()}
-    if report and not any(s["attempt"] for s in steps.values()):
-        # Redis let the step hashes go: the report says how each step ended
-        steps = {
-            str(s["id"]): {
-                "status": s.get("status", ""),
-                "attempt": s.get("attempts", 0),
-                "worker": s.get("worker") or "",
-                "error": s.get("error") or "",
-                "note": s.get("note") or "",
-                "duration_s": s.get("duration_s"),
-            }
-            for s in report.get("steps", [])
-        }
+    calls = llm_calls(producer.record, sid, producer.settings)
     shown_report = masked_report(report, hidden) if report else None
     return {
         "session": mask(session),
@@ -162,14 +134,37 @@ def session_detail(producer: Producer, sid: str) -> dict[str, Any]:
         "versions": versions,
         "events": [event_view(i, ev, hidden) for i, ev in events],
         "decisions": history["decisions"],
-        "llm_calls": history["llm_calls"],
+        "llm_calls": calls,
         "llm": history["llm"],
+        "uses_llm": bool(calls) or bool(session.get("llm_usage")),
         "llm_budget": llm_budget(producer, session, history),
         "report": shown_report,
         "answer": (shown_report or {}).get("answer"),
+        "timeline": timeline(
+            session,
+            {i: r.attempts for i, r in runs.items()},
+            calls,
+            history["decisions"],
+            events,
+        ),
         "awaiting_approval": sorted(
             i
             for i, s in steps.items()
             if s["note"] == AWAITING_APPROVAL and s["status"] in ("pending", "ready")
         ),
     }
+
+
+def session_timeline(producer: Producer, sid: str) -> dict[str, Any]:
+    """The timeline alone (the page refreshes it while the session runs).
+
+    Raises:
+        SessionNotFoundError: neither Redis nor the SQL record knows ``sid``.
+    """
+    session, plans, _report, events = session_plans(producer, sid)
+    history = session_history(producer.record, sid)
+    runs = runs_of(producer, sid, all_step_ids(plans))
+    calls = llm_calls(producer.record, sid, producer.settings)
+    return timeline(
+        session, {i: r.attempts for i, r in runs.items()}, calls, history["decisions"], events
+    )

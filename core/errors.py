@@ -42,6 +42,7 @@ defined in another module names that module in brackets.
     │                               is recorded (Flower shows it; the supervisor reads streams)
     ├── SessionError                about one session
     │   ├── SessionNotFoundError
+    │   ├── StepNotFoundError       no version of the session's plan has that step (console)
     │   ├── FencedOutError          a write carried a stale epoch: another supervisor owns it
     │   ├── SessionEndedError       the session has ended; it is never reopened or rewritten
     │   ├── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
@@ -359,6 +360,17 @@ class SessionNotFoundError(SessionError):
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r}", session_id=session_id)
+
+
+class StepNotFoundError(SessionError):
+    """No version of the session's plan has a step with that id."""
+
+    def __init__(self, session_id: str, step_id: str) -> None:
+        self.step_id = step_id
+        super().__init__(
+            f"session {session_id!r} has no step {step_id!r} in any plan version",
+            session_id=session_id,
+        )
 
 
 class FencedOutError(SessionError):

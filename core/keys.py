@@ -24,6 +24,8 @@ Per session ``{sid}`` (with the default prefix ``pl``):
 ``pl:tools``                           hash: tool name -> catalogue entry JSON (workers publish)
 ``pl:workers``                         hash: worker name -> heartbeat JSON (queue, tools,
                                        expires_at); a worker refreshes its own entry
+``pl:metrics:shared``                  string: the supervisor that exports the gauges read
+                                       from shared state (core/metrics.py), with a TTL
 =====================================  ======================================================
 """
 
@@ -93,6 +95,10 @@ class Keys:
     @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    @property
+    def shared_metrics(self) -> str:
+        return f"{self.prefix}:metrics:shared"
 
     def breaker(self, tool: str) -> str:
         return f"{self.prefix}:breaker:{tool}"

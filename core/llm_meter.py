@@ -51,6 +51,9 @@ class Charge:
     step_id: str = ""  # an agent step's calls (made on a worker) name the step ...
     attempt: int = 0  # ... and its attempt
     created_at: float = field(default_factory=time.time)
+    # What was asked and answered, masked and cut (core/llm_transcript.py); None: not kept.
+    prompt: str | None = None
+    response: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The ``llm_calls`` row (without the session id) of this call."""
@@ -63,6 +66,8 @@ class Charge:
             "latency_s": self.latency_s,
             "step_id": self.step_id,
             "attempt": self.attempt,
+            "prompt": self.prompt,
+            "response": self.response,
         }
 
 
@@ -188,9 +193,18 @@ class UsageMeter:
             yield
 
     def charge(
-        self, role: str, model: str, prompt_tokens: int, completion_tokens: int, latency_s: float
+        self,
+        role: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_s: float,
+        *,
+        prompt: str | None = None,
+        response: str | None = None,
     ) -> Charge:
-        """Write one call to the ledger now, then count it.
+        """Write one call to the ledger now, then count it (with its transcript, masked and
+        cut by the caller, when given).
 
         A ledger that fails to write (the database is down) is logged and the call is still
         counted here, so the budget holds; the caller's answer is not lost over it.
@@ -204,6 +218,8 @@ class UsageMeter:
             latency_s,
             self.step_id,
             self.attempt,
+            prompt=prompt,
+            response=response,
         )
         try:
             self.ledger.record_llm_call(charge)

@@ -229,6 +229,47 @@ class ActiveSessions(Collector):
         yield GaugeMetricFamily("planloop_sessions_active", "Sessions not yet ended.", value)
 
 
+# Atomically: take the lease when free, keep it when ours (refreshing its TTL); 1 if ours.
+_HOLD_LEASE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class SharedGauges(Collector):
+    """Gauges read from shared state (queue depth, active sessions), exported by one
+    process of the deployment: whichever supervisor holds the Redis lease ``key``. Every
+    supervisor reads the same Redis, so each exporting them would make a dashboard's
+    ``sum`` count them once per supervisor. The lease outlives a few scrapes (``ttl_s``);
+    when its holder stops, another supervisor's next scrape after it expires takes over.
+    """
+
+    def __init__(
+        self, client: Any, key: str, owner: str, ttl_s: float, gauges: Iterable[Collector]
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.owner = owner
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.gauges = list(gauges)
+
+    def holds(self) -> bool:
+        try:
+            return bool(self.client.eval(_HOLD_LEASE, 1, self.key, self.owner, self.ttl_ms))
+        except Exception:  # Redis down: the gauges could not be read either
+            return False
+
+    def collect(self) -> Iterable[Any]:
+        if not self.holds():
+            return
+        for gauge in self.gauges:
+            yield from gauge.collect()
+
+
 def redis_queue_lengths(client: Any, queues: list[str]) -> Callable[[], dict[str, int]]:
     """Queue lengths read with LLEN (kombu's Redis transport keeps a queue in one list)."""
 

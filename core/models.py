@@ -217,6 +217,12 @@ def task_id(session_id: str, step_id: str, attempt: int) -> str:
     return f"{session_id}:{step_id}:{attempt}"
 
 
+def idempotency_key(session_id: str, step_id: str) -> str:
+    """The idempotency key of a step's writes: the same for every attempt, so the effect
+    ledger (core/effects.py) applies each write once."""
+    return f"{session_id}:{step_id}"
+
+
 class SessionOptions(BaseModel):
     """Per-session knobs a submitter may set; unset ones fall back to the settings."""
 

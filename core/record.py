@@ -145,6 +145,9 @@ class LlmCallRow(Base):
     # An agent step's turns (charged by the worker that ran them) name the step and attempt.
     step_id: Mapped[str] = mapped_column(String(64), default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # The call's prompt and response, masked and cut (core/llm_transcript.py); NULL: not kept.
+    prompt: Mapped[str | None] = mapped_column(Text, nullable=True)
+    response: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class EffectRow(Base):

@@ -40,6 +40,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
 from planloop.core.llm_meter import current_meter
+from planloop.core.llm_transcript import transcript
 from planloop.core.masking import mask_messages
 from planloop.planner.json_repair import extract_json
 from planloop.planner.llm_stream import read_stream
@@ -299,7 +300,11 @@ class OpenAIChatModel:
                     raise self._unavailable(exc) from exc
                 text, usage, reported = self._read_stream(stream, on_text, started, model, role)
                 # A stream cut before its usage chunk served no usage: nothing to record.
-                usage = _charged(usage) if reported else replace(usage, recorded=True)
+                usage = (
+                    _charged(usage, self._kept(chat, text))
+                    if reported
+                    else replace(usage, recorded=True)
+                )
             self.usages.append(usage)
             logger.debug("%s answer (%s, streamed): %s", role, model, text)
             return text, usage
@@ -332,11 +337,17 @@ class OpenAIChatModel:
                     continue
                 except openai.APIConnectionError as exc:
                     raise self._unavailable(exc) from exc
-                usage = _charged(_usage_of(response, time.monotonic() - started, model, role))
+                usage = _usage_of(response, time.monotonic() - started, model, role)
+                content = response.choices[0].message.content if response.choices else None
+                usage = _charged(usage, self._kept(chat, content or ""))
             self.usages.append(usage)
-            content = response.choices[0].message.content if response.choices else None
             logger.debug("%s answer (%s): %s", role, model, content)
             return content or "", usage
+
+    def _kept(self, chat: list[dict[str, str]], answer: str) -> tuple[str | None, str | None]:
+        """The prompt and response the record keeps of one call: of the messages as masked
+        for sending (never the unmasked ones), cut to ``llm_transcript_max_chars``."""
+        return transcript(mask_messages(chat), answer, self._settings.llm_transcript_max_chars)
 
     def _retrying(self, mode: StructuredMode) -> Retrying:
         """Retries of one request: transient errors, with the endpoint's back-off."""
@@ -614,12 +625,19 @@ def _metered(role: Role) -> AbstractContextManager[object]:
     return nullcontext() if meter is None else meter.metered(str(role))
 
 
-def _charged(usage: Usage) -> Usage:
-    """``usage``, charged to the current session's meter first when there is one."""
+def _charged(usage: Usage, kept: tuple[str | None, str | None] = (None, None)) -> Usage:
+    """``usage``, charged to the current session's meter first when there is one, with the
+    call's ``kept`` prompt and response (masked and cut: core/llm_transcript.py)."""
     meter = current_meter()
     if meter is None:
         return usage
     meter.charge(
-        usage.role, usage.model, usage.prompt_tokens, usage.completion_tokens, usage.latency_s
+        usage.role,
+        usage.model,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.latency_s,
+        prompt=kept[0],
+        response=kept[1],
     )
     return replace(usage, recorded=True)

@@ -11,24 +11,14 @@ from rich.table import Table
 from planloop.core.masking import mask_text
 from planloop.core.record import SqlRecord
 from planloop.planner.plan import Plan
+from planloop.planner.plan_diff import diff_plans
 from planloop.producer.terminal import terminal_safe
 
 
 def plan_diff(old: Plan, new: Plan) -> list[str]:
-    """What changed from ``old`` to ``new``: ``+`` added, ``-`` removed, ``~`` changed."""
-    before, after = old.by_id, new.by_id
-    lines = [f"+ {i} ({after[i].tool})" for i in after if i not in before]
-    lines += [f"- {i} ({before[i].tool})" for i in before if i not in after]
-    for step_id in (i for i in after if i in before):
-        a, b = before[step_id], after[step_id]
-        changed = [
-            name
-            for name in ("tool", "params", "dependencies", "critical", "timeout_s", "max_retries")
-            if getattr(a, name) != getattr(b, name)
-        ]
-        if changed:
-            lines.append(f"~ {step_id}: {', '.join(changed)} changed")
-    return lines
+    """What changed from ``old`` to ``new``: ``+`` added, ``-`` removed, ``~`` changed
+    (the console's diff too: :func:`planner.plan_diff.diff_plans`)."""
+    return diff_plans(old, new).lines(old, new)
 
 
 def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:

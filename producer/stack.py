@@ -252,8 +252,9 @@ class Stack:
             own["PLANLOOP_TOOL_MODULES"] = ",".join(tool_modules)
         return self._spawn("worker", args, cwd=cwd, env=own or None)
 
-    def start_supervisor(self) -> subprocess.Popen[bytes]:
-        return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"])
+    def start_supervisor(self, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """One more supervisor; ``env``: variables of its own (its metrics port)."""
+        return self._spawn("supervisor", ["supervisor", "--loglevel", "INFO"], env=env)
 
     def start_console(self, port: int) -> subprocess.Popen[bytes]:
         return self._spawn("console", ["console", "--port", str(port)])

@@ -1,9 +1,12 @@
-"""Take docs/console.png: the console's session page for examples/supply_chain.yaml.
+"""Take the console's screenshots in docs/: the session page of examples/supply_chain.yaml
+re-planned around its failed supplier (console.png, console-replanned.png with the step
+panel open), a session while its step runs (console-running.png) and one that failed
+(console-failed.png).
 
 Runs a private stack (own key prefix, queue and SQLite file; Redis at PLANLOOP_REDIS_URL or an
 embedded one), the console on a free port, and the system chromium through playwright.
 
-    .venv/bin/python scripts/console_screenshot.py [OUT.png]
+    .venv/bin/python scripts/console_screenshot.py [OUT_DIR]
 """
 
 from __future__ import annotations
@@ -25,10 +28,31 @@ sys.path.insert(0, str(ROOT))
 
 from planloop.config.settings import Settings  # noqa: E402
 from planloop.core.credentials import CONSOLE_PASSWORD_FILE, GENERATED_CONSOLE_USER  # noqa: E402
-from planloop.planner.plan import load_plan  # noqa: E402
+from planloop.planner.plan import load_plan, parse_plan  # noqa: E402
 from planloop.producer.client import Producer  # noqa: E402
 from planloop.producer.stack import free_port, local_stack, wait_until  # noqa: E402
 from planloop.producer.up import stack_settings, with_bench_tools  # noqa: E402
+
+RUNNING = """
+goal: a chain whose middle step takes a while
+steps:
+  - {id: fetch, tool: bench.echo, params: {value: 1}}
+  - {id: crunch, tool: bench.sleep, params: {seconds: 20}, dependencies: [fetch]}
+  - {id: publish, tool: bench.echo, params: {value: 2}, dependencies: [crunch]}
+"""
+
+FAILED = """
+goal: a critical payment step that fails for good
+steps:
+  - {id: quote, tool: bench.echo, params: {value: 42}}
+  - id: charge
+    tool: bench.sleep
+    params: {seconds: 0.2, simulate: {fail_attempts: [1, 2], permanent: false}}
+    dependencies: [quote]
+    critical: true
+    max_retries: 1
+  - {id: receipt, tool: bench.echo, params: {value: done}, dependencies: [charge]}
+"""
 
 
 def healthy(url: str) -> bool:
@@ -40,7 +64,8 @@ def healthy(url: str) -> bool:
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "console.png"
+    out_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
+    out_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"shot{uuid.uuid4().hex[:6]}"
     work = Path(tempfile.mkdtemp(prefix="planloop-shot-"))
     settings = with_bench_tools(
@@ -80,12 +105,29 @@ def main() -> None:
                 page.wait_for_selector(
                     "#version option[value='2']", state="attached", timeout=10_000
                 )
-                page.locator('svg#dag g.node[data-step="verify_primary"]').click()
-                time.sleep(0.5)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(out), full_page=False)
+                page.screenshot(path=str(out_dir / "console.png"), full_page=False)
+                page.locator('svg#dag g.node[data-step="order_alternative"]').click()
+                page.wait_for_selector("#step-panel [data-resolved] pre", timeout=10_000)
+                page.locator("#step-panel").scroll_into_view_if_needed()
+                time.sleep(0.3)
+                page.screenshot(path=str(out_dir / "console-replanned.png"), full_page=True)
+
+                live = producer.submit(parse_plan(RUNNING))
+                page.goto(f"{url}/sessions/{live}")
+                page.wait_for_selector("#steps td.elapsed[data-running]", timeout=30_000)
+                time.sleep(2.5)  # the elapsed time and the running bar have moved
+                page.screenshot(path=str(out_dir / "console-running.png"), full_page=True)
+                producer.cancel(live, "screenshot taken")
+
+                failed = producer.submit(parse_plan(FAILED))
+                page.goto(f"{url}/sessions/{failed}")
+                page.wait_for_selector('#status[data-status="failed"]', timeout=60_000)
+                page.locator('svg#dag g.node[data-step="charge"]').click()
+                page.wait_for_selector("#step-panel [data-error-kind]", timeout=10_000)
+                time.sleep(0.3)
+                page.screenshot(path=str(out_dir / "console-failed.png"), full_page=True)
                 browser.close()
-            print(f"wrote {out} (session {sid})")
+            print(f"wrote console*.png in {out_dir} (sessions {sid}, {live}, {failed})")
         finally:
             console.terminate()
             console.wait(10)

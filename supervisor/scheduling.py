@@ -17,6 +17,7 @@ from planloop.core.models import (
     Severity,
     StepStatus,
     StepTaskArgs,
+    idempotency_key,
     task_id,
 )
 from planloop.core.values import ValueLimits, encode
@@ -205,7 +206,7 @@ class Scheduling:
             params=params.inline,
             param_refs=params.refs,
             timeout_s=self.io.timeout(step),
-            idempotency_key=f"{sid}:{step_id}",
+            idempotency_key=idempotency_key(sid, step_id),
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
             instruction=step.instruction if step.tool == REACT_TOOL else "",

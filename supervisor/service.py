@@ -496,14 +496,15 @@ def serve_metrics(settings: Settings) -> None:
     metrics.PRICES.update(settings.llm_prices)
     if not settings.supervisor_metrics_port:
         return
-    client = connect(settings.redis_url)
-    depth = metrics.QueueDepth(queue_lengths(client, Keys(settings.key_prefix), settings.queue))
-    active_key = Keys(settings.key_prefix).active
-    active = metrics.ActiveSessions(lambda: int(client.scard(active_key)))
+    client, keys = connect(settings.redis_url), Keys(settings.key_prefix)
+    depth = metrics.QueueDepth(queue_lengths(client, keys, settings.queue))
+    active = metrics.ActiveSessions(lambda: int(client.scard(keys.active)))
+    owner = f"{socket.gethostname()}:{os.getpid()}:{settings.supervisor_metrics_port}"
+    shared = metrics.SharedGauges(
+        client, keys.shared_metrics, owner, settings.metrics_shared_lease_s, [depth, active]
+    )
     try:
-        metrics.serve(
-            settings.supervisor_metrics_port, settings.metrics_address, extra=[depth, active]
-        )
+        metrics.serve(settings.supervisor_metrics_port, settings.metrics_address, extra=[shared])
     except OSError as exc:
         log.warning(
             "metrics: cannot listen on %s:%d (%s); this supervisor serves no /metrics, give "

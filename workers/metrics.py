@@ -14,10 +14,7 @@ from celery import Celery
 from celery.signals import worker_process_shutdown, worker_ready
 
 from planloop.config.settings import Settings
-from planloop.core.hot_state import connect
-from planloop.core.keys import Keys
-from planloop.core.metrics import QueueDepth, process_exited, serve
-from planloop.core.routing import queue_lengths
+from planloop.core.metrics import process_exited, serve
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +29,9 @@ def serve_metrics_while_serving(celery_app: Celery, settings: Settings) -> None:
     def ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not celery_app:
             return
-        client = connect(settings.redis_url)
-        depth = QueueDepth(queue_lengths(client, Keys(settings.key_prefix), settings.queue))
+        # queue depth is read from shared state: a supervisor exports it (SharedGauges)
         try:
-            serve(settings.metrics_port, settings.metrics_address, extra=[depth])
+            serve(settings.metrics_port, settings.metrics_address)
         except OSError as exc:  # another worker on this host has the port: run without
             log.warning(
                 "metrics: cannot listen on %s:%d (%s); this worker serves no /metrics, give "

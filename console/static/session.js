@@ -1,9 +1,9 @@
-// One session: the live DAG (server-sent events), plan versions and their diffs, the event
-// timeline, decisions, LLM calls, the answer, and the actions a person takes.
+// One session: the live DAG (server-sent events), plan versions and their diffs, the step
+// panel, the timeline, decisions, LLM calls, the answer, and the actions a person takes.
 "use strict";
 const sid = decodeURIComponent(location.pathname.split("/").pop());
 const base = "/api/sessions/" + encodeURIComponent(sid);
-const page = { detail: null, steps: {}, status: "", awaiting: "", shown: 0, events: new Set() };
+const page = { detail: null, steps: {}, status: "", awaiting: "", shown: 0, events: new Set(), timeline: null };
 const $ = (id) => document.getElementById(id);
 
 function ended() {
@@ -39,6 +39,8 @@ function confirmed(question, name, body) {
 }
 
 function renderActions() {
+  // after the end nothing can be sent: no disabled buttons or stale "sent" lines stay
+  $("actions").hidden = ended();
   const box = $("approvals");
   const items = [];
   if (!ended()) {
@@ -64,8 +66,6 @@ function renderActions() {
     }
   }
   box.replaceChildren(...items);
-  $("cancel").disabled = ended();
-  $("signal").disabled = ended();
 }
 
 function renderStatus() {
@@ -74,29 +74,52 @@ function renderStatus() {
   $("status").dataset.status = page.status;
 }
 
+function elapsedText(s) {
+  if (s.status === "running" && s.started_at) return tickText(Math.max(0, serverNow() - s.started_at));
+  return s.duration_s == null ? "" : s.duration_s.toFixed(2) + "s";
+}
+
+function stepRow(id, tool, s, ghost) {
+  const buttons = [];
+  if (!ghost && !ended() && ["failed", "interrupted"].includes(s.status)) {
+    buttons.push(el("button", { "data-action": "retry", "data-step": id,
+      onclick: () => confirmed("Retry step " + id + "?", "retry", { step: id }) }, "Retry"));
+  }
+  if (!ghost && !ended() && ["failed", "interrupted", "pending", "ready"].includes(s.status)) {
+    buttons.push(el("button", { "data-action": "skip", "data-step": id,
+      onclick: () => confirmed("Skip step " + id + "? It will not run.",
+        "skip", { step: id }) }, "Skip"));
+  }
+  const duration = el("td", { class: "elapsed" }, elapsedText(s));
+  if (s.status === "running") duration.dataset.running = "1";
+  return el("tr", { "data-step": id, class: ghost ? "ghost" : "" },
+    el("td", {}, el("a", { href: "#step-panel", onclick: () => openStep(base, id) }, id),
+      ghost ? el("span", { class: "muted" }, ` (plan v${ghost.version}, dropped since)`) : ""),
+    el("td", { class: "mono" }, tool), el("td", {}, badge(s.status)), el("td", {}, s.attempt), duration,
+    el("td", { class: "mono" }, s.worker || ""),
+    el("td", {}, s.error || s.note || ""), el("td", {}, ...buttons));
+}
+
 function renderSteps() {
   const version = page.detail.versions[page.detail.versions.length - 1];
   const body = $("steps").querySelector("tbody");
   if (!version) { body.replaceChildren(); return; }
-  body.replaceChildren(...Object.keys(version.steps).map((id) => {
-    const s = page.steps[id] || { status: "pending", attempt: 0 };
-    const buttons = [];
-    if (!ended() && ["failed", "interrupted"].includes(s.status)) {
-      buttons.push(el("button", { "data-action": "retry", "data-step": id,
-        onclick: () => confirmed("Retry step " + id + "?", "retry", { step: id }) }, "Retry"));
-    }
-    if (!ended() && ["failed", "interrupted", "pending", "ready"].includes(s.status)) {
-      buttons.push(el("button", { "data-action": "skip", "data-step": id,
-        onclick: () => confirmed("Skip step " + id + "? It will not run.",
-          "skip", { step: id }) }, "Skip"));
-    }
-    return el("tr", { "data-step": id },
-      el("td", {}, id), el("td", { class: "mono" }, version.steps[id].tool),
-      el("td", {}, badge(s.status)), el("td", {}, s.attempt),
-      el("td", {}, s.duration_s == null ? "" : s.duration_s.toFixed(2) + "s"),
-      el("td", { class: "mono" }, s.worker || ""),
-      el("td", {}, s.error || s.note || ""), el("td", {}, ...buttons));
-  }));
+  const rows = Object.keys(version.steps).map((id) =>
+    stepRow(id, version.steps[id].tool, page.steps[id] || { status: "pending", attempt: 0 }, null));
+  for (const ghost of version.ghosts) {
+    rows.push(stepRow(ghost.id, ghost.tool, page.steps[ghost.id] || { status: ghost.status, attempt: 0 }, ghost));
+  }
+  body.replaceChildren(...rows);
+}
+
+// Every second: running steps' elapsed time, the session's, and the running timeline bars.
+function tick() {
+  for (const cell of document.querySelectorAll("#steps td.elapsed[data-running]")) {
+    const id = cell.closest("tr").dataset.step;
+    cell.textContent = elapsedText(page.steps[id] || {});
+  }
+  if (page.timeline) $("times").textContent = timesText(page.timeline, page.status);
+  growTimeline($("timeline"));
 }
 
 function renderDag() {
@@ -110,16 +133,14 @@ function renderDag() {
   diff.replaceChildren(...parts,
     ...version.added.map((i) => el("span", { class: "added" }, " +" + i)),
     ...version.removed.map((i) => el("span", { class: "removed" }, " -" + i)),
-    ...version.changed.map((i) => el("span", { class: "changed" }, " ~" + i)));
+    ...Object.entries(version.changed).map(([i, fields]) =>
+      el("span", { class: "changed", title: fields.join(", ") + " changed" }, " ~" + i)),
+    ...(version.ghosts.length ? [el("span", { class: "muted" },
+      "  · greyed: steps an earlier version ran")] : []));
 }
 
 function showStep(id) {
-  const version = page.detail.versions[page.shown - 1];
-  const step = version.steps[id] || {};
-  const live = page.steps[id] || {};
-  $("step-detail").textContent = `${id} (${step.tool})  status ${live.status || "?"}, ` +
-    `attempt ${live.attempt || 0}\nparams ${JSON.stringify(step.params)}\n` +
-    (live.error ? "error " + live.error : "") + (live.note ? " note " + live.note : "");
+  openStep(base, id);
 }
 
 function renderVersions() {
@@ -153,20 +174,13 @@ function renderHistory() {
       (x.confidence != null ? `, confidence ${x.confidence}` : "") +
       (x.prompt_tokens + x.completion_tokens ? `, ${x.prompt_tokens}+${x.completion_tokens} tokens` : "") +
       ")\n" + x.reasoning)) : ["(none: nothing needed deciding)"]));
-  const b = d.llm_budget;
-  const calls = d.llm_calls.length ? el("table", {},
-    el("thead", {}, el("tr", {}, ...["time", "role", "model", "prompt", "completion", "latency"]
-      .map((h) => el("th", {}, h)))),
-    el("tbody", {}, ...d.llm_calls.map((c) => el("tr", {}, el("td", {}, clock(c.at)),
-      el("td", {}, c.role), el("td", {}, c.model), el("td", {}, c.prompt_tokens),
-      el("td", {}, c.completion_tokens), el("td", {}, c.latency_s + "s"))))) : "(none)";
-  $("llm").replaceChildren(el("div", {}, `${d.llm.calls} calls, tokens ${b.tokens}` +
-    (b.max_tokens != null ? "/" + b.max_tokens : "") + `, cost $${Number(b.cost_usd).toFixed(4)}` +
-    (b.max_cost_usd != null ? "/$" + b.max_cost_usd : "")), calls);
+  $("llm").replaceChildren(...llmTable(base, d));
   const answer = d.answer;
+  // an explicit plan without an LLM has no answer to wait for: no section for it
+  $("answer-section").hidden = !answer && !d.uses_llm;
   $("answer").textContent = answer ? answer.text + (answer.data != null ?
     "\n\ndata: " + JSON.stringify(answer.data, null, 2) : "") :
-    (d.report ? "(no answer: a session without an LLM)" : "(none yet)");
+    (d.report ? "(no answer)" : "(none yet)");
   const s = d.session;
   $("summary").textContent = `goal: ${s.goal || "-"}  ·  plan v${s.plan_version}, ` +
     `${s.replans} re-plans  ·  owner ${s.owner || "-"} (epoch ${s.epoch})` +
@@ -188,8 +202,26 @@ async function load(followNewest) {
   page.awaiting = detail.session.awaiting || "";
   if (followNewest || !page.shown || page.shown > latest) page.shown = latest;
   $("sid").textContent = sid;
+  page.timeline = detail.timeline;
   renderStatus(); renderVersions(); renderDag(); renderSteps(); renderHistory(); renderActions();
+  drawTimeline($("timeline"), detail.timeline);
+  tick();
   addEvents(detail.events);
+  const open = $("step-panel").dataset.step;
+  if (open) openStep(base, open);
+}
+
+// The timeline again (attempts, LLM calls, decisions, people), at most once a second.
+let timelineDue = null;
+function refreshTimeline() {
+  if (timelineDue) return;
+  timelineDue = setTimeout(async () => {
+    timelineDue = null;
+    try {
+      page.timeline = await getJSON(base + "/timeline");
+      drawTimeline($("timeline"), page.timeline);
+    } catch (exc) { /* the next change tries again */ }
+  }, 1000);
 }
 
 function follow() {
@@ -198,9 +230,9 @@ function follow() {
   source.addEventListener("steps", (msg) => {
     Object.assign(page.steps, JSON.parse(msg.data));
     colourDag($("dag"), page.steps);
-    renderSteps(); renderActions();
+    renderSteps(); renderActions(); refreshTimeline();
   });
-  source.addEventListener("events", (msg) => addEvents(JSON.parse(msg.data).events));
+  source.addEventListener("events", (msg) => { addEvents(JSON.parse(msg.data).events); refreshTimeline(); });
   source.addEventListener("session", (msg) => {
     const data = JSON.parse(msg.data);
     page.status = data.status; page.awaiting = data.awaiting;
@@ -230,6 +262,7 @@ $("signal-form").addEventListener("submit", (e) => {
 });
 $("legend").replaceChildren(...STATUSES.map((s) => el("span", { class: "s-" + s }, s)));
 
+setInterval(tick, 1000);
 whoAmI().catch(() => {});
 load(true).then(() => { if (!ended()) follow(); }).catch((exc) => {
   $("summary").replaceChildren(el("span", { class: "error" }, "cannot load the session: " + exc.message));

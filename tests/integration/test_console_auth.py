@@ -81,6 +81,20 @@ def test_a_viewer_reads_but_every_action_is_refused(app: TestClient, producer: P
     producer.cancel(sid, "test over")
 
 
+def test_prompts_and_responses_are_for_operators_and_admins_only(
+    app: TestClient, producer: Producer
+) -> None:
+    sid = producer.submit(parse_plan(APPROVAL))
+    for name, may_read in (("vera", False), ("otto", True), ("ada", True)):
+        who = auth_header(login(name))
+        detail = app.get(f"/api/sessions/{sid}", headers=who).json()
+        assert detail["may_read_transcripts"] is may_read, name
+        answer = app.get(f"/api/sessions/{sid}/llm/1", headers=who)
+        # a viewer is refused before anything is looked up; the others learn there is none
+        assert answer.status_code == (404 if may_read else 403), (name, answer.text)
+    producer.cancel(sid, "test over")
+
+
 def test_an_operators_approval_runs_and_names_them_everywhere(
     app: TestClient, producer: Producer, record: SqlRecord, env_overrides: dict[str, str]
 ) -> None:

@@ -3,7 +3,8 @@ executable_path), with the console's login cached in the browser as a person's w
 
 A framing page cannot load the console (clickjacking); a cross-origin page cannot trigger an
 action by form, fetch, beacon or a click through a frame; markup in every field the pages
-render (goal, params, outputs, notes and errors, signals) stays text. The attacker's pages are
+render (goal, params written and resolved, outputs, notes and errors, signals, the LLM calls'
+prompts and responses) stays text. The attacker's pages are
 served by an HTTP server of their own on loopback, under another origin (``localhost`` and
 its own port, where the console is ``127.0.0.1``): on loopback, chromium's local-network
 protections stay out of the way, so what stops each attack is the console itself.
@@ -20,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from planloop.planner.plan import parse_plan
+from planloop.config.settings import Settings
+from planloop.core.record import SqlRecord
+from planloop.planner.plan import Plan, parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
 from tests.conftest import wait_for
@@ -28,6 +31,9 @@ from tests.integration.conftest import report_steps, wait_ended
 from tests.integration.console_process import Console, console_process
 from tests.integration.test_console_browser import chromium
 from tests.integration.test_console_guards import refused_count
+from tests.integration.test_console_inspect import open_browser
+from tests.integration.test_planning_loop import THREE_STEPS, decision, run
+from tests.llm_server import ScriptedLLMServer
 
 pytestmark = pytest.mark.browser
 
@@ -255,12 +261,107 @@ steps:
     for url in (f"{console.url}/sessions/{sid}", f"{console.url}/"):
         tab.goto(url)
         tab.wait_for_load_state("networkidle")
-        found = tab.evaluate(
-            """() => ({xss: window.__xss ?? null, violations: window.__violations,
-                       imgs: document.querySelectorAll("img, iframe, a[href^=javascript]").length,
-                       scripts: document.scripts.length})"""
-        )
-        assert found["xss"] is None
-        assert found["violations"] == []  # nothing even tried to run
-        assert found["imgs"] == 0
-        assert found["scripts"] == (3 if "/sessions/" in url else 2)
+        assert_inert(tab, session_page="/sessions/" in url)
+
+
+def assert_inert(tab: Any, *, session_page: bool) -> None:
+    """Nothing of the markup ran, or even tried to, and the page holds no element it made."""
+    found = tab.evaluate(
+        """() => ({xss: window.__xss ?? null, violations: window.__violations,
+                   imgs: document.querySelectorAll("img, iframe, a[href^=javascript]").length,
+                   scripts: document.scripts.length})"""
+    )
+    assert found["xss"] is None
+    assert found["violations"] == []  # nothing even tried to run
+    assert found["imgs"] == 0
+    # only the console's own files: the page scripts and the vendored dagre
+    assert found["scripts"] == (7 if session_page else 3)
+
+
+MARKUP = '<img src=x onerror="window.__xss=1">'
+
+
+def test_markup_in_the_step_panel_stays_text(
+    browser_context: Any, console: Console, producer: Producer
+) -> None:
+    """A tool's output, the params resolved from it, and a tool's error text (quoting a
+    resolved param), shown by the step panel."""
+    plan = Plan.model_validate(
+        {
+            "goal": "the step panel shows what tools said",
+            "steps": [
+                {"id": "shown", "tool": "bench.echo", "params": {"value": XSS}},
+                {
+                    "id": "resolved",
+                    "tool": "bench.echo",
+                    "params": {"value": "{{shown.output.value}}"},
+                    "dependencies": ["shown"],
+                },
+                {  # its error names the supplier: the markup
+                    "id": "broken",
+                    "tool": "supply_chain.verify_supplier",
+                    "params": {
+                        "sku": "SKU12345",
+                        "supplier_id": "{{resolved.output.value}}",
+                        "available": False,
+                    },
+                    "dependencies": ["resolved"],
+                    "max_retries": 0,
+                },
+            ],
+        }
+    )
+    sid = producer.submit(plan)
+    record = wait_ended(producer, sid, 30)
+    assert report_steps(record)["broken"]["status"] == "failed"
+
+    tab = browser_context.new_page()
+    tab.add_init_script(WATCH_VIOLATIONS)
+    tab.goto(f"{console.url}/sessions/{sid}")
+    tab.wait_for_selector('svg#dag g.node[data-step="broken"][data-status="failed"]')
+    panel = tab.locator("#step-panel")
+    tab.click('svg#dag g.node[data-step="shown"]')
+    panel.locator('[data-output="complete"] pre').wait_for(timeout=10_000)
+    output = json.loads(panel.locator('[data-output="complete"] pre').inner_text())
+    assert output == {"value": XSS}  # the output, shown whole as text
+    tab.click('svg#dag g.node[data-step="resolved"]')
+    tab.wait_for_selector('#step-panel [data-resolved] pre:has-text("onerror")', timeout=10_000)
+    assert "{{shown.output.value}}" in panel.locator("pre.json").first.inner_text()
+    resolved = json.loads(panel.locator("[data-resolved] pre").inner_text())
+    assert resolved == {"value": XSS}  # as the worker got it
+    tab.click('svg#dag g.node[data-step="broken"]')
+    error = tab.locator('#step-panel [data-error-kind="permanent"]')
+    error.wait_for(timeout=10_000)
+    assert MARKUP in error.inner_text()  # the error text quotes the supplier
+    assert MARKUP in panel.locator("tr[data-attempt]").first.inner_text()  # and the attempt's
+    assert_inert(tab, session_page=True)
+
+
+def test_markup_in_llm_prompts_and_responses_stays_text(
+    llm: ScriptedLLMServer,
+    llm_producer: Producer,
+    llm_record: SqlRecord,
+    llm_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """The prompt viewer shows a call's kept prompt (quoting the goal) and response (the
+    decider's reasoning) as text; so do the decisions below it."""
+    llm.script("decider", decision("ABORT", f"give up: {XSS}"))
+    plan = THREE_STEPS.replace(
+        "goal: three steps, the second one fails for good", f"goal: {json.dumps(XSS)}"
+    )
+    sid, _session = run(llm_producer, llm_record, plan)
+    with console_process(llm_settings.to_env(), tmp_path) as llm_console:
+        for tab in open_browser(llm_console):
+            tab.add_init_script(WATCH_VIOLATIONS)
+            tab.goto(f"{llm_console.url}/sessions/{sid}")
+            button = tab.locator("#llm tr[data-call] button[data-action=transcript]").first
+            button.wait_for(timeout=15_000)
+            button.click()
+            tab.wait_for_selector("#transcript pre[data-prompt]", timeout=5_000)
+            # the goal in the prompt, the reasoning in the response (as JSON: quotes escaped)
+            assert "<img src=x onerror=" in tab.locator("#transcript pre[data-prompt]").inner_text()
+            kept = tab.locator("#transcript pre[data-response]").inner_text()
+            assert "<img src=x onerror=" in kept
+            assert "give up:" in tab.inner_text("body")  # the decision's reasoning
+            assert_inert(tab, session_page=True)

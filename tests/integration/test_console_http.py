@@ -14,6 +14,7 @@ from planloop.console.app import create_app
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
+from planloop.producer.history import session_history
 from planloop.producer.stack import Stack
 from tests.conftest import wait_for
 from tests.console_users import auth_header, login
@@ -67,7 +68,9 @@ def test_sessions_list_and_session_detail(client: TestClient, run_plan: RunPlan)
     row = rows[sid]
     assert (row["status"], row["steps_done"], row["steps_total"]) == ("completed", 4, 4)
     assert row["replans"] == 0
-    assert row["tokens"] == 0
+    assert row["tokens"] is None  # no LLM: nothing to count, not "0 / $0"
+    assert row["cost_usd"] is None
+    assert row["counts"] == {"completed": 4}
     assert row["age_s"] >= 0
 
     detail = client.get(f"/api/sessions/{sid}").json()
@@ -76,9 +79,8 @@ def test_sessions_list_and_session_detail(client: TestClient, run_plan: RunPlan)
         "abcd", "completed"
     )
     (version,) = detail["versions"]
-    layers = {n["id"]: n["layer"] for n in version["layout"]["nodes"]}
-    assert layers == {"a": 0, "b": 1, "c": 1, "d": 2}
-    assert sorted(map(tuple, version["layout"]["edges"])) == [
+    assert set(version["steps"]) == set("abcd")
+    assert sorted(map(tuple, version["edges"])) == [
         ("a", "b"),
         ("a", "c"),
         ("b", "d"),
@@ -254,7 +256,7 @@ steps:
 
 
 def test_plan_versions_carry_their_diff_and_the_decision_its_reasoning(
-    client: TestClient, run_plan: RunPlan
+    client: TestClient, run_plan: RunPlan, producer: Producer
 ) -> None:
     sid, record = run_plan(FALLBACK)
     assert record.plan_version == 2
@@ -263,7 +265,16 @@ def test_plan_versions_carry_their_diff_and_the_decision_its_reasoning(
     assert (first["added"], first["removed"]) == ([], [])
     assert second["added"] == ["alt"]
     assert "after" in second["changed"]  # it now waits for the fallback
-    assert {n["id"] for n in second["layout"]["nodes"]} == {"broken", "alt", "after"}
+    assert set(second["steps"]) == {"broken", "alt", "after"}
+    assert second["changed"]["after"] == ["dependencies"]
+    assert second["diff"] == [
+        "+ alt (bench.echo)",
+        "~ broken: fallback changed",  # its fallback was spent
+        "~ after: dependencies changed",
+    ]
+    # the one diff `planloop show` prints too
+    shown = session_history(producer.record, sid)["plan_versions"][1]["diff"]
+    assert shown == second["diff"]
     assert "fallback" in second["reason"]
     (decision,) = detail["decisions"]
     assert decision["action"] == "REPLAN_REMAINING"
@@ -296,13 +307,14 @@ steps:
     assert unknown.returncode == 2
 
 
-def test_metrics_behind_auth_show_the_queue_and_the_active_sessions(
+def test_metrics_behind_auth_leave_the_shared_gauges_to_a_supervisor(
     test_settings: Settings, client: TestClient
 ) -> None:
     assert TestClient(client.app, base_url=BASE).get("/metrics/").status_code == 401
     plain = client.get("/metrics", follow_redirects=False)
     assert plain.status_code == 200  # no redirect to /metrics/: a scraper need not follow
-    assert "planloop_sessions_active " in plain.text
+    assert "planloop_" in plain.text
+    # read from shared state, exported by one supervisor: here they would count twice
     text = client.get("/metrics/").text
-    assert f'planloop_queue_depth{{queue="{test_settings.queue}"}}' in text
-    assert "planloop_sessions_active " in text
+    assert "planloop_queue_depth{" not in text
+    assert "planloop_sessions_active " not in text

@@ -137,6 +137,18 @@ def test_every_role_reaches_the_model_masked(role: Role) -> None:
         assert secret not in sent_text(bodies)
 
 
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_the_kept_transcript_is_of_the_masked_messages(name: str) -> None:
+    """What the SQL record keeps of a call for the console's prompt viewer."""
+    prompt, response = recording_chat([])._kept(filled(name), f"answer: {HOSTILE}")
+    assert prompt is not None
+    assert response is not None
+    assert "restock the shelf" in prompt
+    assert "restock the shelf" in response
+    for secret in SECRETS:
+        assert secret not in prompt + response, f"{name} kept {secret}"
+
+
 def test_embedded_texts_reach_the_model_masked() -> None:
     bodies: list[dict[str, object]] = []
     embedder = OpenAIEmbedder(llm_settings())
