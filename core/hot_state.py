@@ -281,7 +281,7 @@ class HotState:
                 events_key=self.keys.events(sid),
                 blob_key=self.keys.blob(ref),
                 breaker_key=breaker_key,
-                breaker_failures_key=f"{breaker_key}:failures",
+                breaker_failures_key=self.keys.breaker_failures(tool),
                 unacked_key=unacked,
                 unacked_index_key=index,
                 attempt=attempt,
@@ -325,7 +325,7 @@ class HotState:
         self._breaker_record(
             BreakerRecord(
                 breaker_key=key,
-                breaker_failures_key=f"{key}:failures",
+                breaker_failures_key=self.keys.breaker_failures(tool),
                 now=repr(time.time()),
                 ok="ok" if ok else "fail",
                 window_s=breaker.window_s,

@@ -1,19 +1,24 @@
 """Every Redis key Planloop reads or writes, in one place.
 
-Per session ``{sid}`` (with the default prefix ``pl``):
+Every key of one session carries the session id as a Redis Cluster hash tag (``{<sid>}``,
+braces included): Redis hashes only what is between the braces, so all of a session's keys
+lie in one slot and every script over them stays legal on a cluster (docs/redis-cluster.md).
+Per session ``<sid>`` (with the default prefix ``pl``):
 
 =====================================  ======================================================
-``pl:s:{sid}``                         hash: status, goal, epoch, owner, plan_version, ...,
+``pl:s:{<sid>}``                       hash: status, goal, epoch, owner, plan_version, ...,
                                        cancel_requested (reason), crashes, last_crash
-``pl:s:{sid}:step:{step_id}``          hash: status, attempt, epoch, worker, timings, ...
-``pl:s:{sid}:plan:{version}``          string: plan version JSON (immutable once written)
-``pl:s:{sid}:events``                  stream: context-change events (consumer group ``sup``)
-``pl:s:{sid}:lease``                   string: the owning supervisor's lease token
-``pl:s:{sid}:progress``                stream: progress notes for ``watch`` (replans, ends)
-``pl:blob:{sha256}``                   string: a step output (or a big param made from
+``pl:s:{<sid>}:step:<step_id>``        hash: status, attempt, epoch, worker, timings, ...
+``pl:s:{<sid>}:plan:<version>``        string: plan version JSON (immutable once written)
+``pl:s:{<sid>}:events``                stream: context-change events (consumer group ``sup``)
+``pl:s:{<sid>}:lease``                 string: the owning supervisor's lease token
+``pl:s:{<sid>}:progress``              stream: progress notes for ``watch`` (replans, ends)
+``pl:blob:<sha256>``                   string: a step output (or a big param made from
                                        outputs), stored once by content; expires after
                                        ``blob_ttl_s`` (SQL ``blobs`` keeps outputs for good);
                                        task messages refer to it (core/values.py)
+``pl:breaker:{<tool>}``                hash: one tool's circuit breaker (state, opened_at,
+                                       probe_at); ``...:failures`` zset beside it, same slot
 ``pl:inbox``                           stream: new session ids for supervisors
 ``pl:sessions``                        zset: every session id, scored by creation time
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)
@@ -26,6 +31,9 @@ Per session ``{sid}`` (with the default prefix ``pl``):
                                        expires_at); a worker refreshes its own entry
 ``pl:metrics:shared``                  string: the supervisor that exports the gauges read
                                        from shared state (core/metrics.py), with a TTL
+``pl:layout``                          string: the key layout in Redis (``KEY_LAYOUT``); before
+                                       it, session and breaker keys had no hash tag
+                                       (core/key_layout.py renames them)
 =====================================  ======================================================
 """
 
@@ -35,6 +43,8 @@ from dataclasses import dataclass
 
 EVENTS_GROUP = "sup"
 INBOX_GROUP = "sup"
+# 2: session keys tagged ``{<sid>}``, breaker keys ``{<tool>}``; 1 (no ``layout`` key): neither.
+KEY_LAYOUT = "2"
 
 
 @dataclass(frozen=True)
@@ -44,22 +54,23 @@ class Keys:
     prefix: str = "pl"
 
     def session(self, sid: str) -> str:
-        return f"{self.prefix}:s:{sid}"
+        """The session's hash, and the start of every key of the session: its hash tag."""
+        return f"{self.prefix}:s:{{{sid}}}"
 
     def step(self, sid: str, step_id: str) -> str:
-        return f"{self.prefix}:s:{sid}:step:{step_id}"
+        return f"{self.session(sid)}:step:{step_id}"
 
     def plan(self, sid: str, version: int) -> str:
-        return f"{self.prefix}:s:{sid}:plan:{version}"
+        return f"{self.session(sid)}:plan:{version}"
 
     def events(self, sid: str) -> str:
-        return f"{self.prefix}:s:{sid}:events"
+        return f"{self.session(sid)}:events"
 
     def lease(self, sid: str) -> str:
-        return f"{self.prefix}:s:{sid}:lease"
+        return f"{self.session(sid)}:lease"
 
     def progress(self, sid: str) -> str:
-        return f"{self.prefix}:s:{sid}:progress"
+        return f"{self.session(sid)}:progress"
 
     def blob(self, digest: str) -> str:
         return f"{self.prefix}:blob:{digest}"
@@ -101,4 +112,12 @@ class Keys:
         return f"{self.prefix}:metrics:shared"
 
     def breaker(self, tool: str) -> str:
-        return f"{self.prefix}:breaker:{tool}"
+        return f"{self.prefix}:breaker:{{{tool}}}"
+
+    def breaker_failures(self, tool: str) -> str:
+        """The breaker's recent failures: tagged like :meth:`breaker`, so one script holds both."""
+        return f"{self.breaker(tool)}:failures"
+
+    @property
+    def layout(self) -> str:
+        return f"{self.prefix}:layout"

@@ -20,6 +20,7 @@ from planloop.core import metrics, tracing
 from planloop.core.catalogue import catalogue_client
 from planloop.core.errors import SessionInputRefusedError
 from planloop.core.hot_state import connect
+from planloop.core.key_layout import upgrade_key_layout
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.logs import bind
@@ -182,11 +183,14 @@ class Supervisor:
             await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
 
     async def _until_redis_answers(self, stop: asyncio.Event) -> bool:
-        """Check the Redis version, waiting out an unreachable Redis (a supervisor started,
-        or restarted, while Redis is down waits for it instead of dying). False: stopped."""
+        """Check the Redis version and bring its keys to the current layout (renamed once
+        after an upgrade: core/key_layout.py), waiting out an unreachable Redis (a
+        supervisor started, or restarted, while Redis is down waits for it instead of
+        dying). False: stopped."""
         while not stop.is_set():
             try:
                 await require_supported_redis(self.store.r, self.settings.redis_url)
+                await upgrade_key_layout(self.store.r, self.store.keys)
             except redis.RedisError as exc:
                 await self._wait_out(exc, stop)
             else:

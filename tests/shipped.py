@@ -194,18 +194,30 @@ def _lock(path: Path) -> int:
     return fd
 
 
-def _remove_stale(cache_dir: Path, keep: Path) -> None:
-    """Remove cached venvs beyond the ``KEEP_VENVS`` most recently used that no run has used
-    for ``STALE_AFTER_S``: each change of the package's files makes a new one (~300 MB)."""
+def _remove_stale(
+    cache_dir: Path, keep: Path, pattern: str = "shipped-*", kept: int = KEEP_VENVS
+) -> None:
+    """Remove cached venvs matching ``pattern`` beyond the ``kept`` most recently used that
+    no run has used for ``STALE_AFTER_S``: each change of the package's files makes a new
+    one (~300 MB; 1.5 GB with the local-embeddings extra)."""
     venvs = sorted(
-        (p for p in cache_dir.glob("shipped-*") if p.is_dir() and p != keep),
+        (p for p in cache_dir.glob(pattern) if p.is_dir() and p != keep),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
-    for old in venvs[KEEP_VENVS - 1 :]:
+    for old in venvs[kept - 1 :]:
         if time.time() - old.stat().st_mtime > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
             old.with_name(f"{old.name}.lock").unlink(missing_ok=True)
+
+
+def test_cache() -> Path:
+    """The folder the suite keeps its venvs in (``PLANLOOP_TEST_CACHE``)."""
+    cache_dir = Path(
+        os.environ.get("PLANLOOP_TEST_CACHE", Path.home() / ".cache" / "planloop-tests")
+    )
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return cache_dir
 
 
 def ensure_venv() -> Path:
@@ -214,10 +226,7 @@ def ensure_venv() -> Path:
     if given:
         return Path(given)
     names = wheel_inputs(checkout_files())
-    cache_dir = Path(
-        os.environ.get("PLANLOOP_TEST_CACHE", Path.home() / ".cache" / "planloop-tests")
-    )
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = test_cache()
     target = cache_dir / f"shipped-{content_hash(ROOT, names)}"
     fd = _lock(cache_dir / f"{target.name}.lock")
     try:

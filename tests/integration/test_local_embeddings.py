@@ -1,14 +1,13 @@
 """The local embeddings backend (issue 21), from the installed wheel.
 
-Without the ``local-embeddings`` extra (the suite's shipped venv, as CI has it), choosing
+Without the ``local-embeddings`` extra (the suite's shipped venv), choosing
 ``PLANLOOP_LESSONS_EMBEDDING_BACKEND=local`` stops ``planloop`` with one line naming the
 pip command. With it, ``planloop lessons add`` embeds with the bundled all-MiniLM-L6-v2,
 offline, and a paraphrase of the lesson's goal that word overlap misses finds it.
 
-The extra brings PyTorch with its CUDA libraries from PyPI (about 5.9 GB, 2.5 minutes to
-install here), so the suite installs it only when ``PLANLOOP_TEST_LOCAL_EMBEDDINGS=1``:
-then a venv with ``planloop[local-embeddings]`` from the shipped wheel is kept in the test
-cache (``local-embeddings/``) and the shipped wheel reinstalled into it on each run.
+The extra is installed from the shipped wheel into a venv of its own with PyTorch pinned to
+a CPU build (:mod:`tests.extra_venv`: about 1.5 GB, minutes on the first run, then cached);
+where no package index answers, that test skips naming the pip command.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import venv
 from pathlib import Path
 
 import pytest
@@ -24,11 +22,11 @@ import pytest
 from planloop.config.settings import Settings
 from planloop.core.similarity import lexical_similarity
 from planloop.planner.local_embedding import EXTRA_COMMAND, LOCAL_MODEL
-from tests.shipped import shipped, shipped_wheel
+from tests.extra_venv import local_embeddings_venv
+from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
 
-OPT_IN = "PLANLOOP_TEST_LOCAL_EMBEDDINGS"
 GOAL = "Restock SKU-104 of category garden from the primary supplier"
 PARAPHRASE = "Reorder SKU-104 for the lawn and yard aisle from our main vendor"
 SUGGESTION = "check supply_chain.alternative_suppliers"
@@ -85,29 +83,15 @@ def test_local_without_the_extra_exits_2_naming_the_pip_command(
     assert EXTRA_COMMAND in line
 
 
-def local_venv() -> Path:
-    """A venv with the shipped wheel and its local-embeddings extra (kept in the cache)."""
-    cache = Path(os.environ.get("PLANLOOP_TEST_CACHE", Path.home() / ".cache" / "planloop-tests"))
-    target = cache / "local-embeddings"
-    python = target / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(target)
-    wheel = shipped_wheel(shipped().venv)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, f"{wheel}[local-embeddings]"], check=True, timeout=1800)
-    subprocess.run([*pip, "--force-reinstall", "--no-deps", str(wheel)], check=True, timeout=300)
-    return python
-
-
-@pytest.mark.skipif(
-    os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 installs the 5.9 GB extra (PyTorch)"
-)
 @pytest.mark.timeout(2400)  # the first run installs the extra (minutes)
 def test_the_local_backend_embeds_offline_and_finds_a_paraphrase(
     llm_settings: Settings, tmp_path: Path
 ) -> None:
     assert lexical_similarity(GOAL, PARAPHRASE) < llm_settings.lessons_min_lexical_similarity
-    python = local_venv()
+    installed = local_embeddings_venv()
+    if installed.unavailable:
+        pytest.skip(f"the local-embeddings extra could not be installed: {installed.unavailable}")
+    python = installed.python
     env = {**local_env(llm_settings, tmp_path), "HF_HUB_OFFLINE": "0"}  # it sets it itself
     added = lessons_add(python, env)
     assert added.returncode == 0, added.stderr

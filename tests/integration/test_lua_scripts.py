@@ -60,7 +60,7 @@ class Space:
             "events_key": self.keys.events("s"),
             "blob_key": self.keys.blob("digest"),
             "breaker_key": self.keys.breaker("tool"),
-            "breaker_failures_key": f"{self.keys.breaker('tool')}:failures",
+            "breaker_failures_key": self.keys.breaker_failures("tool"),
             "unacked_key": f"{self.keys.prefix}:unacked",
             "unacked_index_key": f"{self.keys.prefix}:unacked_index",
             "attempt": 1,
