@@ -1,6 +1,6 @@
 """The lessons store (Reflexion): lessons, their uses and the sessions that searched them.
 
-Tables (core/record.py, same metadata as the rest of the record): ``lessons``,
+Tables (core/record/tables.py, same metadata as the rest of the record): ``lessons``,
 ``lesson_uses`` (lesson x session, with the session's outcome once it ends) and
 ``lesson_sessions`` (every session that searched, used a lesson or not: the comparison
 group).
