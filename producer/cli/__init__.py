@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planloop.producer.cli import (
-    db,
-    lessons,
-    servers,
-    sessions,
-    steering,
-    submit,
-    tools,
-    users,
-)
+from planloop.producer.cli import db, lessons, servers, sessions, steering, submit, tools, users
 from planloop.producer.cli.root import cli
 from planloop.producer.cli.submit import read_answer_schema
 

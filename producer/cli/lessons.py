@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from planloop.producer.cli.options import (
-    row_id,
-)
+from planloop.producer.cli.options import row_id
 from planloop.producer.cli.root import command_settings, fail
 
 if TYPE_CHECKING:

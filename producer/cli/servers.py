@@ -6,21 +6,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.producer.cli.options import (
-    MAX_PROCESSES,
-    MAX_WORKER_SLOTS,
-    bounded_int,
-)
+from planloop.producer.cli.options import MAX_PROCESSES, MAX_WORKER_SLOTS, bounded_int
 from planloop.producer.cli.root import command_settings, fail, start_logging
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.command()

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
 from planloop.core.errors import PlanloopError
-from planloop.producer.cli.options import (
-    MAX_LISTED,
-    bounded_int,
-)
+from planloop.producer.cli.options import MAX_LISTED, bounded_int
 from planloop.producer.cli.root import command_settings, exit_for, fail
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.command()

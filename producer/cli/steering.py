@@ -3,15 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
 from planloop.core.errors import PlanloopError
 from planloop.producer.cli.root import AS_OPTION, command_settings, fail
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.command()

@@ -9,11 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.producer.cli.options import (
-    MAX_WAIT_S,
-    BoundedFloat,
-    session_option,
-)
+from planloop.producer.cli.options import MAX_WAIT_S, BoundedFloat, session_option
 from planloop.producer.cli.root import command_settings, exit_for, fail
 
 if TYPE_CHECKING:

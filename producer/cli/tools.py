@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
 from planloop.producer.cli.root import command_settings
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.command("tools")
