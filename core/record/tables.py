@@ -131,7 +131,7 @@ class LessonRow(Base):
 
     ``embedding`` is the vector of ``goal`` (the key lessons are found by) as JSON, empty
     when written without an embeddings endpoint; on PostgreSQL with pgvector a ``vector``
-    column beside it mirrors it for the ``<=>`` search (core/lessons.py adds it).
+    column beside it mirrors it for the ``<=>`` search (core/lessons/pgvector.py adds it).
     """
 
     __tablename__ = "lessons"
