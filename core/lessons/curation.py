@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from planloop.core.lessons.columns import (
-    vector_of,
-)
+from planloop.core.lessons.columns import vector_of
 from planloop.core.lessons.data import LessonStats, NewLesson
 from planloop.core.record import LessonRow
 

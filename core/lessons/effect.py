@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planloop.core.lessons.columns import (
-    meets,
-    names_of,
-    vector_of,
-)
+from planloop.core.lessons.columns import meets, names_of, vector_of
 from planloop.core.lessons.data import LessonStats, Thresholds
 from planloop.core.record import LessonRow, LessonSessionRow
 from planloop.core.similarity import cosine, lexical_similarity

@@ -10,9 +10,7 @@ from rich.text import Text
 
 from planloop.core.hot_state import dumps
 from planloop.core.masking import mask_text
-from planloop.core.models import (
-    Event,
-)
+from planloop.core.models import Event
 from planloop.producer.terminal import terminal_safe
 
 STATUS_COLOURS: dict[str, str] = {

@@ -8,9 +8,7 @@ from typing import Any
 from planloop.core.catalogue import SensitiveNames
 from planloop.core.keys import Keys
 from planloop.core.masking import mask
-from planloop.core.models import (
-    SessionRecord,
-)
+from planloop.core.models import SessionRecord
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 

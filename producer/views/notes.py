@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from planloop.producer.views.cells import (
-    clock,
-)
+from planloop.producer.views.cells import clock
 
 NO_CONSUMER_NOTES = ("no_consumer", "consumer_back")  # supervisor/consumers.py's notes
 

@@ -11,13 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planloop.producer.terminal import terminal_safe
-from planloop.producer.views.cells import (
-    SHORT_OUTPUT,
-    output_cell,
-    seconds,
-    short,
-    styled_status,
-)
+from planloop.producer.views.cells import SHORT_OUTPUT, output_cell, seconds, short, styled_status
 from planloop.producer.views.masked import masked_report
 
 

@@ -13,23 +13,14 @@ from rich.text import Text
 from planloop.core.errors import SessionNotFoundError
 from planloop.core.llm_budget import UsageByModel, add_calls, budget_line, budget_view
 from planloop.core.masking import mask
-from planloop.core.models import (
-    Event,
-    EventType,
-    SessionOptions,
-    Severity,
-)
+from planloop.core.models import Event, EventType, SessionOptions, Severity
 from planloop.core.record import SqlRecord
 from planloop.planner.dag import to_mermaid
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
 from planloop.producer.history import print_history, session_history
 from planloop.producer.terminal import make_console, terminal_safe
-from planloop.producer.views.cells import (
-    SEVERITY_COLOURS,
-    event_line,
-    styled_status,
-)
+from planloop.producer.views.cells import SEVERITY_COLOURS, event_line, styled_status
 from planloop.producer.views.masked import load_session_plan, masked_report, sensitive_params
 from planloop.producer.views.report import print_report
 

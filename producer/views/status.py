@@ -13,23 +13,12 @@ from rich.text import Text
 
 from planloop.core.errors import SessionNotFoundError
 from planloop.core.masking import mask
-from planloop.core.models import (
-    SessionRecord,
-    StepState,
-)
+from planloop.core.models import SessionRecord, StepState
 from planloop.producer.client import Producer
 from planloop.producer.terminal import make_console, terminal_safe
-from planloop.producer.views.cells import (
-    age,
-    clock,
-    short,
-    styled_status,
-)
+from planloop.producer.views.cells import age, clock, short, styled_status
 from planloop.producer.views.masked import load_session_plan
-from planloop.producer.views.notes import (
-    consumer_warning,
-    unserved_warnings,
-)
+from planloop.producer.views.notes import consumer_warning, unserved_warnings
 
 
 def _snapshot(
