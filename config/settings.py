@@ -1,4 +1,9 @@
-"""The only module that reads the environment: every ``PLANLOOP_*`` variable lands here."""
+"""The only module that reads the environment: every ``PLANLOOP_*`` variable lands here.
+
+:class:`Settings` is the one settings class; its fields are declared by concern in
+``config/sections/`` (stores, workers, sessions, llm, servers, safety) and the last few here.
+A new setting goes into the section of its concern, with a description.
+"""
 
 from __future__ import annotations
 
