@@ -43,7 +43,6 @@ step anywhere.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -53,7 +52,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +60,14 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as a script
 
-from bench.common import console, median, print_table
-from bench.soak_faults import (
-    ENDED,
-    KINDS,
-    Faults,
-    Injected,
-    Ledger,
-    SubmittedSession,
-    audit_lines,
-    sql_sessions,
-)
+from bench.common import console
+from bench.soak_faults import ENDED, KINDS, Faults, Ledger, SubmittedSession, sql_sessions
+from bench.soak_outcome import measure
+from bench.soak_report import report
 from bench.soak_stack import Fleet, SoakRedis, Watchman
 from planloop.config.settings import Settings
 from planloop.core.keys import Keys
-from planloop.core.models import EventType, SessionOptions
+from planloop.core.models import SessionOptions
 from planloop.core.record import SqlRecord
 from planloop.planner.plan import Plan
 from planloop.producer.client import Producer
@@ -83,8 +75,6 @@ from planloop.producer.stack import Stack, redis_server_binary
 from planloop.workers.toolsets import BENCH_TOOLS
 
 TARGET_FAULTS = 200
-# A fault's consequences (a death, a duplicate) are blamed on it for this long.
-BLAME_WINDOW_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -157,22 +147,6 @@ class Submitter(threading.Thread):
                 except redis.RedisError as exc:
                     self.errors[type(exc).__name__] += 1
                     self.halt.wait(0.2)
-
-
-@dataclass
-class Outcome:
-    """The figures of one soak run."""
-
-    statuses: Counter[str]
-    stuck: dict[str, str]  # sid -> what the record and Redis say
-    wiped: set[str]
-    duplicates: Counter[str]  # idempotency key -> extra applications
-    duplicate_times: list[float]
-    duplicates_trusted: bool
-    lost: list[str]
-    rerun_steps: int
-    rewritten: list[str]
-    progress_at: list[float]  # finished_at of every completed attempt
 
 
 def run_soak(opts: SoakOptions) -> bool:
@@ -284,216 +258,6 @@ def drain(record: SqlRecord, ledger: Ledger, deadline: float) -> None:
         if not waiting:
             return
         time.sleep(1.0)
-
-
-def measure(record: SqlRecord, r: redis.Redis, keys: Keys, ledger: Ledger, audit: Path) -> Outcome:
-    rows = sql_sessions(record)
-    statuses: Counter[str] = Counter()
-    stuck: dict[str, str] = {}
-    wiped: set[str] = set()
-    lost: list[str] = []
-    rerun = 0
-    progress: list[float] = []
-    for sid in ledger.sessions:
-        status = rows.get(sid, ("", 0.0))[0]
-        if not status and sid in ledger.maybe_wiped:
-            wiped.add(sid)
-            continue
-        if not status:
-            lost.append(f"{sid}: never reached the SQL record")
-        statuses[status or "missing"] += 1
-        if status not in ENDED:
-            hot = _hot_status(r, keys, sid)
-            stuck[sid] = f"sql={status or 'missing'} redis={hot}"
-        attempts = record.attempts(sid)
-        done = [a for a in attempts if a.status == "completed"]
-        progress.extend(a.finished_at for a in done)
-        if status != "completed":
-            continue
-        versions = record.plan_versions(sid)
-        step_ids = [s.id for s in Plan.model_validate_json(versions[-1].plan).steps]
-        events = {
-            (e.step_id, e.attempt)
-            for e in record.events(sid)
-            if e.type == EventType.TASK_COMPLETED.value
-        }
-        for step_id in step_ids:
-            mine = [a.attempt for a in done if a.step_id == step_id]
-            if not mine:
-                lost.append(f"{sid}:{step_id}: no completed attempt in SQL")
-            elif not any((step_id, n) in events for n in mine):
-                lost.append(f"{sid}:{step_id}: no TASK_COMPLETED event in SQL")
-            rerun += len(mine) > 1
-    duplicates, times, trusted = count_duplicates(audit)
-    rewritten = []
-    for before in ledger.reannounced:
-        row = record.session(before.sid)
-        after = (row.status, row.error, row.report) if row else ("missing", "", None)
-        hot = _hot_status(r, keys, before.sid)
-        names = ("status", "error", "report")
-        changed = [n for n, a, b in zip(names, after, astuple(before)[1:4], strict=True) if a != b]
-        if "report" in changed:
-            changed[-1] = f"report ({', '.join(_changed_keys(before.report, after[2]))})"
-        if before.hot_status and hot not in ("gone", before.hot_status):
-            changed.append("redis status")
-        if changed:
-            rewritten.append(
-                f"{before.sid}: was {before.status}, now sql={after[0]} redis={hot}; "
-                f"changed: {', '.join(changed)}"
-            )
-    return Outcome(
-        statuses, stuck, wiped, duplicates, times, trusted, lost, rerun, rewritten, progress
-    )
-
-
-def _changed_keys(before: str | None, after: str | None) -> list[str]:
-    """Top-level keys in which two JSON reports differ."""
-    old, new = json.loads(before or "{}"), json.loads(after or "{}")
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-
-
-def _hot_status(r: redis.Redis, keys: Keys, sid: str) -> str:
-    try:
-        return str(r.hget(keys.session(sid), "status") or "gone")
-    except redis.RedisError:
-        return "unreachable"
-
-
-def count_duplicates(audit: Path) -> tuple[Counter[str], list[float], bool]:
-    """Extra applications per idempotency key, when they happened, and whether to trust it."""
-    extra: Counter[str] = Counter()
-    times: list[float] = []
-    if audit.exists():
-        seen: Counter[str] = Counter()
-        for line in audit_lines(audit.read_text(errors="replace")):
-            key = str(line.get("key", ""))
-            seen[key] += 1
-            if seen[key] > 1:
-                extra[key] += 1
-                times.append(float(str(line.get("at", 0))))
-        return extra, times, True
-    return extra, times, False
-
-
-def blame(faults: list[Injected], at: float) -> str:
-    """The kind of the last fault that began before ``at`` (within the blame window)."""
-    before = [f for f in faults if f.began <= at <= f.ended + BLAME_WINDOW_S]
-    return max(before, key=lambda f: f.began).kind if before else "(none)"
-
-
-def report(
-    opts: SoakOptions,
-    ledger: Ledger,
-    fleet: Fleet,
-    watchman: Watchman,
-    submitter: Submitter,
-    out: Outcome,
-) -> bool:
-    faults = ledger.faults
-    deaths = Counter(blame(faults, d.at) for d in fleet.deaths)
-    dup_blame = Counter(blame(faults, t) for t in out.duplicate_times)
-    progress = sorted(out.progress_at)
-    rows = []
-    for kind in opts.kinds:
-        mine = [f for f in faults if f.kind == kind]
-        recovery = [_next_after(progress, f.ended) for f in mine]
-        waits = [w for w in recovery if w is not None]
-        stuck = _stuck_through(ledger, set(out.stuck), mine)
-        rows.append(
-            [
-                kind,
-                str(len(mine)),
-                str(ledger.skipped[kind]),
-                str(deaths[kind]),
-                str(dup_blame[kind]) if out.duplicates_trusted else "?",
-                str(stuck),
-                f"{median(waits):.1f}" if waits else "-",
-                str(len(recovery) - len(waits)),
-            ]
-        )
-    print_table(
-        "faults by kind",
-        ["kind", "injected", "no target", "deaths", "dups", "stuck hit", "recover s", "no step"],
-        rows,
-    )
-    console.print(
-        "deaths, dups: processes that died on their own and duplicate effects within "
-        f"{BLAME_WINDOW_S:g}s of a fault of the kind; stuck hit: stuck sessions it targeted "
-        "(or, untargeted, that lived through it); recover s: median seconds from its end to "
-        "the next completed step anywhere; no step: faults never followed by one"
-    )
-    for kind in opts.kinds:
-        console.print(f"  {kind}: {KINDS[kind]}")
-    died = fleet.deaths
-    by_role = Counter(d.role for d in died)
-    codes = Counter(f"{d.role} exit {d.returncode}" for d in died)
-    statuses = ", ".join(f"{k} {v}" for k, v in sorted(out.statuses.items()))
-    n_dup = sum(out.duplicates.values())
-    console.print(f"faults injected: {len(faults)}")
-    console.print(
-        f"sessions submitted: {len(ledger.sessions)} (submit retried on {dict(submitter.errors)})"
-    )
-    console.print(
-        f"completed: {out.statuses['completed']} (by status: {statuses}; "
-        f"{len(ledger.poisoned)} sessions got a poison event; "
-        f"{len(out.wiped)} wiped from Redis before any supervisor recorded them, not counted)"
-    )
-    console.print(f"stuck: {len(out.stuck)} (not ended {opts.drain_s:g}s after the last fault)")
-    for sid, what in sorted(out.stuck.items())[:10]:
-        poisoned = " (poisoned)" if sid in ledger.poisoned else ""
-        console.print(f"  {sid}: {what}{poisoned}")
-    source = (
-        "from the effect audit file, outside Redis"
-        if out.duplicates_trusted
-        else "NOT TRUSTWORTHY: no effect audit file appeared, so no write was seen applied"
-    )
-    console.print(f"duplicate effects: {n_dup} ({source})")
-    for key, n in sorted(out.duplicates.items())[:10]:
-        console.print(f"  {key}: applied {n + 1} times")
-    console.print(
-        f"lost events: {len(out.lost)} (steps re-run and deduplicated: {out.rerun_steps})"
-    )
-    for line in out.lost[:10]:
-        console.print(f"  {line}")
-    console.print(
-        f"ended sessions rewritten: {len(out.rewritten)} of {len(ledger.reannounced)} re-announced"
-    )
-    for line in out.rewritten[:10]:
-        console.print(f"  {line}")
-    console.print(
-        f"processes that died on their own: {len(died)} (supervisor {by_role['supervisor']}, "
-        f"worker {by_role['worker']}; {dict(codes)}); Redis: {len(watchman.redis_deaths)}"
-    )
-    console.print(f"target: >= {opts.target_faults} faults, 0 stuck, 0 duplicates, 0 lost")
-    console.print("also required: 0 ended sessions rewritten, 0 processes dead on their own")
-    missed = {
-        f"{len(faults)} faults": len(faults) < opts.target_faults,
-        f"{len(out.stuck)} stuck": bool(out.stuck),
-        f"{n_dup} duplicates": n_dup > 0,
-        "duplicates not counted outside Redis": not out.duplicates_trusted,
-        f"{len(out.lost)} lost": bool(out.lost),
-        f"{len(out.rewritten)} ended sessions rewritten": bool(out.rewritten),
-        f"{len(died) + len(watchman.redis_deaths)} deaths": bool(died or watchman.redis_deaths),
-    }
-    failed = [what for what, bad in missed.items() if bad]
-    print(f"FAIL: {', '.join(failed)}" if failed else "PASS")
-    return not failed
-
-
-def _next_after(progress: list[float], at: float) -> float | None:
-    later = next((t for t in progress if t > at), None)
-    return None if later is None else later - at
-
-
-def _stuck_through(ledger: Ledger, stuck: set[str], faults: list[Injected]) -> int:
-    """Stuck sessions a fault targeted, or (untargeted kinds) that were live during one."""
-    hit = set()
-    for fault in faults:
-        if fault.target and fault.target in ledger.sessions:
-            hit |= {fault.target} & stuck
-        else:
-            hit |= {sid for sid in stuck if ledger.sessions[sid].at <= fault.ended}
-    return len(hit)
 
 
 def parse_options(argv: list[str] | None) -> SoakOptions:

@@ -228,7 +228,7 @@ class SessionOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Upper bounds: the CLI's options take theirs from here (producer/cli_types.py), so
+    # Upper bounds: the CLI's options take theirs from here (producer/cli/options.py), so
     # every entry point accepts the same values; each is far above any real use.
     concurrency: int | None = Field(None, ge=1, le=10_000, description="Steps running at once.")
     max_replans: int | None = Field(None, ge=0, le=1_000, description="Re-plan budget.")

@@ -70,7 +70,7 @@ SEAMS: tuple[Seam, ...] = (
         "kombu",
         "the unacked layout (hash 'unacked': tag -> JSON [message, exchange, routing_key]; "
         "sorted set 'unacked_index': tag by time of receipt)",
-        "core/receipts.py, core/lua.py (StartAttempt, RecordOutcome)",
+        "core/receipts.py, core/lua/attempts.py (StartAttempt, RecordOutcome)",
         "kombu's default key names and entry format; kombu restores what the claim wrote",
         f"{UNIT}::test_kombus_unacked_key_names_are_the_receipts_defaults; "
         f"{INTEGRATION}::test_kombu_restores_an_entry_the_claim_script_wrote",

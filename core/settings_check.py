@@ -18,7 +18,7 @@ from planloop.core.errors import ConfigError
 from planloop.core.masking import remember_model_secrets
 from planloop.core.redis_faults import redact_url
 
-# The record's SQL uses these dialects' own INSERT ... ON CONFLICT (core/record.py).
+# The record's SQL uses these dialects' own INSERT ... ON CONFLICT (core/record/statements.py).
 RECORD_BACKENDS = ("sqlite", "postgresql")
 POSTGRES_INSTALL = "pip install 'planloop[postgres]'"
 POSTGRES_HINT = f"{POSTGRES_INSTALL} and use postgresql+psycopg://"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,27 +22,20 @@ from pydantic_core import PydanticCustomError
 
 from planloop.core import json_input
 from planloop.core.errors import PlanLoadError, PlanValidationError
-from planloop.core.input_limits import (
-    CEILINGS,
-    DEFAULTS,
-    MAX_FALLBACK_DEPTH,
-    InputLimits,
-    clean,
-    value_problem,
+from planloop.core.input_limits import DEFAULTS, InputLimits, clean, value_problem
+from planloop.planner.plan_limits import (
+    DOCUMENT_CLEAN,
+    PARAMS_LEVEL,
+    check_step,
+    checked_before,
+    limits_of,
+    within_limits,
 )
 from planloop.planner.safe_yaml import YamlLimitError, load_yaml
 
 # A queue name: a Redis key kombu makes from it, and a Prometheus label value.
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:+-]+$"
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
-
-# True while the steps of a plan whose whole document passed the input limits in one walk
-# are validated: their own checks, which exist to name the culprit, are then skipped (one
-# walk over a 10,000-step plan instead of 10,000 small ones: 3x faster to parse).
-_DOCUMENT_CLEAN: ContextVar[bool] = ContextVar("planloop_plan_document_clean", default=False)
-
-# Containers above a main step's params in a plan document: the plan, ``steps``, the step.
-_PARAMS_LEVEL = 3
 
 ExpectOp = Literal[
     "exists", "truthy", "eq", "ne", "gt", "ge", "lt", "le", "in", "not_in", "len_ge", "len_le"
@@ -61,7 +53,7 @@ class Compensation(BaseModel):
     @field_validator("params", mode="before")
     @classmethod
     def _params_within_limits(cls, value: Any, info: ValidationInfo) -> Any:
-        return _within_limits(value, info, "compensate.params")
+        return within_limits(value, info, "compensate.params")
 
 
 class Expectation(BaseModel):
@@ -76,7 +68,7 @@ class Expectation(BaseModel):
     @field_validator("value", mode="before")
     @classmethod
     def _value_within_limits(cls, value: Any, info: ValidationInfo) -> Any:
-        return _within_limits(value, info, "value")
+        return within_limits(value, info, "value")
 
 
 class Step(BaseModel):
@@ -122,13 +114,13 @@ class Step(BaseModel):
         """Texts, params, timeout and fallback nesting within the limits, naming the step."""
         if not isinstance(data, dict):
             return data  # a Step already built, or garbage pydantic reports itself
-        _check_step(data, _limits(info), texts_checked=_DOCUMENT_CLEAN.get())
+        check_step(data, limits_of(info), texts_checked=DOCUMENT_CLEAN.get())
         return data
 
     @field_validator("timeout_s")
     @classmethod
     def _timeout_within_limit(cls, value: float | None, info: ValidationInfo) -> float | None:
-        limit = _limits(info).max_step_timeout_s
+        limit = limits_of(info).max_step_timeout_s
         if value is not None and value > limit:
             raise PydanticCustomError(
                 "plan_limit",
@@ -168,25 +160,25 @@ class Plan(BaseModel):
         """
         if not isinstance(data, dict):
             return handler(data)
-        if _checked(info):  # validated under the limits before it was stored
-            token = _DOCUMENT_CLEAN.set(True)
+        if checked_before(info):  # validated under the limits before it was stored
+            token = DOCUMENT_CLEAN.set(True)
             try:
                 return handler(data)
             finally:
-                _DOCUMENT_CLEAN.reset(token)
+                DOCUMENT_CLEAN.reset(token)
         texts = {"goal": data.get("goal", ""), "constraints": data.get("constraints", [])}
         problem = value_problem(texts, max_depth=2)
         if problem:
             raise PydanticCustomError("plan_limit", "{problem}", {"problem": problem})
         steps = data.get("steps")
         raw = isinstance(steps, list) and bool(steps) and isinstance(steps[0], dict)
-        if not raw or not clean([(data, _limits(info).max_nesting_depth + _PARAMS_LEVEL)]):
+        if not raw or not clean([(data, limits_of(info).max_nesting_depth + PARAMS_LEVEL)]):
             return handler(data)  # built steps are not checked again; raw ones one by one
-        token = _DOCUMENT_CLEAN.set(True)
+        token = DOCUMENT_CLEAN.set(True)
         try:
             return handler(data)
         finally:
-            _DOCUMENT_CLEAN.reset(token)
+            DOCUMENT_CLEAN.reset(token)
 
     @property
     def step_ids(self) -> list[str]:
@@ -339,87 +331,3 @@ def load_stored_plan(raw: str, *, checked: bool = False) -> Plan:
     limits before it was stored (``core.hot_state.plan_checked``): the limits' walk is
     skipped, the schema is not."""
     return Plan.model_validate_json(raw, context={"checked": True} if checked else None)
-
-
-def _checked(info: ValidationInfo) -> bool:
-    context = info.context
-    return isinstance(context, dict) and context.get("checked") is True
-
-
-def _limits(info: ValidationInfo) -> InputLimits:
-    """The limits passed as validation context; the ceilings when none (a stored plan)."""
-    context = info.context
-    limits = context.get("limits") if isinstance(context, dict) else None
-    return limits if isinstance(limits, InputLimits) else CEILINGS
-
-
-def _within_limits(value: Any, info: ValidationInfo, where: str) -> Any:
-    if _DOCUMENT_CLEAN.get():
-        return value
-    problem = value_problem(value, max_depth=_limits(info).max_nesting_depth, path=where)
-    if problem:
-        raise PydanticCustomError("plan_limit", "{problem}", {"problem": problem})
-    return value
-
-
-# Step fields that hold text, checked for control characters.
-_TEXTS = ("id", "title", "instruction", "tool", "phase")
-
-
-def _check_step(data: dict[str, Any], limits: InputLimits, *, texts_checked: bool) -> None:
-    """Raise ``plan_limit`` naming the step when its data breaks a limit.
-
-    ``texts_checked``: the whole document passed the walk of :class:`Plan`; only the
-    fallback nesting is left to check.
-    """
-    if not texts_checked:
-        _check_values(data, limits)
-    if data.get("fallback") and _fallback_depth(data) > MAX_FALLBACK_DEPTH:
-        raise PydanticCustomError(
-            "plan_limit",
-            "step {step}: fallback sub-graphs nested more than {limit} levels deep",
-            {"step": repr(data.get("id")), "limit": MAX_FALLBACK_DEPTH},
-        )
-
-
-def _check_values(data: dict[str, Any], limits: InputLimits) -> None:
-    """Texts, params, compensation and expectations of one raw step within ``limits``."""
-    depth = limits.max_nesting_depth
-    texts = {key: data.get(key) for key in _TEXTS}
-    texts["dependencies"] = data.get("dependencies")
-    texts["timeout_s"] = data.get("timeout_s")
-    parts: list[tuple[Any, str, int]] = [(texts, "", 2), (data.get("params"), "params", depth)]
-    compensate = data.get("compensate")
-    if isinstance(compensate, dict):
-        parts.append((compensate.get("tool"), "compensate.tool", 0))
-        parts.append((compensate.get("params"), "compensate.params", depth))
-    expect = data.get("expect")
-    if isinstance(expect, list):
-        for i, check in enumerate(expect):
-            if isinstance(check, dict):
-                parts.append((check.get("path"), f"expect.{i}.path", 0))
-                parts.append((check.get("value"), f"expect.{i}.value", depth))
-    if not clean([(value, max_depth) for value, _, max_depth in parts]):
-        for value, where, max_depth in parts:
-            problem = value_problem(value, max_depth=max_depth, path=where)
-            if problem:
-                raise PydanticCustomError(
-                    "plan_limit",
-                    "step {step}: {problem}",
-                    {"step": repr(data.get("id")), "problem": problem},
-                )
-
-
-def _fallback_depth(data: dict[str, Any]) -> int:
-    """Levels of ``fallback`` lists under a raw step (0 = none), walked without recursion."""
-    deepest = 0
-    todo: list[tuple[Any, int]] = [(data, 0)]
-    while todo:
-        step, level = todo.pop()
-        deepest = max(deepest, level)
-        if level > MAX_FALLBACK_DEPTH:
-            break
-        fallback = step.get("fallback") if isinstance(step, dict) else None
-        if isinstance(fallback, list):
-            todo.extend((child, level + 1) for child in fallback)
-    return deepest

@@ -2,7 +2,7 @@
 
 A session whose loop crashes (an unparsable plan, an event that breaks it) would otherwise be
 retried forever. Crashes are counted in the session hash (``crashes``, and ``last_crash``
-the latest error; core/lua.py ``CountCrash``), so every supervisor
+the latest error; core/lua/session_writes.py ``CountCrash``), so every supervisor
 adds to the same count; at ``max_session_crashes`` the session ends ``failed``, the
 compensations of its completed writes run, and the event being applied when it crashed goes
 to the dead letters with the error. A session whose cancel is pending ends ``cancelled`` at

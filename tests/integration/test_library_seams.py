@@ -2,7 +2,7 @@
 of the shipped processes.
 
 The contracts use *stock* kombu (its own Redis transport) and redis-py: each fails when a
-release changes what Planloop's transport (workers/transport.py) or scripts (core/lua.py,
+release changes what Planloop's transport (workers/transport.py) or scripts (core/lua/,
 supervisor/state.py) assume of them.
 """
 
@@ -103,7 +103,7 @@ def test_kombu_restores_an_entry_the_claim_script_wrote(
     _put(test_settings, names["queue"], {"probe": 2})
     message = stock.basic_get(names["queue"])
     receipt = _receipt(stock, message)
-    # As a parked step message: no entry from kombu, then the claim script's (core/lua.py).
+    # As a parked step message: no entry from kombu, then the claim script's (core/lua/attempts.py).
     redis_client.hdel(receipt.unacked_key, receipt.tag)
     redis_client.zrem(receipt.index_key, receipt.tag)
     redis_client.zadd(receipt.index_key, {receipt.tag: time.time()})

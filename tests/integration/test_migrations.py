@@ -1,7 +1,7 @@
 """Alembic migrations of the SQL record, on SQLite and on PostgreSQL (a throwaway database).
 
 Every revision is upgraded to from its predecessor (and the first from an empty database),
-and the result must equal the models of ``core/record.py``: a model change without its
+and the result must equal the models of ``core/record/tables.py``: a model change without its
 revision fails here.
 """
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from planloop.core.models import SessionOptions
 from planloop.producer.cli import cli
-from planloop.producer.cli_types import BoundedFloat, session_option
+from planloop.producer.cli.options import BoundedFloat, session_option
 
 HOSTILE_NUMBERS = ["nan", "inf", "-inf", "1e26", "99999999999999999999999", "-1", "abc", "", "0x10"]
 

@@ -20,7 +20,7 @@ from planloop.console.users import (
 )
 from planloop.core.credentials import flower_login, is_loopback, kept_flower_login
 from planloop.core.errors import CredentialsError
-from planloop.producer.users_cli import write_users
+from planloop.producer.cli.users import write_users
 from tests.console_users import cheap_hash
 
 

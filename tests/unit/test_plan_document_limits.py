@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import planloop.planner.plan as plan_module
+import planloop.planner.plan_limits as plan_limits
 from planloop.core.errors import PlanLoadError
 from planloop.core.input_limits import InputLimits, clean
 from planloop.planner.plan import Plan, parse_plan
@@ -37,13 +37,13 @@ def document(params: dict[str, Any], steps: int = 3) -> str:
 @pytest.fixture
 def step_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = plan_module._check_values
+    real = plan_limits._check_values
 
     def counting(data: dict[str, Any], limits: InputLimits) -> None:
         calls.append(str(data.get("id")))
         real(data, limits)
 
-    monkeypatch.setattr(plan_module, "_check_values", counting)
+    monkeypatch.setattr(plan_limits, "_check_values", counting)
     return calls
 
 

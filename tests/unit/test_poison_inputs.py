@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from planloop.core.models import Event, EventType
-from planloop.core.record import _without_nul
+from planloop.core.record.engine import without_nul
 from planloop.supervisor.session_base import describe_error, read_event
 
 
@@ -35,6 +35,6 @@ def test_error_texts_name_the_problem_without_the_raw_value() -> None:
 
 def test_nul_is_replaced_in_every_shape_of_statement_parameters() -> None:
     params = [{"goal": "a\x00b", "n": 1}, ("c\x00", None)]
-    assert _without_nul(params) == [{"goal": "a\ufffdb", "n": 1}, ("c\ufffd", None)]
+    assert without_nul(params) == [{"goal": "a\ufffdb", "n": 1}, ("c\ufffd", None)]
     untouched = {"goal": "plain"}
-    assert _without_nul(untouched) == untouched
+    assert without_nul(untouched) == untouched

@@ -6,8 +6,10 @@ import json
 import random
 from pathlib import Path
 
-from bench.soak import blame, count_duplicates, soak_plan
+from bench.soak import soak_plan
 from bench.soak_faults import Injected, owner_pid
+from bench.soak_outcome import count_duplicates
+from bench.soak_report import blame
 from planloop.core.tools import load_tools
 from planloop.planner.validation import validate_plan
 from planloop.workers.toolsets import BENCH_TOOLS

@@ -72,13 +72,13 @@ def test_planloop_worker_imports_tool_modules_from_the_directory_it_starts_in(
 ) -> None:
     # the `planloop` script, unlike `python -m`, does not put the current directory on the path
     from planloop.config.settings import Settings
-    from planloop.producer.cli import _import_tool_modules
+    from planloop.producer.cli.servers import import_tool_modules
 
     (tmp_path / "pl_test_here.py").write_text("HERE = True\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     try:
-        _import_tool_modules(Settings(tool_modules=["pl_test_here"]))
+        import_tool_modules(Settings(tool_modules=["pl_test_here"]))
         assert sys.modules["pl_test_here"].HERE is True
         assert sys.path[0] == str(tmp_path)
     finally:

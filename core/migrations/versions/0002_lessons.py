@@ -3,7 +3,7 @@ that searched them (the comparison group of the measured effect).
 
 A table that exists already is left as it is: a record whose lesson store made its tables
 before this revision is adopted. The pgvector column ``lessons.embedding_vec`` is not made
-here: it needs the ``vector`` extension, which core/lessons.py adds where it is available.
+here: it needs the ``vector`` extension, which core/lessons/pgvector.py adds where it is available.
 
 Revision ID: 0002
 Revises: 0001

@@ -3,7 +3,7 @@
 ``click.FloatRange`` lets ``nan`` through (every comparison with it is false) and ``inf`` when
 there is no maximum; ``click.IntRange`` without a maximum takes a 20-digit ``--limit`` that
 Redis or SQL then refuse with a traceback. Each type here has both ends, so an option out of
-range or unparsable is exit 2 in one line (producer/cli_errors.py), before anything runs.
+range or unparsable is exit 2 in one line (producer/cli/usage_errors.py), before anything runs.
 The options that set a :class:`SessionOptions` field take its bounds from the model: the SDK
 and the console accept exactly what the CLI does.
 """

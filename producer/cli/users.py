@@ -8,14 +8,7 @@ from pathlib import Path
 
 import click
 
-from planloop.console.users import (
-    NAME,
-    Role,
-    User,
-    hash_password,
-    parse_users,
-    user_line,
-)
+from planloop.console.users import NAME, Role, User, hash_password, parse_users, user_line
 from planloop.core.errors import CredentialsError
 from planloop.producer.exits import EXIT_INVALID
 

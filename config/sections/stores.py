@@ -1,0 +1,31 @@
+"""The settings of Redis and the SQL record.
+
+One group of fields of :class:`planloop.config.settings.Settings`, the one class that reads
+them from the environment.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class StoreSettings(BaseModel):
+    """The ``PLANLOOP_*`` fields of Redis and the SQL record."""
+
+    # --- Redis and SQL -------------------------------------------------------------------
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis for hot state, event streams, leases and the Celery broker.",
+    )
+    key_prefix: str = Field(
+        "pl", description="Prefix of every Redis key Planloop writes (tests use their own)."
+    )
+    database_url: str = Field(
+        "sqlite:///.planloop/planloop.db",
+        description="SQLAlchemy URL of the durable record; SQLite file by default.",
+    )
+    db_auto_migrate: bool = Field(
+        True,
+        description="A supervisor upgrades the record's schema at start (default true); "
+        "false: it refuses to start while the schema is behind (`planloop db upgrade`).",
+    )
