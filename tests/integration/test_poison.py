@@ -54,10 +54,19 @@ def nested(depth: int) -> Any:
     return value
 
 
-def store_raw(ps: PrivateStack, plan: dict[str, Any], goal: str = "poison") -> str:
-    """A session whose plan JSON goes to Redis as is, past every submit-time check."""
+def store_raw(
+    ps: PrivateStack, plan: dict[str, Any], goal: str = "poison", *, checked: bool = False
+) -> str:
+    """A session whose plan JSON goes to Redis as is, past every submit-time check.
+
+    ``checked``: noted as validated by the producer, so the supervisor's own input check
+    trusts it (planner/input_check.py) and the loop is what meets the poison: a crash.
+    Unchecked, a plan past the limits is refused before the session starts.
+    """
     sid = f"poison-{uuid.uuid4().hex[:8]}"
-    ps.hot.create_session(sid, plan_json=json.dumps(plan), goal=goal, options=SessionOptions())
+    ps.hot.create_session(
+        sid, plan_json=json.dumps(plan), goal=goal, options=SessionOptions(), checked=checked
+    )
     return sid
 
 
@@ -76,7 +85,7 @@ def test_params_nested_past_the_parser_limit_end_the_session(private_stack: Make
         "goal": "params nested 220 deep",
         "steps": [{"id": "deep", "tool": "bench.echo", "params": {"value": nested(220)}}],
     }
-    sid = store_raw(ps, plan)
+    sid = store_raw(ps, plan, checked=True)
 
     record = wait_ended(ps.producer, sid, 60)
 
@@ -204,7 +213,7 @@ def test_cancel_ends_a_crash_looping_session(private_stack: MakeStack) -> None:
         "goal": "crashes until cancelled",
         "steps": [{"id": "deep", "tool": "bench.echo", "params": {"value": nested(220)}}],
     }
-    sid = store_raw(ps, plan)
+    sid = store_raw(ps, plan, checked=True)
     wait_for(
         lambda: int(ps.redis.hget(ps.keys.session(sid), "crashes") or 0) >= 2,
         30,

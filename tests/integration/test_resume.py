@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import pytest
 
+from planloop.core.hot_state import PLAN_CHECKED_FIELD, blob_digest
 from planloop.core.keys import EVENTS_GROUP
 from planloop.core.models import Event, EventType, SessionStatus, Severity, StepStatus
 from planloop.planner.plan import Plan, parse_plan
@@ -172,6 +173,9 @@ def test_a_session_that_crashes_its_loop_cools_off_instead_of_crashing_every_sup
     plan = parse_plan("steps:\n  - {id: a, tool: bench.echo, params: {value: 1}}\n")
     sid = ps.producer.submit(plan)
     ps.redis.set(ps.keys.plan(sid, 1), "{not a plan")  # the loop cannot load it
+    # ... noted as the text the producer checked, so the supervisor's input check trusts
+    # it (unchecked, it is refused before the session starts) and the loop crashes on it
+    ps.redis.hset(ps.keys.session(sid), PLAN_CHECKED_FIELD, blob_digest("{not a plan"))
     sup = ps.start_supervisor()
 
     wait_for(
