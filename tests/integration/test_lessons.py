@@ -144,8 +144,11 @@ def test_a_failure_teaches_the_next_similar_goal_and_never_a_dissimilar_one(
     (doc,) = wait_for(lambda: _with_outcome(lessons_cli(llm_settings, "--json")), 10, "outcome")
     assert doc["id"] == row.id
     assert doc["with"] == {"sessions": 1, "succeeded": 1, "rate": 1.0}
-    assert doc["without"]["sessions"] == 1
-    assert doc["without"]["succeeded"] == 0
+    # The LLM stack's record is shared with other test modules on this xdist worker, and
+    # their sessions may have similar goals: the first session (failed, no lesson) is among
+    # the comparison's, whatever else is.
+    assert doc["without"]["sessions"] >= 1
+    assert doc["without"]["succeeded"] < doc["without"]["sessions"]
     shown = lessons_cli(llm_settings, "show", str(row.id))
     assert LESSON in shown.output
     assert "source_session: " + first in shown.output

@@ -11,6 +11,7 @@ import redis
 
 from planloop.config.settings import Settings
 from planloop.core.hot_state import connect
+from planloop.core.keys import Keys
 from planloop.core.llm_slot import session_slot
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def test_a_slot_left_by_a_dead_holder_frees_itself(
     test_settings: Settings, redis_client: redis.Redis
 ) -> None:
     settings = test_settings.model_copy(update={"llm_timeout_s": 0.1, "llm_max_retries": 0})
-    key = f"{settings.key_prefix}:s:s-dead:llm-slot"
+    key = f"{Keys(settings.key_prefix).session('s-dead')}:llm-slot"
     redis_client.set(key, "a holder that died", px=300)  # as a killed worker leaves it
 
     with session_slot(settings, "s-dead", redis_client)():
