@@ -24,11 +24,10 @@ from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
-from planloop.producer.stack import free_port
-from tests.conftest import wait_for
 from tests.console_users import auth_header, login
 from tests.hostile_inputs import LIMITS_ENV, SECRET, Hostile, cases, one_step
 from tests.integration.conftest import _delete_prefix, wait_ended
+from tests.integration.console_process import console_process
 from tests.shipped import shipped
 
 pytestmark = pytest.mark.integration
@@ -184,34 +183,11 @@ def test_the_sdk_refuses_every_hostile_input_with_a_planloop_error(
 
 
 @pytest.fixture(scope="module")
-def console(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def console(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`planloop console` from the wheel, on a free port, for this module's prefix."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("console") / "console.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [*shipped().cli(), "console", "--port", str(port)],
-            env=env,
-            cwd=shipped().home,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            assert proc.poll() is None, log.read_text()
-            return False
-
-    try:
-        wait_for(healthy, 30, "the console to answer")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    overrides = {**settings.to_env(), **LIMITS_ENV}
+    with console_process(overrides, tmp_path_factory.mktemp("console")) as running:
+        yield running.url
 
 
 def post(url: str, settings: Settings, body: bytes) -> tuple[int, str]:
