@@ -98,12 +98,14 @@ def test_an_admin_adds_lists_disables_enables_and_deletes_a_lesson(
     assert disabled.status_code == 200, disabled.text
     store = LessonStore(make_engine(f"sqlite:///{tmp_path / 'record.db'}"))
     row = store.get(lesson_id)
-    assert row is not None and not row.enabled
+    assert row is not None
+    assert not row.enabled
     assert "(by ada)" in str(row.disabled_reason)  # who disabled it, for the record
 
     assert post(console, "ada", f"/api/admin/lessons/{lesson_id}/enable", {}).status_code == 200
     row = store.get(lesson_id)
-    assert row is not None and row.enabled
+    assert row is not None
+    assert row.enabled
     assert post(console, "ada", f"/api/admin/lessons/{lesson_id}/delete", {}).status_code == 200
     assert store.get(lesson_id) is None
     assert post(console, "ada", f"/api/admin/lessons/{lesson_id}/delete", {}).status_code == 404
@@ -146,7 +148,8 @@ def test_an_admin_reads_the_settings_with_every_secret_masked(console: TestClien
     answer = console.get("/api/admin/settings", headers=auth("ada"))
 
     assert answer.status_code == 200
-    assert LLM_KEY not in answer.text and REDIS_PASSWORD not in answer.text
+    assert LLM_KEY not in answer.text
+    assert REDIS_PASSWORD not in answer.text
     shown = answer.json()["settings"]
     assert shown["redis_url"] == "redis://:***@127.0.0.1:1/0"
     assert shown["console_port"] == 8765
