@@ -22,7 +22,7 @@ def redis_identity(url: str) -> tuple[Any, ...] | None:
     """What tells ``url``'s Redis apart (TLS, host, port, db, socket path), or None when
     redis-py cannot parse it."""
     try:
-        parts = parse_url(url)
+        parts: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError:
         return None
     db = int(parts.get("db") or 0)
