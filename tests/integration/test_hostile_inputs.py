@@ -10,9 +10,9 @@ import json
 import os
 import subprocess
 import time
-import warnings
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
