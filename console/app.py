@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
 from planloop.console import data, step_detail
+from planloop.console.admin import AdminEndpoints
 from planloop.console.guard import (
     Authenticator,
     ConsoleAuth,
@@ -228,6 +229,7 @@ def create_app(
         Route("/api/sessions/{sid}/steps/{step}/output", api.reading(api.step_output)),
         Route("/api/sessions/{sid}/llm/{call}", api.llm_transcript),
         Route("/api/sessions/{sid}/{action}", api.action, methods=["POST"]),
+        *AdminEndpoints(settings).routes(),  # admin only (console/admin.py)
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
         *metrics_routes(),
     ]

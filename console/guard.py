@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -29,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from planloop.config.settings import Settings
 from planloop.console.users import ConsoleLogin, Role, User, hash_password, verify
+from planloop.core.metrics import CONSOLE_REFUSED
 
 REALM = 'Basic realm="planloop console"'
 OPEN_PATHS = frozenset({"/healthz"})  # for healthchecks: says nothing about sessions
@@ -174,3 +178,32 @@ class ConsoleAuth:
             "authentication required", status_code=401, headers={"WWW-Authenticate": REALM}
         )
         await refusal(scope, receive, send)
+
+
+# An async endpoint: a function of the request, or a method (self, request).
+Endpoint = Callable[..., Awaitable[Response]]
+
+
+def requires(needed: Role, what: str) -> Callable[[Endpoint], Endpoint]:
+    """An endpoint decorator: the request's user must hold ``needed`` (or a role above it)
+    to ``what``, else a 403 naming both (counted as a refusal). The one guard of the
+    console's role-gated endpoints: admin ones use :func:`admin_only`."""
+
+    def wrap(endpoint: Endpoint) -> Endpoint:
+        @functools.wraps(endpoint)
+        async def guarded(*args: Any) -> Response:
+            request = args[-1]  # after self, for a method
+            refused = role_refused(request, needed, what)
+            if refused is not None:
+                CONSOLE_REFUSED.labels("role").inc()
+                return refused
+            return await endpoint(*args)
+
+        return guarded
+
+    return wrap
+
+
+def admin_only(what: str) -> Callable[[Endpoint], Endpoint]:
+    """:func:`requires` the admin role (lessons, settings, forks)."""
+    return requires(Role.ADMIN, what)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planloop.core.errors import CredentialsError
+from planloop.core.secret_shapes import remember_secrets
 
 PASSWORD_BYTES = 24  # 192 bits: token_urlsafe makes 32 characters of them
 CONSOLE_PASSWORD_FILE = "console-admin-password"  # noqa: S105 (a file name)
@@ -49,7 +50,13 @@ def generated_password(directory: Path, name: str) -> GeneratedPassword:
     Raises:
         CredentialsError: the file cannot be read or written here.
     """
-    path = directory / name
+    made = _generated_password(directory / name)
+    remember_secrets([made.password])  # masked in this process's logs like a configured one
+    return made
+
+
+def _generated_password(path: Path) -> GeneratedPassword:
+    directory = path.parent
     try:
         kept = _read_kept(path)
         if kept:

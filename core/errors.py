@@ -51,7 +51,8 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   ├── CommandRefusedError     retry/skip/approve of a step that does not exist or whose
     │   │                           state the command cannot apply to (nothing was sent)
     │   ├── SessionInputRefusedError  a stored session that breaks the input limits (written
-    │   │                           past the producer): it ends failed before anything runs
+    │   │   │                       past the producer): it ends failed before anything runs
+    │   │   └── StoredSessionError  its hash does not parse (options out of range, not JSON)
     │   └── HotStateLostError       the session's hot state vanished from Redis while it was
     │                               loaded (it is rebuilt from the SQL record)
     ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
@@ -106,6 +107,7 @@ from planloop.core.session_errors import (
     SessionInputRefusedError,
     SessionNotFoundError,
     StepNotFoundError,
+    StoredSessionError,
 )
 from planloop.core.tool_errors import (
     AgentStepExhausted,
@@ -153,6 +155,7 @@ __all__ = [
     "SessionNotFoundError",
     "StepAttemptFailed",
     "StepNotFoundError",
+    "StoredSessionError",
     "ToolError",
     "ToolModuleError",
     "ToolParamsError",

@@ -16,6 +16,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -65,8 +66,12 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
     Two processes upgrading at once are fine: PostgreSQL takes turns (an advisory lock in
     ``env.py``), and so do processes on one SQLite file (:func:`_sqlite_turn`); on another
     database the loser's failure is forgiven when the winner reached the head.
+
+    Raises:
+        ConfigError: ``revision`` is not one of the shipped migrations (nothing was run).
     """
     config = alembic_config()
+    check_revision(revision)
     with _sqlite_turn(engine):
         if revision == "head" and current_revision(engine) == head_revision():
             return head_revision()  # the process before us in line upgraded it
@@ -78,6 +83,26 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
             if revision != "head" or current_revision(engine) != head_revision():
                 raise
     return current_revision(engine)
+
+
+def check_revision(revision: str) -> None:
+    """Raises ConfigError unless ``revision`` names a shipped migration (an id, a unique
+    prefix of one, ``head``, ``heads`` or ``base``; relative ones like ``+1`` are Alembic's
+    to resolve)."""
+    if revision in ("head", "heads", "base") or revision[:1] in ("+", "-"):
+        return
+    script = ScriptDirectory.from_config(alembic_config())
+    try:
+        found = script.get_revisions(revision)
+    except CommandError:
+        found = ()
+    if not found:
+        known = ", ".join(sorted(s.revision for s in script.walk_revisions()))
+        raise ConfigError(
+            f"--revision {revision[:80]!r} is not a revision of the record's migrations "
+            f"(known: {known}, or head)",
+            setting="--revision",
+        )
 
 
 @contextmanager

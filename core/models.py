@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from planloop.core.errors import StoredSessionError
+from planloop.core.masking import validation_summary
+from planloop.core.secret_shapes import mask_known
 from planloop.core.values import ValueRef
 
 
@@ -109,14 +113,15 @@ class Event(BaseModel):
 
     def to_fields(self) -> dict[str, str]:
         """Flat string fields for XADD (``actor`` only when there is one: outcomes, the
-        bulk of the stream, carry none)."""
+        bulk of the stream, carry none). The deployment's known secret values
+        (core/known_secrets.py) never reach the stream: its readers show it as stored."""
         fields = {
             "type": self.type.value,
             "severity": self.severity.value,
             "step_id": self.step_id,
             "attempt": str(self.attempt),
-            "description": self.description,
-            "payload": json.dumps(self.payload, separators=(",", ":"), default=str),
+            "description": mask_known(self.description),
+            "payload": mask_known(json.dumps(self.payload, separators=(",", ":"), default=str)),
             "occurred_at": repr(self.occurred_at),
         }
         if self.actor:
@@ -261,6 +266,31 @@ class SessionOptions(BaseModel):
     )
 
 
+def json_field(sid: str, fields: Mapping[str, str], name: str) -> Any:
+    """The JSON of session ``sid``'s field ``name`` (None when absent or empty).
+
+    Raises:
+        StoredSessionError: it is not JSON (its value is not shown).
+    """
+    raw = fields.get(name)
+    if not raw:
+        return None
+    try:
+        # NaN and Infinity in options are what every entry point refuses; elsewhere (a
+        # report, the deliberation) Planloop's own writes, read as written
+        return (
+            json.loads(raw, parse_constant=_no_constant) if name == "options" else json.loads(raw)
+        )
+    except ValueError as exc:
+        raise StoredSessionError(sid, f"{name}: not JSON ({type(exc).__name__})") from None
+    except RecursionError:
+        raise StoredSessionError(sid, f"{name}: nested too deep to read") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 class SessionRecord(BaseModel):
     """The hot state of one session, as stored in ``pl:s:{sid}``."""
 
@@ -293,10 +323,24 @@ class SessionRecord(BaseModel):
 
     @classmethod
     def from_fields(cls, sid: str, fields: dict[str, str]) -> SessionRecord:
-        data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
-        data["id"] = sid
-        for name in ("options", "deliberation", "llm_usage"):
-            data[name] = json.loads(fields.get(name) or "{}")
-        data["approved"] = json.loads(fields.get("approved") or "[]")
-        data["report"] = json.loads(fields["report"]) if fields.get("report") else None
-        return cls.model_validate(data)
+        """The session hash ``fields`` as a record.
+
+        Raises:
+            StoredSessionError: a field does not parse or breaks a limit every entry point
+                enforces (written past the producer: an old client, a script); the message
+                names the fields, never their values.
+        """
+        try:
+            data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
+            data["id"] = sid
+            for name in ("options", "deliberation", "llm_usage", "approved", "report"):
+                data[name] = json_field(sid, fields, name)
+            data["options"] = data["options"] or {}
+            data["deliberation"] = data["deliberation"] or {}
+            data["llm_usage"] = data["llm_usage"] or {}
+            data["approved"] = data["approved"] or []
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise StoredSessionError(sid, validation_summary(exc)) from None
+        except RecursionError:  # a JSON field parsed, but too deep for the model
+            raise StoredSessionError(sid, "a field is nested too deep to read") from None

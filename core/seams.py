@@ -33,6 +33,7 @@ from planloop.config.celery import TRANSPORT
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LibraryVersionError
 from planloop.core.redis_faults import redact_url
+from planloop.core.redis_urls import same_redis
 
 UNIT = "tests/unit/test_library_seams.py"
 INTEGRATION = "tests/integration/test_library_seams.py"
@@ -245,7 +246,7 @@ def check_celery_app(app: Any, settings: Settings) -> None:
     conf = app.conf
     for name in ("broker_url", "broker_read_url", "broker_write_url"):
         url = getattr(conf, name, None)
-        if url and url != settings.redis_url:
+        if url and not same_redis(str(url), settings.redis_url):
             setting = _celery_setting(name)
             raise ConfigError(
                 f"{setting} is {redact_url(str(url))!r}, not PLANLOOP_REDIS_URL "

@@ -88,6 +88,23 @@ class SessionInputRefusedError(SessionError):
         )
 
 
+class StoredSessionError(SessionInputRefusedError, ValueError):
+    """A session hash whose fields do not parse, or break a bound every entry point
+    enforces (options out of range, NaN, not JSON): written past the producer. Raised by
+    ``SessionRecord.from_fields``; the supervisor ends the session failed with it, without
+    counting a crash. A ``ValueError`` too, like the pydantic error it replaces, so a
+    reader that tolerated a bad hash still does."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.reason = reason
+        SessionError.__init__(
+            self,
+            f"session {session_id} cannot be loaded: its stored fields break the input check "
+            f"({reason})",
+            session_id=session_id,
+        )
+
+
 class HotStateLostError(SessionError):
     """The session's hot state vanished while it was being loaded (Redis lost its data)."""
 
@@ -107,5 +124,6 @@ public(
     SessionEndedError,
     CommandRefusedError,
     SessionInputRefusedError,
+    StoredSessionError,
     HotStateLostError,
 )

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError
-from planloop.core.masking import remember_model_secrets
+from planloop.core.known_secrets import remember_deployment_secrets
 from planloop.core.redis_faults import redact_url
 
 # The record's SQL uses these dialects' own INSERT ... ON CONFLICT (core/record/statements.py).
@@ -69,13 +69,14 @@ def check_settings(settings: Settings, *, record: bool = True) -> None:
     """What pydantic cannot check about ``settings`` (see the module docstring); the
     database URL only with ``record``.
 
-    Its secret values (``SecretStr`` fields) are handed to the masker, which hides them in
-    every log line, prompt and stored text of this process from now on.
+    Its secret values (``SecretStr`` fields, URL passwords: core/known_secrets.py) are handed
+    to the masker, which hides them in every log line, prompt and stored text of this
+    process from now on.
 
     Raises:
         ConfigError: the first value that cannot work, naming its variable.
     """
-    remember_model_secrets(settings)
+    remember_deployment_secrets(settings)
     check_redis_url(settings.redis_url)
     if record:
         check_database_url(settings.database_url)

@@ -30,6 +30,7 @@ from planloop.core.errors import ConfigError, SessionEndedError
 from planloop.core.keys import INBOX_GROUP, Keys
 from planloop.core.models import SessionOptions
 from planloop.core.redis_faults import redact_url
+from planloop.core.redis_urls import same_redis
 from planloop.core.tools import load_tools
 from planloop.planner.plan import Plan, load_plan
 from planloop.planner.validation import validate_plan
@@ -246,7 +247,7 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
             log_dir=log_dir,
         ) as stack:
             running = stack_settings(settings, stack)
-            embedded = running.redis_url != settings.redis_url
+            embedded = not same_redis(running.redis_url, settings.redis_url)
             console.print(
                 f"Redis {'(embedded) ' if embedded else ''}at {redact_url(running.redis_url)}, "
                 f"record at {redact_url(running.database_url)}"
@@ -356,13 +357,16 @@ def run_flower(settings: Settings, *, port: int | None, address: str) -> None:
     ``PLANLOOP_FLOWER_PORT``).
 
     Raises:
+        LibraryVersionError: Flower is installed outside the minor core/seams.py checked.
         CredentialsError: no credentials configured for a non-loopback ``address``.
         PortInUseError: the port is taken (checked before Flower starts: its own bind
             error is a long traceback).
         ConfigError: the address cannot be bound here.
     """
     from planloop.core.ports import check_port_free
+    from planloop.core.seams import check_libraries
 
+    check_libraries("flower")  # Flower outside the checked minor: refused, not half-working
     check_port_free(
         address,
         port or settings.flower_port,

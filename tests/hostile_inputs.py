@@ -166,6 +166,94 @@ CASES: list[Hostile] = [
 ]
 
 
+ESCAPE = "\x1b]0;title\x07"
+BIG = "99999999999999999999999"
+# Every command's flags and arguments a person (or a script) may get wrong, which only the
+# CLI takes: each is exit 2 in one line naming the option, nothing written. ``{sid}`` is a
+# live session's id, ``{plain}`` a valid plan file.
+CLI_ARGS: dict[str, tuple[str, ...]] = {
+    "supervisor-loglevel-empty": ("supervisor", "--loglevel", ""),
+    "supervisor-loglevel-unknown": ("supervisor", "--loglevel", "loud"),
+    "worker-name-escape": ("worker", "--name", f"w{ESCAPE}"),
+    "worker-name-empty": ("worker", "--name", ""),
+    "worker-queues-empty": ("worker", "--queues", ""),
+    "worker-queues-escape": ("worker", "--queues", f"q{ESCAPE}"),
+    "worker-concurrency-1e26": ("worker", "--concurrency", "1e26"),
+    "worker-concurrency-huge": ("worker", "--concurrency", BIG),
+    "up-plan-directory": ("up", "--plan", "/"),
+    "up-plan-missing": ("up", "--plan", "/no/such/plan.yaml"),
+    "up-workers-huge": ("up", "--workers", BIG),
+    "up-concurrency-nan": ("up", "--concurrency", "nan"),
+    "lessons-add-root-cause-empty": (
+        "lessons",
+        "add",
+        "--goal-pattern",
+        "g",
+        "--root-cause",
+        "",
+        "--suggestion",
+        "s",
+    ),
+    "lessons-add-suggestion-escape": (
+        "lessons",
+        "add",
+        "--goal-pattern",
+        "g",
+        "--suggestion",
+        f"{SECRET}{ESCAPE}",
+    ),
+    "lessons-add-toolsets-empty": (
+        "lessons",
+        "add",
+        "--goal-pattern",
+        "g",
+        "--suggestion",
+        "s",
+        "--toolsets",
+        "",
+    ),
+    "lessons-add-file-directory": ("lessons", "add", "--file", "/"),
+    "lessons-show-huge-id": ("lessons", "show", BIG),
+    "lessons-show-nan-id": ("lessons", "show", "nan"),
+    "lessons-disable-reason-empty": ("lessons", "disable", "1", "--reason", ""),
+    "lessons-delete-negative-id": ("lessons", "delete", "--", "-1"),
+    "db-upgrade-unknown-revision": ("db", "upgrade", "--revision", "nope"),
+    "db-upgrade-revision-empty": ("db", "upgrade", "--revision", ""),
+    "submit-goal-empty": ("submit", "--goal", "", "--no-worker-check"),
+    "submit-constraint-empty": ("submit", "{plain}", "--constraint", "", "--no-worker-check"),
+    "submit-tools-escape": ("submit", "--goal", "g", "--tools", f"t{ESCAPE}"),
+    "submit-plan-directory": ("submit", "/", "--no-worker-check"),
+    "submit-answer-schema-directory": ("submit", "{plain}", "--answer-schema", "/"),
+    "submit-wait-for-workers-nan": ("submit", "{plain}", "--wait-for-workers", "nan"),
+    "submit-wait-for-workers-inf": ("submit", "{plain}", "--wait-for-workers", "inf"),
+    "submit-max-replans-huge": ("submit", "{plain}", "--max-replans", BIG),
+    "submit-max-cost-negative": ("submit", "{plain}", "--max-cost-usd", "-1"),
+    "status-limit-huge": ("status", "--limit", BIG),
+    "status-session-escape": ("status", f"s{ESCAPE}"),
+    "show-session-empty": ("show", ""),
+    "watch-session-escape": ("watch", f"s{ESCAPE}"),
+    "signal-text-empty": ("signal", "{sid}", ""),
+    "signal-session-empty": ("signal", "", "hello"),
+    "approve-step-empty": ("approve", "{sid}", "--step", ""),
+    "approve-as-escape": ("approve", "{sid}", "--step", "s", "--as", f"a{ESCAPE}"),
+    "approve-as-empty": ("approve", "{sid}", "--step", "s", "--as", ""),
+    "cancel-reason-empty": ("cancel", "{sid}", "--reason", ""),
+    "retry-step-escape": ("retry", "{sid}", f"s{ESCAPE}"),
+    "retry-step-empty": ("retry", "{sid}", ""),
+    "skip-note-escape": ("skip", "{sid}", "s", "--note", f"{SECRET}{ESCAPE}"),
+    "flower-address-escape": ("flower", "--address", f"a{ESCAPE}"),
+    "flower-port-huge": ("flower", "--port", BIG),
+    "console-address-empty": ("console", "--address", ""),
+    "console-loglevel-empty": ("console", "--loglevel", ""),
+    "console-port-nan": ("console", "--port", "nan"),
+    "health-port-huge": ("health", "console", "--port", BIG),
+    "health-role-unknown": ("health", "everything"),
+    "users-add-name-escape": ("users", "add", f"u{ESCAPE}"),
+    "users-add-file-directory": ("users", "add", "bob", "--file", "/"),
+    "examples-into-a-file": ("examples", "/etc/hostname"),
+}
+
+
 def cases(kind: str | None = None, entry: str | None = None) -> list[Hostile]:
     return [
         case

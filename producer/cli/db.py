@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from planloop.producer.cli.options import name
 from planloop.producer.cli.root import command_settings
 
 
@@ -15,7 +16,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.option("--revision", type=name(), default="head", show_default=True, help="Target revision.")
 def db_upgrade(revision: str) -> None:
     """Upgrade the record at PLANLOOP_DATABASE_URL (run once before supervisors start)."""
     from planloop.core.migrate import upgrade

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from planloop.producer.cli.options import row_id
+from planloop.producer.cli.options import MAX_TEXT_CHARS, name, row_id, text
 from planloop.producer.cli.root import command_settings, fail
 
 if TYPE_CHECKING:
@@ -30,12 +30,15 @@ def lessons(ctx: click.Context, as_json: bool) -> None:
 
 
 @lessons.command("add")
-@click.option("--goal-pattern", default=None, help="The goals it is for (its search key).")
-@click.option("--root-cause", default=None, help="What goes wrong.")
-@click.option("--avoidance", default=None, help="What not to do.")
-@click.option("--suggestion", default=None, help="What to do instead.")
+@click.option(
+    "--goal-pattern", type=text(), default=None, help="The goals it is for (its search key)."
+)
+@click.option("--root-cause", type=text(), default=None, help="What goes wrong.")
+@click.option("--avoidance", type=text(), default=None, help="What not to do.")
+@click.option("--suggestion", type=text(), default=None, help="What to do instead.")
 @click.option(
     "--toolsets",
+    type=name(max_chars=MAX_TEXT_CHARS),
     default=None,
     help="Comma list of toolsets (ecommerce,supply_chain): only sessions using one get it.",
 )
@@ -95,7 +98,7 @@ def lessons_show(lesson_id: int, as_json: bool) -> None:
 
 @lessons.command("disable")
 @click.argument("lesson_id", type=row_id())
-@click.option("--reason", default="disabled by a person", help="Why, for the record.")
+@click.option("--reason", type=text(), default="disabled by a person", help="Why, for the record.")
 def lessons_disable(lesson_id: int, reason: str) -> None:
     """Stop giving a lesson to prompts (kept, with its record; `enable` undoes it)."""
     store, _ = _lesson_store()

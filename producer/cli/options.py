@@ -11,6 +11,7 @@ and the console accept exactly what the CLI does.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -92,3 +93,69 @@ def session_option(field: str) -> click.ParamType[Any, Any]:
     if "int" in str(info.annotation):
         return bounded_int(int(low) + (1 if low_open else 0), int(high))
     return BoundedFloat(low, high, low_open=low_open)
+
+
+# Longest free text an option takes (a note, a reason, a lesson field), characters; the
+# input check behind it (max_input_bytes) applies its own limit to what it sends.
+MAX_TEXT_CHARS = 100_000
+# Longest name an option or argument takes (a session, a step, a worker, a revision).
+MAX_NAME_CHARS = 200
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class CliText(click.ParamType[str, Any]):
+    """Text from the command line: not empty or blank, no control or escape character (one
+    would reach a terminal, a log line or a Celery node name as typed), at most
+    ``max_chars``; ``line`` refuses line breaks and tabs too (a name); ``empty_ok`` lets
+    "" through (an option whose default is none of it: ``--note``). The value is never
+    echoed: it may be a secret."""
+
+    name = "text"
+
+    def __init__(
+        self, *, max_chars: int = MAX_TEXT_CHARS, line: bool = False, empty_ok: bool = False
+    ) -> None:
+        self.max_chars, self.line, self.empty_ok = max_chars, line, empty_ok
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from planloop.core.input_limits import text_problem
+
+        if not isinstance(value, str):
+            self.fail("must be text", param, ctx)
+        if not value and self.empty_ok:
+            return value
+        if not value.strip():
+            self.fail("must not be empty", param, ctx)
+        if len(value) > self.max_chars:
+            self.fail(f"{len(value)} characters, above the limit of {self.max_chars}", param, ctx)
+        problem = text_problem(value)
+        if problem is None and self.line:
+            found = next((c for c in value if c in "\t\n\r\v\f"), None)
+            problem = f"control character {found!r}" if found else None
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+    def __repr__(self) -> str:
+        return f"CliText max_chars={self.max_chars}"
+
+
+def text(*, empty_ok: bool = False) -> CliText:
+    """Free text: a note, a reason, a goal, a lesson field."""
+    return CliText(empty_ok=empty_ok)
+
+
+def name(*, max_chars: int = MAX_NAME_CHARS, empty_ok: bool = False) -> CliText:
+    """A name on one line: a session or step id, a worker or user name, a revision, an
+    address, a comma list of queues or toolsets."""
+    return CliText(max_chars=max_chars, line=True, empty_ok=empty_ok)
+
+
+def log_level() -> click.Choice[str]:
+    """A logging level, any case (an empty or unknown one is exit 2)."""
+    return click.Choice(LOG_LEVELS, case_sensitive=False)
+
+
+def readable_file() -> click.Path:
+    """A file that exists and can be read (a directory is refused)."""
+    return click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)

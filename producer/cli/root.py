@@ -10,6 +10,7 @@ import click
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError
+from planloop.producer.cli.options import name
 from planloop.producer.exits import EXIT_INVALID, EXIT_SESSION_FAILED, EXIT_UNREACHABLE, unreachable
 
 
@@ -88,7 +89,12 @@ def fail(message: str, code: int = EXIT_INVALID) -> None:
 
 # Who asks, recorded with the command's event (default: the OS user running the CLI).
 AS_OPTION = click.option(
-    "--as", "actor", default=None, metavar="NAME", help="Who asks, for the record (default: you)."
+    "--as",
+    "actor",
+    type=name(),
+    default=None,
+    metavar="NAME",
+    help="Who asks, for the record (default: you).",
 )
 
 

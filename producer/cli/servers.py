@@ -11,7 +11,15 @@ import click
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.producer.cli.options import MAX_PROCESSES, MAX_WORKER_SLOTS, bounded_int
+from planloop.producer.cli.options import (
+    MAX_PROCESSES,
+    MAX_TEXT_CHARS,
+    MAX_WORKER_SLOTS,
+    bounded_int,
+    log_level,
+    name,
+    readable_file,
+)
 from planloop.producer.cli.root import command_settings, fail, start_logging
 
 
@@ -28,10 +36,13 @@ from planloop.producer.cli.root import command_settings, fail, start_logging
     default=None,
     help="Celery pool (default: PLANLOOP_WORKER_POOL); solo runs one task at a time.",
 )
-@click.option("--loglevel", default="INFO", show_default=True)
-@click.option("--name", default=None, help="Worker node name (default: unique per process).")
+@click.option("--loglevel", type=log_level(), default="INFO", show_default=True)
+@click.option(
+    "--name", type=name(), default=None, help="Worker node name (default: unique per process)."
+)
 @click.option(
     "--queues",
+    type=name(max_chars=MAX_TEXT_CHARS),
     default=None,
     metavar="A,B",
     help="Also consume these queues (besides the pool queue derived from the tools it "
@@ -119,7 +130,7 @@ def _worker_queues(settings: Settings) -> list[str]:
 
 
 @click.command()
-@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--loglevel", type=log_level(), default="INFO", show_default=True)
 def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
     from planloop.supervisor.service import serve
@@ -148,7 +159,7 @@ def supervisor(loglevel: str) -> None:
 @click.option(
     "--plan",
     "plan_file",
-    type=click.Path(path_type=Path),
+    type=readable_file(),
     default=None,
     help="Plan the demo submits (default: examples/ecommerce.yaml).",
 )
@@ -188,7 +199,9 @@ def up(
     default=None,
     help="Port (default: PLANLOOP_FLOWER_PORT).",
 )
-@click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--address", type=name(), default="127.0.0.1", show_default=True, help="Address to bind."
+)
 def flower(port: int | None, address: str) -> None:
     """Start Flower on our broker, behind basic auth (PLANLOOP_FLOWER_BASIC_AUTH; unset on
     a loopback address: a generated password)."""
@@ -205,9 +218,12 @@ def flower(port: int | None, address: str) -> None:
     help="Port (default: PLANLOOP_CONSOLE_PORT, 8765).",
 )
 @click.option(
-    "--address", default=None, help="Address to bind (default: PLANLOOP_CONSOLE_ADDRESS)."
+    "--address",
+    type=name(),
+    default=None,
+    help="Address to bind (default: PLANLOOP_CONSOLE_ADDRESS).",
 )
-@click.option("--loglevel", default="WARNING", show_default=True)
+@click.option("--loglevel", type=log_level(), default="WARNING", show_default=True)
 def console(port: int | None, address: str | None, loglevel: str) -> None:
     """Start the web console (live DAGs, actions) for its users (PLANLOOP_CONSOLE_USERS_FILE;
     none on a loopback address: a generated admin password)."""

@@ -7,12 +7,12 @@ import json
 import click
 
 from planloop.core.errors import PlanloopError
-from planloop.producer.cli.options import MAX_LISTED, bounded_int
+from planloop.producer.cli.options import MAX_LISTED, bounded_int, name
 from planloop.producer.cli.root import command_settings, exit_for, fail
 
 
 @click.command()
-@click.argument("session_id", required=False)
+@click.argument("session_id", type=name(), required=False)
 @click.option(
     "--limit",
     type=bounded_int(1, MAX_LISTED),
@@ -37,7 +37,7 @@ def status(session_id: str | None, limit: int, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session_id")
+@click.argument("session_id", type=name())
 def watch(session_id: str) -> None:
     """Watch a session live until it ends."""
     from planloop.producer.client import Producer
@@ -53,7 +53,7 @@ def watch(session_id: str) -> None:
 
 
 @click.command()
-@click.argument("session_id")
+@click.argument("session_id", type=name())
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def show(session_id: str, as_json: bool) -> None:
     """Show a session's event timeline, report and DAG (Mermaid)."""

@@ -6,19 +6,20 @@ from __future__ import annotations
 import click
 
 from planloop.core.errors import PlanloopError
+from planloop.producer.cli.options import name, text
 from planloop.producer.cli.root import AS_OPTION, command_settings, fail
 
 
 @click.command()
-@click.argument("session_id")
+@click.argument("session_id", type=name())
 @click.option(
     "--action",
     type=click.Choice(["continue", "replan_remaining", "replan_full", "abort"]),
     default=None,
     help="What a session whose re-plan budget is spent should do now.",
 )
-@click.option("--step", default=None, help="Let this step (requires_approval) run.")
-@click.option("--note", default="", help="Why, for the record.")
+@click.option("--step", type=name(), default=None, help="Let this step (requires_approval) run.")
+@click.option("--note", type=text(empty_ok=True), default="", help="Why, for the record.")
 @AS_OPTION
 def approve(
     session_id: str, action: str | None, step: str | None, note: str, actor: str | None
@@ -39,8 +40,8 @@ def approve(
 
 
 @click.command()
-@click.argument("session_id")
-@click.option("--reason", default="cancelled by user", help="Why, for the report.")
+@click.argument("session_id", type=name())
+@click.option("--reason", type=text(), default="cancelled by user", help="Why, for the report.")
 @AS_OPTION
 def cancel(session_id: str, reason: str, actor: str | None) -> None:
     """Cancel a session: running steps stop, nothing new starts."""
@@ -60,8 +61,8 @@ def cancel(session_id: str, reason: str, actor: str | None) -> None:
 
 
 @click.command()
-@click.argument("session_id")
-@click.argument("text")
+@click.argument("session_id", type=name())
+@click.argument("text", type=text())
 @click.option("--signal", "plain", is_flag=True, help="A plain signal, not a constraint.")
 @AS_OPTION
 def signal(session_id: str, text: str, plain: bool, actor: str | None) -> None:
@@ -78,9 +79,9 @@ def signal(session_id: str, text: str, plain: bool, actor: str | None) -> None:
 
 
 @click.command()
-@click.argument("session_id")
-@click.argument("step_id")
-@click.option("--note", default="", help="Why, for the record.")
+@click.argument("session_id", type=name())
+@click.argument("step_id", type=name())
+@click.option("--note", type=text(empty_ok=True), default="", help="Why, for the record.")
 @AS_OPTION
 def retry(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Run a step that failed for good once more; its skipped dependents wait for it again."""
@@ -96,9 +97,9 @@ def retry(session_id: str, step_id: str, note: str, actor: str | None) -> None:
 
 
 @click.command()
-@click.argument("session_id")
-@click.argument("step_id")
-@click.option("--note", default="", help="Why, for the record.")
+@click.argument("session_id", type=name())
+@click.argument("step_id", type=name())
+@click.option("--note", type=text(empty_ok=True), default="", help="Why, for the record.")
 @AS_OPTION
 def skip(session_id: str, step_id: str, note: str, actor: str | None) -> None:
     """Give up a failed (or not yet started) step: it and its dependents end skipped."""

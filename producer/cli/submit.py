@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from planloop.core.errors import ConfigError, PlanloopError, ToolModuleError
-from planloop.producer.cli.options import MAX_WAIT_S, BoundedFloat, session_option
+from planloop.producer.cli.options import (
+    MAX_TEXT_CHARS,
+    MAX_WAIT_S,
+    BoundedFloat,
+    name,
+    session_option,
+    text,
+)
 from planloop.producer.cli.root import command_settings, exit_for, fail
 
 if TYPE_CHECKING:
@@ -42,10 +49,20 @@ def _is_number(text: str | None) -> bool:
 
 
 @click.command(cls=SubmitCommand)
-@click.argument("plan_file", type=click.Path(path_type=Path), required=False)
-@click.option("--goal", default=None, help="Plan this goal with the LLM instead of a file.")
-@click.option("--tools", "toolsets", default="", help="Toolsets for --goal, e.g. ecommerce.")
-@click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@click.option(
+    "--goal", type=text(), default=None, help="Plan this goal with the LLM instead of a file."
+)
+@click.option(
+    "--tools",
+    "toolsets",
+    type=name(max_chars=MAX_TEXT_CHARS, empty_ok=True),
+    default="",
+    help="Toolsets for --goal, e.g. ecommerce.",
+)
+@click.option(
+    "--constraint", "constraints", type=text(), multiple=True, help="A constraint (repeatable)."
+)
 @click.option("--wait", is_flag=True, help="Watch the session live until it ends.")
 @click.option(
     "--concurrency", type=session_option("concurrency"), default=None, help="Steps running at once."
@@ -215,7 +232,9 @@ def _shipped(path: Path | None) -> Path | None:
 
 
 @click.command()
-@click.argument("directory", type=click.Path(path_type=Path), default=Path("examples"))
+@click.argument(
+    "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("examples")
+)
 @click.option("--overwrite", is_flag=True, help="Replace files of the same name.")
 def examples(directory: Path, overwrite: bool) -> None:
     """Copy the example plans shipped with planloop into DIRECTORY (default: ./examples)."""

@@ -10,6 +10,7 @@ import click
 
 from planloop.console.users import NAME, Role, User, hash_password, parse_users, user_line
 from planloop.core.errors import CredentialsError
+from planloop.producer.cli import options
 from planloop.producer.exits import EXIT_INVALID
 
 MIN_PASSWORD = 12
@@ -60,7 +61,7 @@ def users_hash(password_stdin: bool) -> None:
 
 
 @users.command("add")
-@click.argument("name")
+@click.argument("name", type=options.name())
 @click.option(
     "--role",
     type=click.Choice([r.value for r in Role]),

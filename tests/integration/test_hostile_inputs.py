@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from planloop.core.models import SessionOptions, SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from tests.console_users import auth_header, login
-from tests.hostile_inputs import LIMITS_ENV, SECRET, Hostile, cases, one_step
+from tests.hostile_inputs import CLI_ARGS, LIMITS_ENV, SECRET, Hostile, cases, one_step
 from tests.integration.conftest import _delete_prefix, wait_ended
 from tests.integration.console_process import console_process
 from tests.shipped import shipped
@@ -139,6 +141,29 @@ def test_the_cli_refuses_every_hostile_input_with_exit_2_in_one_line(
     assert result.returncode == 2, result.stderr[:2000]
     assert result.stderr.startswith("error: ")
     assert_one_clean_line(result.stderr)
+    assert result.stdout == ""
+    assert written(redis_client, settings, live_sid) == before
+
+
+@pytest.mark.parametrize("name", list(CLI_ARGS))
+def test_every_commands_bad_flag_or_argument_is_exit_2_in_one_line(
+    name: str,
+    env: dict[str, str],
+    settings: Settings,
+    redis_client: redis.Redis,
+    live_sid: str,
+    tmp_path: Path,
+) -> None:
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(one_step(params={"value": 1})))
+    before = written(redis_client, settings, live_sid)
+
+    result = planloop(env, *(a.format(sid=live_sid, plain=plain) for a in CLI_ARGS[name]))
+
+    assert result.returncode == 2, result.stderr[:2000]
+    assert result.stderr.startswith("error: "), result.stderr[:2000]
+    assert_one_clean_line(result.stderr)
+    assert "title" not in result.stderr, "the escape's text was echoed"
     assert result.stdout == ""
     assert written(redis_client, settings, live_sid) == before
 
@@ -333,4 +358,49 @@ def test_the_supervisor_ends_a_session_written_past_the_producer_failed_before_i
     assert SECRET not in record.error
     session = redis_client.hgetall(Keys(test_settings.key_prefix).session(sid))
     assert "crashes" not in session, "the refusal was counted as a crash"
+    assert producer.state.steps(sid, ["s"])["s"].attempt == 0, "a step ran"
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"concurrency": 10**26}, "options.concurrency"),
+        ({"max_rounds": f"many {SECRET}"}, "options.max_rounds"),
+    ],
+    ids=["concurrency-1e26", "rounds-not-a-number"],
+)
+def test_the_supervisor_ends_a_session_whose_stored_fields_do_not_parse_failed_at_once(
+    stack: object,
+    producer: Producer,
+    redis_client: redis.Redis,
+    test_settings: Settings,
+    options: dict[str, Any],
+    names: str,
+) -> None:
+    """Options an old client wrote past the checks (out of the model's bounds, not even a
+    number): the record does not load, and the supervisor ends the session failed with a
+    reason naming the field, at once (no crash counted, no cool-off loop), nothing runs."""
+    sid = "hostile-" + os.urandom(4).hex()
+    plan = parse_plan("steps: [{id: s, tool: bench.echo, params: {value: 1}}]")
+    with warnings.catch_warnings():  # pydantic warns about the value it is made to write
+        warnings.simplefilter("ignore")
+        producer.state.create_session(
+            sid,
+            plan_json=plan.model_dump_json(),
+            goal="hostile",
+            options=SessionOptions.model_construct(**options),
+        )
+
+    record = redis_client.hgetall(Keys(test_settings.key_prefix).session(sid))
+    deadline = time.monotonic() + 60
+    while record.get("status") not in ("failed", "completed", "cancelled", "aborted"):
+        assert time.monotonic() < deadline, record
+        time.sleep(0.1)
+        record = redis_client.hgetall(Keys(test_settings.key_prefix).session(sid))
+
+    assert record["status"] == "failed"
+    assert "cannot be loaded: its stored fields break the input check" in record["error"]
+    assert names in record["error"]
+    assert SECRET not in record["error"]
+    assert "crashes" not in record, "the refusal was counted as a crash"
     assert producer.state.steps(sid, ["s"])["s"].attempt == 0, "a step ran"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from planloop.core.models import SessionOptions
 from planloop.producer.cli import cli
-from planloop.producer.cli.options import BoundedFloat, session_option
+from planloop.producer.cli.options import MAX_TEXT_CHARS, BoundedFloat, CliText, session_option
 
 HOSTILE_NUMBERS = ["nan", "inf", "-inf", "1e26", "99999999999999999999999", "-1", "abc", "", "0x10"]
 
@@ -89,3 +89,98 @@ def test_session_option_flags_take_the_models_bounds() -> None:
     assert cost.low_open
     with pytest.raises(ValueError, match="needs both bounds"):
         session_option("compensate_on_failure")
+
+
+# --- text, names and paths --------------------------------------------------------------------
+
+HOSTILE_TEXTS = {
+    "empty": "",
+    "blank": "   ",
+    "escape": "a\x1b]0;title\x07b",
+    "nul": "a\x00b",
+    "c1-control": "a\x9b31mb",
+    "too-long": "x" * (MAX_TEXT_CHARS + 1),
+}
+# Parameters that take any string on purpose: none. A choice is a closed list.
+CLOSED = click.Choice | click.types.BoolParamType
+
+
+def text_params() -> Iterator[tuple[list[str], click.Parameter]]:
+    """(command path, parameter) for every string-valued parameter of every command."""
+    todo: list[tuple[list[str], click.Command]] = [([], cli)]
+    while todo:
+        path, command = todo.pop()
+        if isinstance(command, click.Group):
+            todo.extend(([*path, name], sub) for name, sub in command.commands.items())
+        for param in command.params:
+            if isinstance(param, click.Option) and (param.is_flag or param.count):
+                continue
+            if isinstance(param.type, click.types._NumberParamTypeBase | BoundedFloat | CLOSED):
+                continue
+            yield path, param
+
+
+TEXT_PARAMS = list(text_params())
+
+
+def test_the_sweep_finds_the_texts_of_every_command() -> None:
+    found = {_id(item) for item in TEXT_PARAMS}
+    assert {"worker --name", "worker --queues", "up --plan", "db upgrade --revision"} <= found
+    assert {"lessons add --root-cause", "signal text", "approve --as", "status session_id"} <= found
+
+
+@pytest.mark.parametrize("item", TEXT_PARAMS, ids=_id)
+def test_every_text_is_checked_text_or_a_path(item: tuple[list[str], click.Parameter]) -> None:
+    _, param = item
+    kind = param.type
+    if isinstance(kind, click.Path):  # a file refuses a directory and a folder a file
+        assert not (kind.file_okay and kind.dir_okay), f"{_id(item)} takes files and folders"
+        return
+    assert isinstance(kind, CliText), f"{_id(item)} is a bare {kind!r}: nothing checks it"
+
+
+@pytest.mark.parametrize("value", list(HOSTILE_TEXTS.values()), ids=list(HOSTILE_TEXTS))
+@pytest.mark.parametrize(
+    "item", [i for i in TEXT_PARAMS if isinstance(i[1].type, CliText)], ids=_id
+)
+def test_a_hostile_text_is_exit_2_in_one_line(
+    item: tuple[list[str], click.Parameter], value: str
+) -> None:
+    path, param = item
+    kind = param.type
+    assert isinstance(kind, CliText)
+    if value == "" and kind.empty_ok:
+        return  # "" is this option's default: none
+    if value == HOSTILE_TEXTS["too-long"] and kind.max_chars > MAX_TEXT_CHARS:
+        return
+    result = CliRunner().invoke(cli, args_for(path, param, value))
+
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output[:500]
+    assert lines[0].startswith("error: Invalid value for"), lines[0][:500]
+    assert "title" not in lines[0], "the value was echoed"
+    assert "xxxxxxxxxx" not in lines[0], "the value was echoed"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["supervisor", "--loglevel", ""],
+        ["worker", "--loglevel", "loud"],
+        ["console", "--loglevel", ""],
+        ["up", "--plan", "/"],
+        ["up", "--plan", "/no/such/plan.yaml"],
+        ["submit", "/", "--no-worker-check"],
+        ["submit", "x.json", "--answer-schema", "/"],
+        ["lessons", "add", "--file", "/"],
+        ["users", "add", "bob", "--file", "/"],
+    ],
+    ids=" ".join,
+)
+def test_a_bad_level_or_path_is_exit_2_in_one_line(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith("error: Invalid value for"), result.output

@@ -100,6 +100,29 @@ def test_a_broker_url_from_celerys_environment_is_refused_naming_it(
     assert "s3cret" not in str(caught.value)
 
 
+def test_a_broker_url_naming_our_redis_another_way_passes(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://localhost:6379/9")
+    app.conf.broker_url = "redis://localhost:6379/9"
+
+    seams.check_celery_app(app, SETTINGS)  # SETTINGS: redis://127.0.0.1:6379/9
+
+
+def test_flower_outside_its_checked_minor_is_refused_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from planloop.producer import up
+
+    monkeypatch.setattr(seams, "installed_version", lambda library: "2.3.0")
+    monkeypatch.setattr(up.os, "execve", lambda *a: pytest.fail("Flower was started"))
+
+    with pytest.raises(LibraryVersionError, match=r"flower 2\.3\.0 is installed") as caught:
+        up.run_flower(SETTINGS, port=None, address="127.0.0.1")
+
+    assert "'flower>=2.2,<2.3'" in str(caught.value)
+
+
 def test_a_broker_that_is_not_our_redis_transport_is_refused(app: Celery) -> None:
     app.conf.broker_transport = "amqp"
 
