@@ -52,6 +52,9 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   │                           state the command cannot apply to (nothing was sent)
     │   ├── SessionInputRefusedError  a stored session that breaks the input limits (written
     │   │                           past the producer): it ends failed before anything runs
+    │   ├── PlanVersionNotFoundError  `planloop fork --version N` of a version the session lacks
+    │   ├── ContinueRefusedError    `planloop continue` of a session still running, or that
+    │   │                           did not end failed/aborted by its deadline or a budget
     │   └── HotStateLostError       the session's hot state vanished from Redis while it was
     │                               loaded (it is rebuilt from the SQL record)
     ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
@@ -99,8 +102,10 @@ from planloop.core.plan_errors import (
 )
 from planloop.core.session_errors import (
     CommandRefusedError,
+    ContinueRefusedError,
     FencedOutError,
     HotStateLostError,
+    PlanVersionNotFoundError,
     SessionEndedError,
     SessionError,
     SessionInputRefusedError,
@@ -126,6 +131,7 @@ __all__ = [
     "AgentStepStalled",
     "CommandRefusedError",
     "ConfigError",
+    "ContinueRefusedError",
     "CredentialsError",
     "DispatchError",
     "EffectNotRecordedError",
@@ -144,6 +150,7 @@ __all__ = [
     "PlanLoadError",
     "PlanReferenceError",
     "PlanValidationError",
+    "PlanVersionNotFoundError",
     "PlanloopError",
     "PortInUseError",
     "RepeatedPlanError",
