@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from planloop.core.errors import PlanloopError
+from planloop.producer.cli.options import ROW_ID_MAX, bounded_int, session_option
 from planloop.producer.cli.root import AS_OPTION, command_settings, fail
 
 
@@ -17,7 +18,7 @@ from planloop.producer.cli.root import AS_OPTION, command_settings, fail
 @click.option(
     "--version",
     "version",
-    type=click.IntRange(min=1),
+    type=bounded_int(1, ROW_ID_MAX),
     default=None,
     help="The plan version to start from (default: the latest).",
 )
@@ -59,20 +60,20 @@ def fork(session_id: str, version: int | None, plan_file: Path | None, actor: st
 @click.argument("session_id")
 @click.option(
     "--max-replans",
-    type=click.IntRange(min=0),
+    type=session_option("max_replans"),
     default=None,
     help="Re-plans it may make from now on.",
 )
 @click.option(
     "--deadline",
     "deadline_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=session_option("deadline_s"),
     default=None,
     help="Seconds from now it may run (default: its own deadline).",
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=session_option("max_tokens"),
     default=None,
     help="LLM tokens it may spend from now on.",
 )

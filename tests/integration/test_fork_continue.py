@@ -7,6 +7,7 @@ applied, core/effects.py), where a write that ran twice would show twice.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import planloop
+from planloop.aio import AsyncClient
 from planloop.core.effects import EffectAudit
 from planloop.core.errors import ContinueRefusedError, PlanVersionNotFoundError
 from planloop.core.models import SessionStatus
@@ -155,6 +157,14 @@ def test_fork_refuses_a_version_the_session_does_not_have(private_stack: MakeSta
     ps.finish(parent, ids(plan))
     with planloop.Client(ps.settings) as client, pytest.raises(PlanVersionNotFoundError):
         client.fork(parent, version=7)
+
+    async def fork_with_the_aio_client() -> str:
+        async with AsyncClient(ps.settings) as aio:
+            return await aio.fork(parent, version=1)
+
+    forked = asyncio.run(fork_with_the_aio_client())
+    assert ps.finish(forked, ids(plan)).status == SessionStatus.COMPLETED
+    assert effects_of(ps, forked) == Counter()  # the same plan: every step carried over
     done = cli(ps, "fork", parent, "--version", "7")
     assert done.returncode == 2
     assert "no plan version 7" in done.stderr
@@ -176,7 +186,7 @@ def test_continue_after_the_deadline_runs_only_what_did_not_complete(
     private_stack: MakeStack,
 ) -> None:
     ps = private_stack(workers=1, supervisors=1)
-    plan = write_chain(16, seconds=0.15)
+    plan = write_chain(16, seconds=0.3)  # 8 levels of 0.3s: the 1.2s deadline ends it halfway
     sid, done_before = deadline_failed(ps, plan, compensate_on_failure=False)
     started = {i: st.started_at for i, st in ps.step_states(sid, sorted(done_before)).items()}
     epoch_before = ps.hot.session(sid).epoch
