@@ -239,6 +239,44 @@ def test_continue_redoes_a_write_its_compensation_undid(private_stack: MakeStack
     assert ps.producer.session(sid).redone == dict.fromkeys(done_before, 1)
 
 
+def test_continue_after_a_spent_replan_budget_runs_the_failed_step_again(
+    private_stack: MakeStack,
+) -> None:
+    ps = private_stack(workers=1, supervisors=1)
+    plan = Plan.model_validate(
+        {
+            "goal": "a step that fails once, with no re-plan allowed",
+            "steps": [
+                {"id": "a", "tool": "bench.write", "params": {"label": "a"}},
+                {
+                    "id": "b",
+                    "tool": "bench.sleep",
+                    "params": {"seconds": 0, "fail_attempts": [1]},
+                    "max_retries": 0,
+                    "critical": True,
+                    "dependencies": ["a"],
+                },
+                {"id": "c", "tool": "bench.write", "params": {"label": "c"}, "dependencies": ["b"]},
+            ],
+        }
+    )
+    sid = ps.producer.submit(plan, planloop.SessionOptions(max_replans=0))
+    ended = ps.finish(sid, ids(plan))
+    assert ended.status == SessionStatus.ABORTED
+    assert "re-plan budget spent" in ended.error  # the abort undid a's write
+
+    done = cli(ps, "continue", sid, "--max-replans", "1")
+
+    assert done.returncode == 0, done.stderr
+    record = ps.finish(sid, ids(plan))
+    assert record.status == SessionStatus.COMPLETED, record.error
+    steps = report_steps(record)
+    assert steps["b"]["attempts"] == 2  # attempt 1 failed before, attempt 2 ran now
+    ran = effects_of(ps, sid)
+    assert ran == Counter({"a": 1, "a:compensate:undo": 1, "a:redo1": 1, "c": 1}), ran
+    assert ps.producer.session(sid).options.max_replans == 1
+
+
 def test_continue_refuses_a_completed_or_running_session(private_stack: MakeStack) -> None:
     ps = private_stack(workers=1, supervisors=1)
     plan = write_chain(2)
