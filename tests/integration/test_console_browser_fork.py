@@ -98,6 +98,11 @@ def test_a_fork_from_the_console_runs_only_the_changed_steps(
         assert back.inner_text() == parent
         assert "carried over (not run again): order, supplier_a" in tab.inner_text("#forked-from")
         tab.wait_for_selector('svg#dag g.node[data-step="notify"][data-status="completed"]')
+        # a carried step's panel shows the effect it made in the parent, under its key
+        panel = tab.evaluate("url => getJSON(url)", f"/api/sessions/{child}/steps/order")
+        assert panel["idempotency_key"] == f"{parent}:order"
+        assert [e["idempotency_key"] for e in panel["effects"]] == [f"{parent}:order"]
+        assert panel["note"] == f"carried from {parent}"
         tab.screenshot(path=str(shot), full_page=True)
         tab.goto(f"{admin_console.url}/sessions/{parent}")
         forward = tab.wait_for_selector("#forks a", timeout=15_000)
