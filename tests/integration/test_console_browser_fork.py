@@ -20,7 +20,7 @@ import pytest
 
 from planloop.config.settings import Settings
 from planloop.core.effects import EffectAudit
-from planloop.core.models import SessionStatus
+from planloop.core.models import SessionOptions, SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
@@ -137,3 +137,39 @@ def test_an_operator_sees_no_fork_and_is_refused_one(
         )
         assert status == 403
         wait_for(lambda: producer.children(sid) == [], 1, "no fork recorded")
+
+
+SLOW_CHAIN = """
+goal: a chain its deadline cuts short
+steps:
+  - {id: first, tool: bench.write, params: {label: first}}
+  - {id: second, tool: bench.sleep, params: {seconds: 3}, dependencies: [first]}
+  - {id: third, tool: bench.write, params: {label: third}, dependencies: [second]}
+"""
+
+
+def test_continue_from_the_console_runs_only_what_did_not_complete(
+    admin_console: Console, producer: Producer, test_settings: Settings, tmp_path: Path
+) -> None:
+
+    from playwright.sync_api import Page
+
+    options = SessionOptions(deadline_s=1, compensate_on_failure=False)
+    sid = producer.submit(parse_plan(SLOW_CHAIN), options)
+    assert wait_ended(producer, sid).status == SessionStatus.FAILED
+    with logged_in("ada", PASSWORDS["ada"], tmp_path / "continued.png") as tab:
+        assert isinstance(tab, Page)
+        tab.goto(f"{admin_console.url}/sessions/{sid}")
+        tab.wait_for_selector("#continue:not([hidden])", timeout=15_000)
+        tab.fill("#continue-deadline", "60")
+        tab.once("dialog", lambda dialog: dialog.accept())
+        tab.click("#continue")
+        tab.wait_for_selector(
+            'svg#dag g.node[data-step="third"][data-status="completed"]', timeout=30_000
+        )
+        assert tab.locator("#continue").is_hidden()  # completed: nothing to continue
+    assert producer.session(sid).status == SessionStatus.COMPLETED
+    assert effects_of(test_settings, sid) == Counter({"first": 1, "third": 1})
+    row = producer.record.session(sid)
+    assert row is not None
+    assert row.continued == 1
