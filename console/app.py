@@ -31,6 +31,7 @@ from planloop.console.guard import (
     role_refused,
 )
 from planloop.console.hardening import Hardening, allowed_hosts
+from planloop.console.lineage_actions import LINEAGE_ACTIONS, lineage_call
 from planloop.console.live_hub import LiveHub
 from planloop.console.llm_view import may_read_transcripts, transcript_of
 from planloop.console.session_list import ListQuery, list_sessions
@@ -39,6 +40,7 @@ from planloop.console.users import ConsoleLogin, Role, console_login
 from planloop.core import json_input, metrics
 from planloop.core.errors import (
     CommandRefusedError,
+    ContinueRefusedError,
     PlanloopError,
     SessionEndedError,
     SessionNotFoundError,
@@ -50,16 +52,19 @@ log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
 # The role each action needs (console/users.py); an action not listed here is unknown.
-ACTION_ROLES = dict.fromkeys(
-    ("approve", "reject", "signal", "retry", "skip", "cancel"), Role.OPERATOR
-)
+ACTION_ROLES = {
+    **dict.fromkeys(("approve", "reject", "signal", "retry", "skip", "cancel"), Role.OPERATOR),
+    # a fork starts a new session, a continue reopens an ended one: an administrator's call
+    **dict.fromkeys(LINEAGE_ACTIONS, Role.ADMIN),
+}
 
 
 def error_response(exc: Exception) -> JSONResponse:
     """A PlanloopError (or Redis being away) as JSON with the status that fits."""
     if isinstance(exc, SessionNotFoundError | StepNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
-    if isinstance(exc, SessionEndedError | CommandRefusedError):  # the state forbids it
+    if isinstance(exc, SessionEndedError | CommandRefusedError | ContinueRefusedError):
+        # the state forbids it
         return JSONResponse({"error": str(exc)}, status_code=409)
     if isinstance(exc, redis.RedisError):
         return JSONResponse({"error": f"Redis is unreachable: {exc}"}, status_code=503)
@@ -290,6 +295,8 @@ async def _run_action(
             raise ValueError(f"{name} needs a step")
         method = client.retry_step if name == "retry" else client.skip_step
         call = lambda: method(sid, step, note, actor=actor)  # noqa: E731
+    elif name in LINEAGE_ACTIONS:
+        call = lineage_call(client, sid, name, body, actor)
     else:
         raise ValueError(f"unknown action {name!r}")
     return str(await anyio.to_thread.run_sync(call))

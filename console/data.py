@@ -147,11 +147,35 @@ def session_detail(producer: Producer, sid: str) -> dict[str, Any]:
             history["decisions"],
             events,
         ),
+        "lineage": lineage_view(producer, sid, session),
         "awaiting_approval": sorted(
             i
             for i, s in steps.items()
             if s["note"] == AWAITING_APPROVAL and s["status"] in ("pending", "ready")
         ),
+    }
+
+
+def lineage_view(producer: Producer, sid: str, session: dict[str, Any]) -> dict[str, Any]:
+    """Where the session came from and what came of it, for the page's links both ways; and
+    whether ``continue`` would take it (producer/lineage.py says why not)."""
+    from planloop.core.models import SessionRecord, SessionStatus
+    from planloop.producer.lineage import continue_refusal
+
+    info = SessionRecord.model_validate(
+        {
+            "id": sid,
+            "status": session.get("status") or SessionStatus.PENDING,
+            "error": session.get("error") or "",
+        }
+    )
+    return {
+        "forked_from": session.get("forked_from") or "",
+        "forked_version": session.get("forked_version") or 0,
+        "carried": sorted(session.get("carried") or {}),
+        "continued": session.get("continued") or 0,
+        "forks": [{"id": child, "version": v} for child, v in producer.children(sid)],
+        "continue_refused": continue_refusal(info, leased=not info.status.ended),
     }
 
 

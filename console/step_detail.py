@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from planloop.core.errors import PlanloopError, StepNotFoundError
+from planloop.core.errors import PlanloopError, SessionNotFoundError, StepNotFoundError
 from planloop.core.masking import mask, mask_text
 from planloop.core.models import StepState, idempotency_key
 from planloop.core.values import encode, preview
@@ -161,6 +161,18 @@ def effects_of(producer: Producer, sid: str, step_id: str) -> list[dict[str, Any
     ]
 
 
+def effects_origin(producer: Producer, sid: str, step_id: str) -> tuple[str, str, int]:
+    """Whose key the step's writes went under: the parent's for a step a fork carried over,
+    its own otherwise (with the generation of a write a continue redid)."""
+    try:
+        info = producer.session(sid)
+    except SessionNotFoundError:  # only in the SQL record: no lineage to follow
+        return sid, step_id, 0
+    if step_id in info.carried and info.forked_from:
+        return info.forked_from, step_id, 0
+    return sid, step_id, info.redone.get(step_id, 0)
+
+
 def step_detail(
     producer: Producer,
     sid: str,
@@ -180,6 +192,8 @@ def step_detail(
     compensations = [
         c for c in (report or {}).get("compensations") or [] if c.get("step") == step_id
     ]
+    # a step a fork carried over made its effects in its parent, under the parent's key
+    origin = effects_origin(producer, sid, step_id)
     attempts = [attempt_view(a) for a in run.attempts]
     last = attempts[-1] if attempts else None
     return {
@@ -198,8 +212,8 @@ def step_detail(
         "error": (last or {}).get("error", ""),
         "error_kind": (last or {}).get("error_kind", ""),
         "attempts": attempts,
-        "idempotency_key": idempotency_key(sid, step_id),
-        "effects": effects_of(producer, sid, step_id),
+        "idempotency_key": idempotency_key(*origin),
+        "effects": effects_of(producer, origin[0], step_id),
         "compensate": step.compensate.tool if step.compensate else None,
         "compensations": compensations,
         "note": mask_text(run.state.note),

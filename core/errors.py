@@ -53,6 +53,9 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   ├── SessionInputRefusedError  a stored session that breaks the input limits (written
     │   │   │                       past the producer): it ends failed before anything runs
     │   │   └── StoredSessionError  its hash does not parse (options out of range, not JSON)
+    │   ├── PlanVersionNotFoundError  `planloop fork --version N` of a version the session lacks
+    │   ├── ContinueRefusedError    `planloop continue` of a session still running, or that
+    │   │                           did not end failed/aborted by its deadline or a budget
     │   └── HotStateLostError       the session's hot state vanished from Redis while it was
     │                               loaded (it is rebuilt from the SQL record)
     ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
@@ -100,8 +103,10 @@ from planloop.core.plan_errors import (
 )
 from planloop.core.session_errors import (
     CommandRefusedError,
+    ContinueRefusedError,
     FencedOutError,
     HotStateLostError,
+    PlanVersionNotFoundError,
     SessionEndedError,
     SessionError,
     SessionInputRefusedError,
@@ -128,6 +133,7 @@ __all__ = [
     "AgentStepStalled",
     "CommandRefusedError",
     "ConfigError",
+    "ContinueRefusedError",
     "CredentialsError",
     "DispatchError",
     "EffectNotRecordedError",
@@ -146,6 +152,7 @@ __all__ = [
     "PlanLoadError",
     "PlanReferenceError",
     "PlanValidationError",
+    "PlanVersionNotFoundError",
     "PlanloopError",
     "PortInUseError",
     "RepeatedPlanError",

@@ -101,6 +101,8 @@ class HotState:
         options: SessionOptions,
         constraints: list[str] | None = None,
         checked: bool = False,
+        steps: Mapping[str, StepState] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> None:
         """Store a new session and hand it to the supervisors.
 
@@ -108,6 +110,8 @@ class HotState:
         and the owning supervisor's planner writes version 1. Steps get their hashes when
         something happens to them: a step without one is pending. ``checked``: the caller
         validated ``plan_json`` under the input limits (noted as ``PLAN_CHECKED_FIELD``).
+        ``steps``: states some steps start in (a fork's carried steps); ``fields``: more
+        fields of the session hash (a fork's lineage).
         """
         k, now = self.keys, time.time()
         pipe = self.r.pipeline(transaction=True)
@@ -124,6 +128,10 @@ class HotState:
                 "deliberation": dumps({"constraints": constraints or []}),
             },
         )
+        if fields:
+            pipe.hset(k.session(sid), mapping=dict(fields))  # type: ignore[arg-type]
+        for step_id, st in (steps or {}).items():
+            pipe.hset(k.step(sid, step_id), mapping=st.to_fields())  # type: ignore[arg-type]
         if plan_json is not None:
             pipe.set(k.plan(sid, 1), plan_json)
             if checked:

@@ -222,10 +222,11 @@ def task_id(session_id: str, step_id: str, attempt: int) -> str:
     return f"{session_id}:{step_id}:{attempt}"
 
 
-def idempotency_key(session_id: str, step_id: str) -> str:
+def idempotency_key(session_id: str, step_id: str, redo: int = 0) -> str:
     """The idempotency key of a step's writes: the same for every attempt, so the effect
-    ledger (core/effects.py) applies each write once."""
-    return f"{session_id}:{step_id}"
+    ledger (core/effects.py) applies each write once. ``redo``: how many times a continue
+    redid the write after its compensation (``SessionRecord.redone``), a new effect each."""
+    return f"{session_id}:{step_id}" if not redo else f"{session_id}:{step_id}:redo{redo}"
 
 
 class SessionOptions(BaseModel):
@@ -314,6 +315,14 @@ class SessionRecord(BaseModel):
     deliberation: dict[str, Any] = Field(default_factory=dict)
     # model -> [prompt tokens, completion tokens] spent by every LLM call so far
     llm_usage: dict[str, list[int]] = Field(default_factory=dict)
+    # Lineage (producer/lineage.py): the session and plan version this one was forked
+    # from, the states of the steps it carried over (step id -> StepState fields), how many
+    # times it was continued, and the writes a continue redoes (step id -> generation).
+    forked_from: str = ""
+    forked_version: int = 0
+    carried: dict[str, dict[str, str]] = Field(default_factory=dict)
+    continued: int = 0
+    redone: dict[str, int] = Field(default_factory=dict)
 
     @property
     def answer(self) -> dict[str, Any] | None:
@@ -333,11 +342,15 @@ class SessionRecord(BaseModel):
         try:
             data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
             data["id"] = sid
-            for name in ("options", "deliberation", "llm_usage", "approved", "report"):
+            for name in (
+                "options", "deliberation", "llm_usage", "carried", "redone", "approved", "report"
+            ):
                 data[name] = json_field(sid, fields, name)
             data["options"] = data["options"] or {}
             data["deliberation"] = data["deliberation"] or {}
             data["llm_usage"] = data["llm_usage"] or {}
+            data["carried"] = data["carried"] or {}
+            data["redone"] = data["redone"] or {}
             data["approved"] = data["approved"] or []
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -116,8 +116,34 @@ class HotStateLostError(SessionError):
         )
 
 
+class PlanVersionNotFoundError(SessionError):
+    """``planloop fork --version N``: the session has no plan version ``version``."""
+
+    def __init__(self, session_id: str, version: int, latest: int) -> None:
+        self.version, self.latest = version, latest
+        super().__init__(
+            f"session {session_id} has no plan version {version} (its versions are 1 to "
+            f"{latest}); nothing was forked",
+            session_id=session_id,
+        )
+
+
+class ContinueRefusedError(SessionError):
+    """``planloop continue`` of a session that is not ``failed`` or ``aborted`` by its
+    deadline or a budget (``status``: what it is, ``reason`` says why); nothing changed."""
+
+    def __init__(self, session_id: str, status: str, reason: str) -> None:
+        self.status, self.reason = status, reason
+        super().__init__(
+            f"cannot continue session {session_id} ({status}): {reason}; nothing changed",
+            session_id=session_id,
+        )
+
+
 public(
     SessionError,
+    PlanVersionNotFoundError,
+    ContinueRefusedError,
     SessionNotFoundError,
     StepNotFoundError,
     FencedOutError,

@@ -120,6 +120,36 @@ class AsyncClient:
         """See :meth:`Client.skip_step`."""
         return await asyncio.to_thread(self.sync.skip_step, sid, step, note, actor=actor)
 
+    async def fork(
+        self,
+        sid: str,
+        *,
+        version: int | None = None,
+        plan: PlanLike | None = None,
+        actor: str | None = None,
+    ) -> str:
+        """See :meth:`Client.fork`."""
+        return await asyncio.to_thread(self.sync.fork, sid, version=version, plan=plan, actor=actor)
+
+    async def continue_session(
+        self,
+        sid: str,
+        *,
+        max_replans: int | None = None,
+        deadline_s: float | None = None,
+        max_tokens: int | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """See :meth:`Client.continue_session`."""
+        await asyncio.to_thread(
+            self.sync.continue_session,
+            sid,
+            max_replans=max_replans,
+            deadline_s=deadline_s,
+            max_tokens=max_tokens,
+            actor=actor,
+        )
+
     async def close(self) -> None:
         """Close the Redis connections."""
         await asyncio.to_thread(self.sync.close)

@@ -1,4 +1,4 @@
-"""The synchronous Python client: submit, wait, stream, status, cancel, signal, approve.
+"""The synchronous Python client: submit, wait, stream, status, steer, fork and continue.
 
 A thin layer over :class:`producer.client.Producer` (what ``planloop submit`` uses): it
 talks to Redis only, never to a supervisor, and validates a plan exactly as the CLI does.
@@ -23,7 +23,7 @@ from planloop.core.models import Event, SessionOptions, SessionRecord, SessionSt
 from planloop.core.settings_check import check_settings, load_settings, settings_error
 from planloop.planner import input_check
 from planloop.planner.plan import Plan, load_plan
-from planloop.producer.client import Producer
+from planloop.producer.client import Producer, os_user
 from planloop.report import Report, build_report
 
 PlanLike = Plan | Mapping[str, Any] | str | Path
@@ -244,6 +244,54 @@ class Client:
             SessionEndedError: it has ended already.
         """
         return self._producer.skip_step(sid, step, note, actor=actor)
+
+    # --- starting again ----------------------------------------------------------------
+    def fork(
+        self,
+        sid: str,
+        *,
+        version: int | None = None,
+        plan: PlanLike | None = None,
+        actor: str | None = None,
+    ) -> str:
+        """Start a new session from plan version ``version`` of ``sid`` (default: its
+        latest), or from an edited ``plan``; returns the new session's id. Completed steps
+        the new plan keeps unchanged (same tool, params and dependencies, all of those
+        carried too) start completed with the parent's outputs and are not run again.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            PlanVersionNotFoundError: it has no plan version ``version``.
+            PlanError: the edited plan cannot run or breaks an input limit.
+        """
+        edited = self._plan(plan) if plan is not None else None
+        return self._producer.fork(sid, version=version, plan=edited, actor=actor or os_user())
+
+    def continue_session(
+        self,
+        sid: str,
+        *,
+        max_replans: int | None = None,
+        deadline_s: float | None = None,
+        max_tokens: int | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """Resume ``sid``, which ended failed or aborted by its deadline or a budget: the same
+        session, at a new epoch; what completed stays completed, a write whose
+        compensation ran is redone. ``max_replans``/``max_tokens``: what it may spend from
+        now on; ``deadline_s``: seconds from now.
+
+        Raises:
+            SessionNotFoundError: no such session.
+            ContinueRefusedError: it is running, or ended some other way (named).
+        """
+        self._producer.continue_session(
+            sid,
+            max_replans=max_replans,
+            deadline_s=deadline_s,
+            max_tokens=max_tokens,
+            actor=actor or os_user(),
+        )
 
     # --- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

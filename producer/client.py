@@ -20,7 +20,8 @@ from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner import input_check
 from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
-from planloop.producer.steering import ACTIONS, SessionSteering, os_user
+from planloop.producer.lineage import SessionLineage
+from planloop.producer.steering import ACTIONS, os_user
 
 if TYPE_CHECKING:
     from planloop.core.record import SqlRecord
@@ -36,7 +37,7 @@ def new_session_id() -> str:
 
 
 @dataclass
-class Producer(SessionSteering):
+class Producer(SessionLineage):
     """Submits plans and signals sessions; never talks to a supervisor directly."""
 
     settings: Settings

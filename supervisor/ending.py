@@ -20,6 +20,7 @@ from planloop.core.models import (
     StepState,
     StepStatus,
     StepTaskArgs,
+    idempotency_key,
 )
 from planloop.core.record import SessionRow
 from planloop.core.tracing import session_span
@@ -339,6 +340,7 @@ async def _agent_undos(end: Ending) -> list[Undo]:
 
 async def _run_compensation(end: Ending, undo: Undo, params: dict[str, Any]) -> dict[str, Any]:
     io, step, tool = end.io, undo.step, undo.tool
+    redo = end.state.info.redone.get(step.id, 0) if undo.turn is None else 0
     pseudo = f"{step.id}{COMPENSATE_SUFFIX}{undo.suffix}"
     timeout = io.timeout(step)
     outcome: Event | None = None
@@ -352,7 +354,8 @@ async def _run_compensation(end: Ending, undo: Undo, params: dict[str, Any]) -> 
             tool=tool,
             params=params,
             timeout_s=timeout,
-            idempotency_key=f"{io.sid}:{undo.key}:compensate",
+            # a write a continue redid is a new effect: its undo is one too
+            idempotency_key=f"{idempotency_key(io.sid, undo.key, redo)}:compensate",
             # A worker serving the compensating tool (the step's own queue: wins); none
             # live: the base queue, and the outcome's timeout says so.
             queue=end.queue.route(step.model_copy(update={"tool": tool, "params": {}})) or "",

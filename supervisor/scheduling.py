@@ -206,7 +206,7 @@ class Scheduling:
             params=params.inline,
             param_refs=params.refs,
             timeout_s=self.io.timeout(step),
-            idempotency_key=idempotency_key(sid, step_id),
+            idempotency_key=idempotency_key(sid, step_id, self.state.info.redone.get(step_id, 0)),
             critical=step.critical,
             expect=[e.model_dump(mode="json") for e in step.expect],
             instruction=step.instruction if step.tool == REACT_TOOL else "",

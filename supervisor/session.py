@@ -46,6 +46,7 @@ from planloop.planner.react import usages_of
 from planloop.supervisor.agent_undo import AgentEffect, agent_effects
 from planloop.supervisor.batch_start import can_begin
 from planloop.supervisor.broken import dependency_broken
+from planloop.supervisor.carried import carry_in, lineage_fields
 from planloop.supervisor.checkpointer import Checkpointer
 from planloop.supervisor.consumers import ConsumerMonitor
 from planloop.supervisor.context import SupervisorContext
@@ -304,6 +305,7 @@ class SessionRunner:
             "created_at": info.created_at,
             "plan_version": info.plan_version,
             "options": info.options.model_dump_json(),
+            **lineage_fields(info),
         }
         await ctx.claims.claim(Claim(self.sid, self.epoch, ctx.name, fields, plan))  # grouped
 
@@ -352,6 +354,7 @@ class SessionRunner:
                 await self._reconcile_usage()
             for step_id in state.steps:
                 state.states.setdefault(step_id, StepState())
+            carry_in(state)  # a fork's steps carried over from its parent (supervisor/carried.py)
             state.reindex()
             if info.planning == STREAMING and state.outcome is None:
                 # its former owner died while the first plan streamed: plan the rest
@@ -406,6 +409,7 @@ class SessionRunner:
         state.use_plan(parsed)
         for step_id in state.steps:
             state.states.setdefault(step_id, StepState())
+        carry_in(state)  # a fork's steps carried over from its parent (supervisor/carried.py)
         state.reindex()
 
     def _restore(self, info: SessionRecord, started: float) -> None:

@@ -204,6 +204,7 @@ async function load(followNewest) {
   $("sid").textContent = sid;
   page.timeline = detail.timeline;
   renderStatus(); renderVersions(); renderDag(); renderSteps(); renderHistory(); renderActions();
+  if (typeof renderLineage === "function") renderLineage();  // lineage.js, loaded after this
   drawTimeline($("timeline"), detail.timeline);
   tick();
   addEvents(detail.events);
@@ -253,7 +254,9 @@ function follow() {
   };
 }
 
-$("version").addEventListener("change", (e) => { page.shown = Number(e.target.value); renderDag(); });
+$("version").addEventListener("change", (e) => {
+  page.shown = Number(e.target.value); renderDag(); renderLineage();
+});
 $("cancel").addEventListener("click", () => confirmed("Cancel session " + sid + "?", "cancel", {}));
 $("signal-form").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -263,7 +266,7 @@ $("signal-form").addEventListener("submit", (e) => {
 $("legend").replaceChildren(...STATUSES.map((s) => el("span", { class: "s-" + s }, s)));
 
 setInterval(tick, 1000);
-whoAmI().catch(() => {});
+whoAmI().then(() => { if (page.detail) renderLineage(); }).catch(() => {});
 load(true).then(() => { if (!ended()) follow(); }).catch((exc) => {
   $("summary").replaceChildren(el("span", { class: "error" }, "cannot load the session: " + exc.message));
 });

@@ -166,10 +166,41 @@ class SqlRecord:
             )
             return bool(ended.rowcount)  # type: ignore[attr-defined]
 
+    def reopen(self, sid: str, statuses: Sequence[str]) -> bool:
+        """Reopen a session that ended in one of ``statuses`` for ``planloop continue``
+        (producer/lineage.py): running again, its end cleared, ``continued`` counted; its
+        next owner's claim (a newer epoch) takes it. False if the row is not in one of
+        ``statuses`` (or not recorded): nothing was written."""
+        now = time.time()
+        with self._tx() as db:
+            reopened = db.execute(
+                update(SessionRow)
+                .where(SessionRow.id == sid, SessionRow.status.in_(list(statuses)))
+                .values(
+                    status="running",
+                    error="",
+                    finished_at=0.0,
+                    report=None,
+                    updated_at=now,
+                    continued=SessionRow.continued + 1,
+                )
+            )
+            return bool(reopened.rowcount)  # type: ignore[attr-defined]
+
     # --- reads ----------------------------------------------------------------------------
     def session(self, sid: str) -> SessionRow | None:
         with self._sessions() as db:
             return db.get(SessionRow, sid)
+
+    def forks_of(self, sid: str) -> list[tuple[str, int]]:
+        """The sessions forked from ``sid`` (id, the plan version they started from), oldest
+        first."""
+        with self._sessions() as db:
+            query = select(SessionRow.id, SessionRow.forked_version).where(
+                SessionRow.forked_from == sid
+            )
+            rows = db.execute(query.order_by(SessionRow.created_at, SessionRow.id))
+            return [(child, version) for child, version in rows]
 
     def plan_versions(self, sid: str) -> Sequence[PlanVersionRow]:
         with self._sessions() as db:

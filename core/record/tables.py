@@ -28,6 +28,10 @@ class SessionRow(Base):
     finished_at: Mapped[float] = mapped_column(Float, default=0.0)
     error: Mapped[str] = mapped_column(Text, default="")
     options: Mapped[str] = mapped_column(Text, default="{}")
+    # Lineage: the session and plan version it was forked from, how often it was continued.
+    forked_from: Mapped[str] = mapped_column(String(64), default="", server_default="", index=True)
+    forked_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    continued: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     report: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 

@@ -1,15 +1,26 @@
 """The ``planloop`` command line: one module per group of commands, assembled here.
 
 ``root`` holds the group and what every command shares; ``submit``, ``sessions`` (read a
-session), ``steering`` (act on one), ``lessons``, ``tools``, ``servers`` (start processes),
-``db`` and ``users`` hold the commands. ``planloop.producer.cli:main`` is the console script.
+session), ``steering`` (act on one), ``lineage`` (fork or continue one), ``lessons``,
+``tools``, ``servers`` (start processes), ``db`` and ``users`` hold the commands.
+``planloop.producer.cli:main`` is the console script.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from planloop.producer.cli import db, lessons, servers, sessions, steering, submit, tools, users
+from planloop.producer.cli import (
+    db,
+    lessons,
+    lineage,
+    servers,
+    sessions,
+    steering,
+    submit,
+    tools,
+    users,
+)
 from planloop.producer.cli.root import cli
 from planloop.producer.cli.submit import read_answer_schema
 
@@ -24,6 +35,8 @@ for command in (
     steering.signal,
     steering.retry,
     steering.skip,
+    lineage.fork,
+    lineage.continue_command,
     lessons.lessons,
     tools.tools_command,
     servers.worker,

@@ -54,6 +54,7 @@ def print_show(
     hidden = sensitive_params(producer, plan)
     history = session_history(producer.record, sid)
     budget = llm_budget(producer, session, history)
+    forks = producer.children(sid)
     if as_json:
         doc = {
             "session": session,
@@ -64,12 +65,15 @@ def print_show(
             "mermaid": mermaid,
             **history,
             "llm_budget": budget,
+            "forks": [{"id": child, "version": version} for child, version in forks],
         }
         # the plan's sensitive names apply inside payloads and outputs, not to the doc's keys
         doc = {**mask(doc), "report": masked_report(report, hidden) if report else None}
         print(json.dumps(doc, indent=2, default=str))  # plain stdout: no rich markup or wrapping
         return
     console.print(f"session {sid}: ", styled_status(str(session.get("status", "?"))), sep="")
+    for line in lineage_lines(session, forks):
+        console.print(terminal_safe(line), markup=False, highlight=False)
     console.rule("events")
     for _, ev in events:
         console.print(Text(event_line(ev), style=SEVERITY_COLOURS.get(ev.severity.value, "")))
@@ -87,6 +91,22 @@ def print_show(
         console.print(terminal_safe(mermaid_block(plan, statuses)), markup=False, highlight=False)
     else:
         console.print("(plan not found)")
+
+
+def lineage_lines(session: Mapping[str, Any], forks: Iterable[tuple[str, int]]) -> list[str]:
+    """Where the session came from and what came of it: its parent and version, the steps
+    it carried over, how often it was continued, the sessions forked from it."""
+    lines = []
+    if session.get("forked_from"):
+        carried = sorted(session.get("carried") or {})
+        lines.append(
+            f"forked from {session['forked_from']} at plan version "
+            f"{session.get('forked_version', '?')}; carried over: {', '.join(carried) or 'none'}"
+        )
+    if session.get("continued"):
+        lines.append(f"continued {session['continued']} time(s)")
+    lines.extend(f"forked into {child} (from plan version {version})" for child, version in forks)
+    return lines
 
 
 def llm_budget(
@@ -125,6 +145,9 @@ def gather_session(
             "finished_at": row.finished_at,
             "error": row.error,
             "options": json.loads(row.options or "{}"),
+            "forked_from": row.forked_from,
+            "forked_version": row.forked_version,
+            "continued": row.continued,
         }
         plan, report = None, json.loads(row.report) if row.report else None
     events = producer.state.events(sid)
