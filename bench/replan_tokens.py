@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 from planloop.config.settings import Settings
 from planloop.core.tools import ToolContext, ToolRegistry, load_tools
 from planloop.planner.agents import FULL_SITUATION_CHARS, INCREMENTAL_SITUATION_CHARS, Planner
-from planloop.planner.llm import OpenAIChatModel, Usage
+from planloop.planner.llm import Usage
+from planloop.planner.openai_chat import OpenAIChatModel
 from planloop.planner.plan import Plan, Step
 from planloop.planner.prompting import plan_outline, tool_catalogue
 from planloop.planner.situation import EventView, Situation, StepView, render_situation

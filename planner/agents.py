@@ -22,10 +22,11 @@ from pydantic import BaseModel, ValidationError
 
 from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
 from planloop.core.tools import ToolRegistry
+from planloop.planner.answer_validation import validate_answer
 from planloop.planner.compact_plan import CompactPlan
 from planloop.planner.decision import FullReplan, ReplanDecision, SubGraph
 from planloop.planner.early_steps import EarlySteps, keep_installed
-from planloop.planner.llm import ChatModel, Role, StreamingChatModel, Usage, validate_answer
+from planloop.planner.llm import ChatModel, Role, StreamingChatModel, Usage
 from planloop.planner.merge import merge_remaining, orphans, replace_remaining
 from planloop.planner.merge_validation import validate_remaining_merge
 from planloop.planner.plan import Plan, Step

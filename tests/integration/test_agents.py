@@ -12,8 +12,8 @@ from planloop.core.errors import LLMResponseError, PlanValidationError, Repeated
 from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner.agents import Decider, Planner
 from planloop.planner.decision import ReplanAction
-from planloop.planner.llm import OpenAIChatModel
 from planloop.planner.merge import merge_remaining
+from planloop.planner.openai_chat import OpenAIChatModel
 from planloop.planner.plan import Plan, Step
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.planner.validation import validate_plan

@@ -18,7 +18,6 @@ MAX_LINES = 400
 STILL_BEING_SPLIT = frozenset(
     {
         "planner/agents.py",
-        "planner/llm.py",
         "supervisor/ending.py",
         "supervisor/rounds.py",
         "supervisor/service.py",
