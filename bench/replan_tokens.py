@@ -3,8 +3,8 @@
 The plan analyses two SKUs (eight read steps) and restocks one of them through the primary
 supplier (four supply-chain steps). The primary supplier fails for good after nine steps
 completed. The same situation is then re-planned twice against the scripted
-OpenAI-compatible test server: incrementally (``Planner.replan_remaining``, the sub-graph
-that replaces the failed branch) and fully (``Planner.replan_full``, every step not
+OpenAI-compatible test server: incrementally (``Replanner.replan_remaining``, the sub-graph
+that replaces the failed branch) and fully (``Replanner.replan_full``, every step not
 completed). The server counts prompt tokens with a real tokenizer (tiktoken's cl100k_base).
 No Redis or workers are needed: completed steps' outputs come from the bundled tools run
 in-process.
@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from planloop.config.settings import Settings
 from planloop.core.tools import ToolContext, ToolRegistry, load_tools
-from planloop.planner.agents import FULL_SITUATION_CHARS, INCREMENTAL_SITUATION_CHARS, Planner
-from planloop.planner.llm import OpenAIChatModel, Usage
+from planloop.planner.llm import Usage
+from planloop.planner.openai_chat import OpenAIChatModel
 from planloop.planner.plan import Plan, Step
 from planloop.planner.prompting import plan_outline, tool_catalogue
+from planloop.planner.replans import FULL_SITUATION_CHARS, INCREMENTAL_SITUATION_CHARS, Replanner
 from planloop.planner.situation import EventView, Situation, StepView, render_situation
 from tests.llm_server import ScriptedLLMServer, count_tokens
 
@@ -193,11 +194,11 @@ def measure() -> tuple[int, int, dict[str, int]]:
         chat = OpenAIChatModel(
             Settings(llm_base_url=srv.base_url, llm_api_key="bench", llm_max_retries=0)
         )
-        planner = Planner(chat, tools)
+        planner = Replanner(chat, tools)
         srv.script("replanner", {"steps": NEW_STEPS, "reasoning": "switch supplier"})
-        _, inc_usages = planner.replan_remaining(situation, plan, done, cancel={FAILED})
+        inc_usages = planner.replan_remaining(situation, plan, done, cancel={FAILED}).usages
         srv.script("replanner", {"goal": plan.goal, "steps": NEW_STEPS})
-        _, full_usages = planner.replan_full(situation, plan, done)
+        full_usages = planner.replan_full(situation, plan, done).usages
         chat.close()
         if len(srv.requests) != 2:
             raise SystemExit(f"expected 2 requests, the server saw {len(srv.requests)}")

@@ -1,8 +1,9 @@
 """The LLM meter: every model call a session causes is charged to it as its answer arrives.
 
-"Record first, reconcile on takeover." The LLM client (planner/llm.py, planner/embedding.py)
-asks the meter of the current context (:data:`METER`, set by the session loop in the
-supervisor and around an agent step in a worker) two things per HTTP call:
+"Record first, reconcile on takeover." The LLM clients (planner/openai_chat.py,
+planner/embedding.py) ask the meter of the current context (:data:`METER`, set by the
+session loop in the supervisor and around an agent step in a worker) two things per HTTP
+call:
 
 1. before the request, :meth:`UsageMeter.check`: a call does not start once the session's
    budget is spent (so a session ends at most one call over it). Calls of one session made

@@ -4,7 +4,7 @@ A goal that asks for a report wants headings, figures and advice, not "a few sen
 that asks for a table wants a table. :func:`answer_shape` turns the goal text into the
 instruction the summarizer's (and the critic's) prompt gives for the answer's ``text``; it
 holds whatever ``answer_schema`` asks of ``data``. Words are matched whole and case-blind, in
-English and in Chinese (the seeds' language).
+English and in Chinese.
 """
 
 from __future__ import annotations

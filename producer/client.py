@@ -155,7 +155,7 @@ class Producer(SessionLineage):
         for prefix in tools or []:
             input_check.check_text("toolset", prefix, self.limits)
         if not self.settings.llm_base_url:
-            from planloop.planner.llm import NO_ENDPOINT_MESSAGE  # the LLM client: 0.6 s of imports
+            from planloop.planner.openai_chat import NO_ENDPOINT_MESSAGE  # the chat client: 0.6 s
 
             raise ConfigError(NO_ENDPOINT_MESSAGE)
         prefixes = tools or []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from planloop.core.errors import LLMBudgetSpentError, LLMError, LLMUnavailableError, PlanError
 from planloop.core.tools import ToolRegistry
-from planloop.planner.agents import Planner
+from planloop.planner.first_plans import Planner
 from planloop.planner.llm import ChatModel, Usage, streams_plans
 from planloop.planner.plan import Plan, Step
 from planloop.planner.routing import Mode, RouteMode, Router, agent_plan

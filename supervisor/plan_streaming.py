@@ -1,6 +1,6 @@
 """A first plan installed while its reply streams: early dispatch, and a takeover mid-stream.
 
-The planner runs on a thread (its reply streamed, planner/agents.py ``plan_streamed``) and
+The planner runs on a thread (its reply streamed, planner/first_plans.py ``plan_streamed``) and
 hands over the growing valid prefix of the plan. The session's loop meanwhile installs that
 prefix through the ordinary plan-install path (a new plan version, step hashes, the SQL record,
 all fenced), dispatches what is ready, and applies the steps' outcomes, so a step whose

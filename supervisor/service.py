@@ -30,7 +30,7 @@ from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault,
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.routing import queue_lengths
 from planloop.core.tools import load_tools
-from planloop.planner.llm import build_chat_model
+from planloop.planner.openai_chat import build_chat_model
 from planloop.supervisor.batch_start import (
     FirstWrite,
     first_replies,

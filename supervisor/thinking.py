@@ -24,12 +24,12 @@ from planloop.core.models import Event, EventType, Severity, StepStatus
 from planloop.core.record import Checkpoint
 from planloop.core.tools import ToolRegistry
 from planloop.core.tracing import llm_span
-from planloop.planner.agents import Decider, Planner
 from planloop.planner.context import Compressor, outputs_key
+from planloop.planner.decider import Decider
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import ChatModel, Usage
-from planloop.planner.merge import merge_remaining
 from planloop.planner.plan import Plan
+from planloop.planner.replans import Replanner
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.supervisor.deadline import short_of_time
 from planloop.supervisor.policy import FAILURES, rule_verdict
@@ -298,13 +298,13 @@ class Deliberation:
         caller drops what the re-plan removes and goes on with what is left)."""
         assert self.chat is not None
         state = self.state
-        planner = Planner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
+        planner = Replanner(self.chat, self.tools, max_repairs=self.settings.plan_max_repairs)
         completed = state.completed()
         await self.load_outputs(sorted(completed))
         lessons = await self.advice()
         situation = await self.fitted_situation(f"{decision.action.value}: {decision.reasoning}")
         if decision.action == ReplanAction.REPLAN_FULL:
-            merged, usages = await asyncio.to_thread(
+            replan = await asyncio.to_thread(
                 planner.replan_full,
                 situation,
                 state.plan,
@@ -312,9 +312,8 @@ class Deliberation:
                 failed_fingerprints=self.failed_fingerprints,
                 lessons=lessons,
             )
-            new_steps = [] if merged is None else merged.steps  # completed ones and new
         else:
-            subgraph, usages = await asyncio.to_thread(
+            replan = await asyncio.to_thread(
                 planner.replan_remaining,
                 situation,
                 state.plan,
@@ -323,17 +322,11 @@ class Deliberation:
                 cancel=cancel,
                 lessons=lessons,
             )
-            new_steps, merged = subgraph.steps, None
-        new_ids = frozenset(s.id for s in new_steps) - completed
-        if not new_ids:  # an empty answer, or one that only repeats completed steps
+        if replan.plan is None:  # an empty answer, or one that only repeats completed steps
             log.info("session=%s the re-planner added nothing", state.sid)
-            return None, usages
-        if merged is None:
-            merged = merge_remaining(state.plan, completed, cancel, new_steps)
-        self.subgraphs.append(
-            (Plan(steps=[s for s in merged.steps if s.id in new_ids]).fingerprint(), new_ids)
-        )
-        return merged, usages
+            return None, replan.usages
+        self.subgraphs.append((replan.added_fingerprint(), replan.added))
+        return replan.plan, replan.usages
 
     async def advice(self) -> list[str]:
         """The lessons' advice for planning prompts, searched once per session."""

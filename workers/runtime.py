@@ -26,7 +26,7 @@ from planloop.core.keys import Keys
 from planloop.core.record import SqlRecord, make_engine
 from planloop.core.tools import load_tools
 from planloop.core.values import ValueLimits
-from planloop.planner.llm import build_chat_model
+from planloop.planner.openai_chat import build_chat_model
 from planloop.workers.executor import StepExecutor
 from planloop.workers.react import AgentStepRunner
 

@@ -10,11 +10,13 @@ import pytest
 from planloop.config.settings import Settings
 from planloop.core.errors import LLMResponseError, PlanValidationError, RepeatedPlanError
 from planloop.core.tools import ToolRegistry, load_tools
-from planloop.planner.agents import Decider, Planner
+from planloop.planner.decider import Decider
 from planloop.planner.decision import ReplanAction
-from planloop.planner.llm import OpenAIChatModel
+from planloop.planner.first_plans import Planner
 from planloop.planner.merge import merge_remaining
+from planloop.planner.openai_chat import OpenAIChatModel
 from planloop.planner.plan import Plan, Step
+from planloop.planner.replans import Replanner
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.planner.validation import validate_plan
 from tests.llm_server import ScriptedLLMServer, count_prompt_tokens
@@ -70,6 +72,11 @@ def tools() -> ToolRegistry:
 @pytest.fixture
 def planner(chat: OpenAIChatModel, tools: ToolRegistry) -> Planner:
     return Planner(chat=chat, tools=tools, max_repairs=2)
+
+
+@pytest.fixture
+def replanner(chat: OpenAIChatModel, tools: ToolRegistry) -> Replanner:
+    return Replanner(chat=chat, tools=tools, max_repairs=2)
 
 
 def last_user_turn(srv: ScriptedLLMServer, role: str, index: int) -> str:
@@ -200,12 +207,12 @@ def failed_situation() -> Situation:
 
 
 def test_replan_remaining_shows_completed_outputs_and_merges_cleanly(
-    srv: ScriptedLLMServer, planner: Planner, tools: ToolRegistry
+    srv: ScriptedLLMServer, replanner: Replanner, tools: ToolRegistry
 ) -> None:
     srv.script("replanner", SUBGRAPH)
-    sub, usages = planner.replan_remaining(failed_situation(), CURRENT, {"orders"})
-    assert [s.id for s in sub.steps] == ["erp", "advise2"]
-    assert len(usages) == 1
+    replan = replanner.replan_remaining(failed_situation(), CURRENT, {"orders"}, cancel={"stock"})
+    assert replan.added == {"erp", "advise2"}
+    assert len(replan.usages) == 1
     prompt = srv.requests_for("replanner")[0].prompt_text
     assert '<data step="orders">{"product_id":"SKU12345","units_sold":4242' in prompt
     assert "sk-secret" not in prompt
@@ -213,45 +220,47 @@ def test_replan_remaining_shows_completed_outputs_and_merges_cleanly(
     assert "- stock: ecommerce.inventory [failed] after orders" in prompt
     removed = "## Steps removed by this re-plan (cancelled, or depending on a cancelled step)"
     assert f"{removed}\n- stock\n- advise" in prompt
-    merged = merge_remaining(CURRENT, {"orders"}, {"stock"}, sub.steps)
+    merged = replan.plan
+    assert merged is not None
     assert merged.step_ids == ["orders", "erp", "advise2"]
+    assert merged == merge_remaining(CURRENT, {"orders"}, {"stock"}, merged.steps[1:])
     validate_plan(merged, tools, completed={"orders"})
 
 
 def test_replan_remaining_refuses_to_redefine_a_completed_step(
-    srv: ScriptedLLMServer, planner: Planner
+    srv: ScriptedLLMServer, replanner: Replanner
 ) -> None:
     redefined = {
         "steps": [step("orders", "ecommerce.order_stats", product_id="OTHER"), *SUBGRAPH["steps"]]
     }
     srv.script("replanner", redefined, SUBGRAPH)
-    sub, usages = planner.replan_remaining(failed_situation(), CURRENT, {"orders"})
-    assert [s.id for s in sub.steps] == ["erp", "advise2"]
-    assert len(usages) == 2
+    replan = replanner.replan_remaining(failed_situation(), CURRENT, {"orders"})
+    assert replan.added == {"erp", "advise2"}
+    assert len(replan.usages) == 2
     assert "may not redefine completed step 'orders'" in last_user_turn(srv, "replanner", 1)
 
 
 def test_a_repeated_failed_subgraph_is_sent_back_once(
-    srv: ScriptedLLMServer, planner: Planner
+    srv: ScriptedLLMServer, replanner: Replanner
 ) -> None:
     failed = Plan(steps=[Step.model_validate(s) for s in SUBGRAPH["steps"]]).fingerprint()
     other = {"steps": [step("erp", "supply_chain.erp_stock", "orders", sku="SKU12345")]}
     srv.script("replanner", SUBGRAPH, other)
-    sub, usages = planner.replan_remaining(
+    replan = replanner.replan_remaining(
         failed_situation(), CURRENT, {"orders"}, failed_fingerprints={failed}
     )
-    assert [s.id for s in sub.steps] == ["erp"]
-    assert len(usages) == 2
+    assert replan.added == {"erp"}
+    assert len(replan.usages) == 2
     assert "repeats a plan that already failed" in last_user_turn(srv, "replanner", 1)
 
 
 def test_a_failed_subgraph_proposed_twice_is_refused(
-    srv: ScriptedLLMServer, planner: Planner
+    srv: ScriptedLLMServer, replanner: Replanner
 ) -> None:
     failed = Plan(steps=[Step.model_validate(s) for s in SUBGRAPH["steps"]]).fingerprint()
     srv.script("replanner", SUBGRAPH, SUBGRAPH, SUBGRAPH)
     with pytest.raises(RepeatedPlanError, match="already failed twice") as info:
-        planner.replan_remaining(
+        replanner.replan_remaining(
             failed_situation(), CURRENT, {"orders"}, failed_fingerprints={failed}
         )
     assert info.value.fingerprint == failed
@@ -259,7 +268,7 @@ def test_a_failed_subgraph_proposed_twice_is_refused(
 
 
 def test_replan_full_keeps_completed_steps_and_replaces_the_rest(
-    srv: ScriptedLLMServer, planner: Planner, tools: ToolRegistry
+    srv: ScriptedLLMServer, replanner: Replanner, tools: ToolRegistry
 ) -> None:
     clash = {
         "goal": GOAL,
@@ -273,7 +282,10 @@ def test_replan_full_keeps_completed_steps_and_replaces_the_rest(
         ],
     }
     srv.script("replanner", clash, fresh)
-    plan, usages = planner.replan_full(failed_situation(), CURRENT, {"orders"})
+    replan = replanner.replan_full(failed_situation(), CURRENT, {"orders"})
+    plan, usages = replan.plan, replan.usages
+    assert plan is not None
+    assert replan.added == {"erp", "x"}
     assert plan.step_ids == ["orders", "erp", "x"]
     assert plan.step("orders") == CURRENT.step("orders")
     assert plan.goal == GOAL
@@ -287,11 +299,11 @@ def test_replan_full_keeps_completed_steps_and_replaces_the_rest(
 
 
 def test_incremental_replan_prompts_are_smaller_than_full_ones(
-    srv: ScriptedLLMServer, planner: Planner
+    srv: ScriptedLLMServer, replanner: Replanner
 ) -> None:
     srv.script("replanner", SUBGRAPH, {"goal": GOAL, "steps": SUBGRAPH["steps"]})
-    _, small = planner.replan_remaining(failed_situation(), CURRENT, {"orders"})
-    _, large = planner.replan_full(failed_situation(), CURRENT, {"orders"})
+    small = replanner.replan_remaining(failed_situation(), CURRENT, {"orders"}).usages
+    large = replanner.replan_full(failed_situation(), CURRENT, {"orders"}).usages
     assert small[0].prompt_tokens < large[0].prompt_tokens
 
 

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LLMResponseError, LLMUnavailableError
-from planloop.planner.llm import OpenAIChatModel, Role, build_chat_model
+from planloop.planner.llm import Role
+from planloop.planner.openai_chat import OpenAIChatModel, build_chat_model
 from tests.llm_server import Fail, ScriptedLLMServer, count_prompt_tokens
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,10 @@ import pytest
 
 from planloop.config.settings import Settings
 from planloop.core.tools import load_tools
-from planloop.planner.agents import Planner
 from planloop.planner.compact_plan import CompactPlan
-from planloop.planner.llm import OpenAIChatModel, Role, streams_plans
+from planloop.planner.first_plans import Planner
+from planloop.planner.llm import Role, streams_plans
+from planloop.planner.openai_chat import OpenAIChatModel
 from planloop.planner.plan import Plan
 from planloop.workers.toolsets.qa import QA_TOOLS
 from tests.llm_server import Fail, ScriptedLLMServer, count_tokens

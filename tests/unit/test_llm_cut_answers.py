@@ -19,7 +19,8 @@ from planloop.core.errors import LLMUnavailableError
 from planloop.core.llm_budget import Budget
 from planloop.core.llm_meter import METER, MemoryCallLedger, UsageMeter
 from planloop.planner.compact_plan import CompactPlan
-from planloop.planner.llm import OpenAIChatModel, Role
+from planloop.planner.llm import Role
+from planloop.planner.openai_chat import OpenAIChatModel
 from tests.llm_chaos import Chaos
 from tests.llm_server import ScriptedLLMServer, count_tokens
 

@@ -13,8 +13,8 @@ from planloop.core.llm_budget import Budget, reconcile
 from planloop.core.llm_meter import METER, Charge, MemoryCallLedger, UsageMeter, current_meter
 from planloop.core.models import SessionOptions
 from planloop.core.record import Checkpoint
-from planloop.planner import llm
-from planloop.planner.llm import Usage
+from planloop.planner import llm_metering
+from planloop.planner.llm import Role, Usage
 from planloop.planner.react import ReactResult, ReactStopped, usage_payload, usages_of
 from planloop.supervisor.session_state import SessionState
 from planloop.supervisor.thinking import record_usage
@@ -99,13 +99,13 @@ def test_a_ledger_that_fails_loses_the_record_not_the_count() -> None:
 def test_the_client_charges_through_the_meter_of_its_context_and_marks_it_recorded() -> None:
     ledger = MemoryCallLedger()
     served = Usage(30, 5, 0.2, "m", "decider")
-    assert llm._charged(served) == served  # no meter: not charged, not marked
+    assert llm_metering.charged(served) == served  # no meter: not charged, not marked
     assert current_meter() is None
 
     def in_session() -> Usage:
         METER.set(meter(ledger, max_tokens=35))
-        charged = llm._charged(served)
-        with pytest.raises(LLMBudgetSpentError), llm._metered(llm.Role.DECIDER):
+        charged = llm_metering.charged(served)
+        with pytest.raises(LLMBudgetSpentError), llm_metering.metered(Role.DECIDER):
             pass
         return charged
 
@@ -113,7 +113,7 @@ def test_the_client_charges_through_the_meter_of_its_context_and_marks_it_record
     assert charged.recorded
     assert charged.prompt_tokens == 30
     assert ledger.usage_of("s1") == {"m": [30, 5]}
-    summed = llm._sum_usages([charged, Usage(1, 1, 0.0, "m", "decider")])
+    summed = llm_metering.sum_usages([charged, Usage(1, 1, 0.0, "m", "decider")])
     assert not summed.recorded  # one unrecorded call: the sum must still be recorded
 
 

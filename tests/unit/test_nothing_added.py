@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from planloop.core.models import Event, EventType, SessionStatus, StepState, StepStatus
-from planloop.planner.agents import Planner
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
+from planloop.planner.plan_repairs import ask_until_accepted, judged
+from planloop.planner.replans import Replanner
 from planloop.planner.situation import Situation
 from planloop.supervisor.nothing_added import (
     DROPPED_NOTE,
@@ -88,36 +89,38 @@ def test_an_empty_subgraph_is_an_answer_not_an_error_to_repair(answer: dict[str,
     chat = ScriptedChat(replanner=[answer])
     plan = Plan(steps=[step("a")])
 
-    subgraph, usages = Planner(chat, registry()).replan_remaining(  # type: ignore[arg-type]
+    replan = Replanner(chat, registry()).replan_remaining(  # type: ignore[arg-type]
         situation(), plan, set(), cancel={"a"}
     )
 
     # merged, it would leave no step at all: it is not merged, nor sent back
-    assert subgraph.steps == []
-    assert [u.role for u in usages] == [Role.REPLANNER]
+    assert replan.plan is None
+    assert replan.added == frozenset()
+    assert [u.role for u in replan.usages] == [Role.REPLANNER]
 
 
 def test_a_full_replan_with_no_step_is_nothing_to_add() -> None:
     chat = ScriptedChat(replanner=[{"goal": "g", "steps": []}])
 
-    merged, usages = Planner(chat, registry()).replan_full(  # type: ignore[arg-type]
+    replan = Replanner(chat, registry()).replan_full(  # type: ignore[arg-type]
         situation(), Plan(steps=[step("a"), step("b", "a")]), {"a"}
     )
 
-    assert merged is None
-    assert len(usages) == 1
+    assert replan.plan is None
+    assert len(replan.usages) == 1
 
 
 def test_a_full_replan_with_steps_still_merges_them_after_the_completed_ones() -> None:
     new = {"goal": "g", "steps": [{"id": "b2", "tool": "t.b", "dependencies": ["a"]}]}
     chat = ScriptedChat(replanner=[new])
 
-    merged, _ = Planner(chat, registry()).replan_full(  # type: ignore[arg-type]
+    replan = Replanner(chat, registry()).replan_full(  # type: ignore[arg-type]
         situation(), Plan(steps=[step("a"), step("b", "a")]), {"a"}
     )
 
-    assert merged is not None
-    assert merged.step_ids == ["a", "b2"]
+    assert replan.plan is not None
+    assert replan.plan.step_ids == ["a", "b2"]
+    assert replan.added == {"b2"}
 
 
 # --- a round, and a decision ------------------------------------------------------------------
@@ -235,9 +238,15 @@ def test_a_plan_pydantic_refuses_in_a_check_is_repaired_then_a_plan_error() -> N
     def check(answer: SubGraph) -> Plan:
         return Plan(steps=answer.steps)  # the shape of a crash seen before
 
-    planner = Planner(chat, registry(), max_repairs=1)  # type: ignore[arg-type]
     with pytest.raises(PlanValidationError, match="still invalid after 1 repair"):
-        planner._ask(Role.REPLANNER, [], SubGraph, check, lambda _: [])
+        ask_until_accepted(
+            chat,  # type: ignore[arg-type]
+            Role.REPLANNER,
+            [],
+            SubGraph,
+            lambda answer: judged(lambda: check(answer)),
+            max_repairs=1,
+        )
     assert len(chat.asked) == 2
     assert "the resulting plan is invalid at steps" in chat.asked[1][1][-1]["content"]
 

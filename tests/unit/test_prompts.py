@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from planloop.core.errors import ConfigError
 from planloop.core.tools import load_tools
-from planloop.planner.agents import Decider
+from planloop.planner.decider import Decider
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan, Step
 from planloop.planner.prompting import (
