@@ -343,7 +343,13 @@ class SessionRecord(BaseModel):
             data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
             data["id"] = sid
             for name in (
-                "options", "deliberation", "llm_usage", "carried", "redone", "approved", "report"
+                "options",
+                "deliberation",
+                "llm_usage",
+                "carried",
+                "redone",
+                "approved",
+                "report",
             ):
                 data[name] = json_field(sid, fields, name)
             data["options"] = data["options"] or {}

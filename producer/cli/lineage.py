@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from planloop.core.errors import PlanloopError
-from planloop.producer.cli.options import ROW_ID_MAX, bounded_int, session_option
+from planloop.producer.cli.options import ROW_ID_MAX, bounded_int, name, session_option
 from planloop.producer.cli.root import AS_OPTION, command_settings, fail
 
 
 @click.command()
-@click.argument("session_id")
+@click.argument("session_id", type=name())
 @click.option(
     "--version",
     "version",
@@ -57,7 +57,7 @@ def fork(session_id: str, version: int | None, plan_file: Path | None, actor: st
 
 
 @click.command("continue")
-@click.argument("session_id")
+@click.argument("session_id", type=name())
 @click.option(
     "--max-replans",
     type=session_option("max_replans"),
