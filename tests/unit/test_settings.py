@@ -106,3 +106,12 @@ def test_settings_survive_the_trip_through_the_environment(
         monkeypatch.setenv(name, value)
 
     assert Settings() == original
+
+
+def test_metrics_endpoints_bind_to_this_host_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The /metrics of workers and supervisors have no auth: another host reaches them only
+    # when a deployment says so.
+    monkeypatch.delenv("PLANLOOP_METRICS_ADDRESS", raising=False)
+    assert Settings().metrics_address == "127.0.0.1"
