@@ -146,7 +146,7 @@ class HotState:
         fields = cast(dict[str, str], self.r.hgetall(self.keys.session(sid)))
         if not fields:
             raise SessionNotFoundError(sid)
-        return SessionRecord.from_fields(sid, fields)
+        return SessionRecord.readable(sid, fields)
 
     def session_ids(self, limit: int = 20) -> list[str]:
         """The newest sessions first."""

@@ -288,6 +288,14 @@ def json_field(sid: str, fields: Mapping[str, str], name: str) -> Any:
         raise StoredSessionError(sid, f"{name}: nested too deep to read") from None
 
 
+def _loads_alone(model: type[SessionRecord], sid: str, name: str, value: str) -> bool:
+    try:
+        model.from_fields(sid, {name: value})
+    except StoredSessionError:
+        return False
+    return True
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -363,3 +371,27 @@ class SessionRecord(BaseModel):
             raise StoredSessionError(sid, validation_summary(exc)) from None
         except RecursionError:  # a JSON field parsed, but too deep for the model
             raise StoredSessionError(sid, "a field is nested too deep to read") from None
+
+    @classmethod
+    def readable(cls, sid: str, fields: dict[str, str]) -> SessionRecord:
+        """The session hash as far as it can be read, for views (a list, ``status``,
+        ``show``): a field that does not load is left at its default, and a session whose
+        error does not already say so is described by the :class:`StoredSessionError`.
+
+        A hash written past the producer stays in Redis after the supervisor ended it
+        failed; one such session must not take the whole list down with it.
+        """
+        try:
+            return cls.from_fields(sid, fields)
+        except StoredSessionError as exc:
+            refused = str(exc)
+        kept = {
+            name: value
+            for name, value in fields.items()
+            if name in cls.model_fields and _loads_alone(cls, sid, name, value)
+        }
+        try:
+            record = cls.from_fields(sid, kept)
+        except StoredSessionError:  # fields that load alone but not together
+            record = cls(id=sid)
+        return record if record.error else record.model_copy(update={"error": refused})

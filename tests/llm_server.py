@@ -45,6 +45,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -182,6 +183,7 @@ class ScriptedLLMServer:
         self.embedding_inputs: list[str] = []  # every text /v1/embeddings was asked for
         # The usage of every answer as reported to the client: (path, prompt, completion).
         self.served: list[tuple[str, int, int]] = []
+        self._last_served = 0.0
         # A seeded hostile model (tests/llm_chaos.py) answers every request when set.
         self.chaos: Chaos | None = None
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
@@ -276,8 +278,21 @@ class ScriptedLLMServer:
             "completion_tokens": sum(c for _, _, c in served),
         }
 
+    def wait_quiet(self, quiet_s: float = 1.0, limit_s: float = 15.0) -> None:
+        """Return once nothing was served for ``quiet_s`` (at most ``limit_s``): calls a
+        session makes after its end (a reflection, a lesson's embedding) reach the server
+        before the next test resets it, not during that test."""
+        give_up = time.monotonic() + limit_s
+        while time.monotonic() < give_up:
+            with self._lock:
+                idle = time.monotonic() - self._last_served
+            if idle >= quiet_s:
+                return
+            time.sleep(min(quiet_s - idle, 0.1))
+
     def _count_served(self, path: str, usage: dict[str, Any]) -> None:
         with self._lock:
+            self._last_served = time.monotonic()
             self.served.append(
                 (path, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
             )

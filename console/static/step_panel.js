@@ -91,6 +91,7 @@ async function openStep(base, id) {
   const box = document.getElementById("step-detail");
   try {
     renderStepPanel(box, await getJSON(base + "/steps/" + encodeURIComponent(id)));
+    box.dataset.shown = id;  // what the panel holds now (a script or a test waits on it)
   } catch (exc) {
     box.replaceChildren(el("span", { class: "error" }, "cannot load the step: " + exc.message));
   }

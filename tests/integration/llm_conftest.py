@@ -41,6 +41,7 @@ def llm_server() -> Iterator[ScriptedLLMServer]:
 @pytest.fixture
 def llm(llm_server: ScriptedLLMServer, llm_stack: Stack) -> Iterator[ScriptedLLMServer]:
     """The scripted server, with no scripts and no recorded requests left by another test."""
+    llm_server.wait_quiet(0.5)  # the last test's sessions' calls after their end
     llm_server.reset()
     yield llm_server
     llm_server.reset()

@@ -200,6 +200,7 @@ def test_show_json_is_one_object(diamond_sid: str, env_overrides: dict[str, str]
         "llm_calls",
         "llm",
         "llm_budget",
+        "forks",
     }
     assert doc["llm_budget"] == {
         "tokens": 0,

@@ -190,7 +190,7 @@ def test_a_goal_with_a_control_character_exits_2(
     result = planloop(settings, "submit", "--goal", "buy \x01 things")
 
     assert result.returncode == 2
-    assert "goal: control character '\\x01'" in result.stderr
+    assert "'--goal': control character '\\x01'" in result.stderr
     assert inbox_length(redis_client, settings) == before
 
 
@@ -242,7 +242,7 @@ def test_a_signal_with_a_control_character_exits_2_and_appends_nothing(
     result = planloop(settings, "signal", sid, "budget \x1b[2J is 5k")
 
     assert result.returncode == 2
-    assert "signal text: control character '\\x1b'" in result.stderr
+    assert "'TEXT': control character '\\x1b'" in result.stderr
     assert int(redis_client.xlen(events)) == before
 
 

@@ -74,7 +74,7 @@ def wait_totals_equal(
 
     try:
         return wait_for(equal, timeout_s, "show --json totals to equal what the server served")
-    except AssertionError:
+    except (AssertionError, pytest.fail.Exception):
         shown, served = shown_totals(settings, sid), llm.served_usage()
         raise AssertionError(f"show --json llm {shown} != served {served}") from None
 

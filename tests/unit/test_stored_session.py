@@ -10,7 +10,7 @@ import json
 import pytest
 
 from planloop.core.errors import SessionInputRefusedError, StoredSessionError
-from planloop.core.models import SessionRecord
+from planloop.core.models import SessionOptions, SessionRecord
 
 SECRET = "sk-planted-7f3a9c1e5b2d4086"
 
@@ -69,3 +69,27 @@ def test_the_error_is_a_refusal_and_a_value_error() -> None:
     # ValueError: a reader that tolerated pydantic's error on a bad hash still does
     assert issubclass(StoredSessionError, SessionInputRefusedError)
     assert issubclass(StoredSessionError, ValueError)
+
+
+def test_a_view_reads_what_it_can_of_a_hash_that_does_not_load() -> None:
+    stored = fields(
+        status="failed",
+        goal="kept",
+        options=json.dumps({"concurrency": 10**26}),
+        approved="not a list",
+    )
+
+    record = SessionRecord.readable("s1", stored)
+
+    assert record.status.value == "failed"
+    assert record.goal == "kept"
+    assert record.options == SessionOptions()
+    assert record.approved == []
+    assert "cannot be loaded" in record.error
+    assert "approved" in record.error or "options.concurrency" in record.error
+
+
+def test_a_view_keeps_the_error_the_supervisor_wrote() -> None:
+    stored = fields(status="failed", error="refused before it started", approved="[")
+
+    assert SessionRecord.readable("s1", stored).error == "refused before it started"
