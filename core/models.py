@@ -213,7 +213,7 @@ class StepTaskArgs(BaseModel):
 
     def retried_after(self, error_kind: str) -> bool:
         """Whether the supervisor retries this attempt when it fails with ``error_kind``
-        (supervisor/policy.py decide_failure, the same rule)."""
+        (supervisor/session/policy.py decide_failure, the same rule)."""
         return error_kind in RETRYABLE and self.attempt <= self.max_retries
 
 

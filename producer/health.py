@@ -17,7 +17,7 @@ from planloop.core.credentials import kept_flower_login
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
 
-SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/service.py)
+SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/process/service.py)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import pytest
 from planloop.core.errors import SessionEndedError
 from planloop.core.models import SessionOptions, SessionStatus, StepStatus
 from planloop.planner.plan import parse_plan
-from planloop.supervisor.rebuild import rebuild_lost_sessions, rebuild_session
-from planloop.supervisor.service import Supervisor
+from planloop.supervisor.io.rebuild import rebuild_lost_sessions, rebuild_session
+from planloop.supervisor.process.service import Supervisor
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the tools here)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, wait_ended

@@ -15,9 +15,9 @@ from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.models import Event, EventType, StepStatus
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.state import SessionStore
-from planloop.supervisor.store_port import SessionStorePort
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.io.redis_store import SessionStore
+from planloop.supervisor.io.store_port import SessionStorePort
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 

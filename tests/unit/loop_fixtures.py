@@ -13,11 +13,11 @@ from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import StepState, StepStatus, StepTaskArgs
 from planloop.core.tools import ToolContext, ToolRegistry, tool
 from planloop.planner.plan import Plan, Step
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.plan_changes import PlanChanges
-from planloop.supervisor.session_base import SessionIO
-from planloop.supervisor.session_state import SessionState
-from planloop.supervisor.thinking import Deliberation
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.session.changes import PlanChanges
+from planloop.supervisor.session.deliberate import Deliberation
+from planloop.supervisor.session.ports import SessionIO
+from planloop.supervisor.session.state import SessionState
 
 T = TypeVar("T")
 SID, EPOCH = "s1", 3
@@ -84,7 +84,7 @@ class Loop:
         self.io = SessionIO(self.state, self.store, self.settings, self.tools, consumer="sup")
         self.queue = Queue(self.store)
         self.changes = PlanChanges(self.io, self.queue.revoke)
-        self.brain = Deliberation(
+        self.deliberation = Deliberation(
             self.state, self.settings, None, self.tools, SensitiveNames(self.tools)
         )
 

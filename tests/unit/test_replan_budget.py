@@ -13,7 +13,7 @@ from planloop.core.models import Event, EventType, Severity, StepStatus
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.replan_budget import ReplanBudget, spent_budget_verdict
+from planloop.supervisor.session.replan_budget import ReplanBudget, spent_budget_verdict
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -114,22 +114,22 @@ class Chat:
 def loop_with_model(max_replans: int) -> tuple[Loop, Chat]:
     loop = Loop(PLAN, Settings(max_replans=max_replans), plain=StepStatus.RUNNING)
     chat = Chat()
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     return loop, chat
 
 
 def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
     loop, chat = loop_with_model(max_replans=0)
-    loop.brain.note(NOTE)
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(NOTE)
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert (decision.verdict.decision.action, decision.verdict.source) == (
         ReplanAction.CONTINUE,
         "rule",
     )
     loop.state.states["fb"].status = StepStatus.FAILED
-    loop.brain.note(event(EventType.TASK_FAILED, "fb", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(event(EventType.TASK_FAILED, "fb", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert (decision.verdict.decision.action, decision.verdict.source) == (
         ReplanAction.ABORT,
@@ -141,8 +141,8 @@ def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
 def test_with_re_plans_left_the_decision_agent_is_told_the_scope_rules_pick() -> None:
     loop, chat = loop_with_model(max_replans=1)
     loop.state.states["plain"].status = StepStatus.FAILED
-    loop.brain.note(event(EventType.TASK_FAILED, "plain", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(event(EventType.TASK_FAILED, "plain", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert decision.verdict.source == "llm"
     [(role, prompt)] = chat.prompts

@@ -9,8 +9,8 @@ from planloop.core.models import Event, EventType, Severity, StepState, StepStat
 from planloop.planner.decision import ReplanAction
 from planloop.planner.plan import Plan, Step
 from planloop.planner.situation import Situation, render_situation
-from planloop.supervisor.policy import rule_verdict
-from planloop.supervisor.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
+from planloop.supervisor.session.policy import rule_verdict
+from planloop.supervisor.session.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
 
 FULL, REMAINING = ReplanAction.REPLAN_FULL, ReplanAction.REPLAN_REMAINING
 

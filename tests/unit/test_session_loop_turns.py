@@ -11,9 +11,9 @@ from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
 from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
-from planloop.supervisor.context import SupervisorContext
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.session import SessionRunner
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.process.context import SupervisorContext
+from planloop.supervisor.session.loop import SessionRunner
 from tests.unit.loop_fixtures import EPOCH, SID, Queue, registry, run, step
 
 
@@ -114,7 +114,7 @@ def test_a_final_failure_skips_its_branch_and_the_session_completes_around_it() 
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    assert [e.step_id for e in loop.brain.pending] == ["a"]
+    assert [e.step_id for e in loop.deliberation.pending] == ["a"]
     run(loop._think())  # nothing else can run: the rule policy decides now
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     loop._check_end()
