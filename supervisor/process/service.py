@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import socket
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,19 +14,14 @@ from dataclasses import dataclass
 import redis
 
 from planloop.config.settings import Settings
-from planloop.core import metrics, tracing
 from planloop.core.catalogue import catalogue_client
-from planloop.core.errors import SessionInputRefusedError
-from planloop.core.hot_state import connect
 from planloop.core.key_layout import upgrade_key_layout
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.logs import bind
-from planloop.core.models import SessionStatus
 from planloop.core.record import SqlRecord
 from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
 from planloop.core.redis_version import require_supported_redis
-from planloop.core.routing import queue_lengths
 from planloop.core.tools import load_tools
 from planloop.planner.openai_chat import build_chat_model
 from planloop.supervisor.io.rebuild import rebuild_lost_sessions
@@ -42,24 +35,20 @@ from planloop.supervisor.process.batch_start import (
     send_first_writes,
 )
 from planloop.supervisor.process.context import SupervisorContext
+from planloop.supervisor.process.crashes import settle_crash
 from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.session.lessons import build_lesson_memory
 from planloop.supervisor.session.loop import SessionRunner
-from planloop.supervisor.session.poison import count_crash, end_crashed_session
 from planloop.supervisor.session.ports import describe_error
 
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
-GIL_SWITCH_INTERVAL_S = 0.0005
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
-# Sessions begun before their first writes are sent: a message leaves within one chunk's
-# begin (a few tens of ms) of the time its step hash says it was dispatched.
-BEGIN_CHUNK = 50
+BEGIN_CHUNK = 50  # sessions begun before their first writes leave (a few tens of ms)
 BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
 HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
-FULL_GC_AFTER = 100  # young-generation passes between full ones (CPython's default: 10)
 
 
 @dataclass
@@ -357,54 +346,14 @@ class Supervisor:
             await self.store.release_lease(sid, token)
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
-        """Count the crash; end the session at the limit (or if cancelled), else cool off.
-
-        Keep the lease a while longer instead of releasing it: a session that crashes its
-        loop would otherwise crash every supervisor in turn, as fast as they can take it.
-        The cool-off doubles with each crash counted (across supervisors).
-        """
-        sid, error = runner.sid, describe_error(exc)
-        if isinstance(exc, SessionInputRefusedError):  # the same on every try: no crash
-            log.warning("session=%s %s; ending it failed", sid, exc.reason)
-            await end_crashed_session(
-                self.ctx, sid, runner.epoch, status=SessionStatus.FAILED, error=str(exc), cause=None
-            )
-            self._stop_renewing(sid)
+        """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
+        sid = runner.sid
+        cool_off = await settle_crash(self.ctx, sid, runner.epoch, runner.applying, exc)
+        self._stop_renewing(sid)  # the keeper must not shorten a cool-off
+        if cool_off is None:
             await self.store.release_lease(sid, token)
-            return
-        crash = await count_crash(self.ctx, sid, error, exc)
-        limit = self.settings.max_session_crashes
-        if crash.cancel is not None or crash.count >= limit:
-            log.error(
-                "session=%s loop crashed (%d of %d): %s; ending it",
-                sid,
-                crash.count,
-                limit,
-                error,
-                exc_info=exc,
-            )
-            status = SessionStatus.CANCELLED if crash.cancel is not None else SessionStatus.FAILED
-            reason = crash.cancel or f"the session's loop crashed {crash.count} times: {error}"
-            await end_crashed_session(
-                self.ctx, sid, runner.epoch, status=status, error=reason, cause=runner.applying
-            )
-            self._stop_renewing(sid)
-            await self.store.release_lease(sid, token)
-            return
-        base, most = (
-            self.settings.session_crash_cool_off_s,
-            self.settings.session_crash_cool_off_max_s,
-        )
-        cool_off = min(most, base * 2 ** max(crash.count - 1, 0))
-        log.exception(
-            "session=%s loop crashed (%d of %d); retried in %.1fs",
-            sid,
-            crash.count,
-            limit,
-            cool_off,
-        )
-        self._stop_renewing(sid)  # the keeper must not shorten the cool-off
-        await self.store.renew_leases([(sid, token)], cool_off)
+        else:
+            await self.store.renew_leases([(sid, token)], cool_off)
 
     def _forget_finished(self) -> None:
         for sid in [s for s, o in self.owned.items() if o.task.done()]:
@@ -448,78 +397,3 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await owned.task
         self.owned.clear()
-
-
-def serve(settings: Settings) -> None:
-    """Run a supervisor until SIGINT or SIGTERM (exit code 0).
-
-    Redis unreachable, restarting, loading or losing its data is never a reason to exit.
-    The process exits with code 1 (and the traceback) only when it cannot go on: Redis
-    refuses its credentials or permissions, Redis answers an error that is not a fault (a
-    script or type error: a bug or a foreign key in our prefix), or the lease keeper died.
-    """
-    import signal
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        supervisor = Supervisor(settings)
-        settle_heap()
-        await supervisor.run(stop)
-
-    serve_metrics(settings)
-    tracing.configure(settings, "planloop-supervisor")
-    # The SQL thread must not hold the event loop off for the default 5 ms GIL slice: a
-    # step's dependents are dispatched from the loop.
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    asyncio.run(main())
-
-
-def settle_heap() -> None:
-    """Keep the garbage collector's full passes off a busy event loop.
-
-    A full collection walks every object the process holds: with a thousand sessions
-    loaded it stopped the event loop for 100-300 ms, and while the heap grows (a burst of
-    sessions) CPython starts one each time it grew by a quarter: eleven in one run of
-    bench/sessions.py, most of them in its bursts. So what start-up made (modules, the
-    Celery app, the SQL engine and metadata) is frozen out of every later pass, and a full
-    pass waits for ten times as many young ones as CPython's default. An ended session's
-    objects refer to each other (its loop and its collaborators' ports), so a full pass is
-    what frees them: they wait longer for it, not forever.
-    """
-    gc.freeze()
-    young, middle, _full = gc.get_threshold()
-    gc.set_threshold(young, middle, FULL_GC_AFTER)
-
-
-def serve_metrics(settings: Settings) -> None:
-    """Serve the supervisor's ``/metrics`` (when its port is set), pricing LLM calls by the
-    settings' prices."""
-    metrics.PRICES.update(settings.llm_prices)
-    if not settings.supervisor_metrics_port:
-        return
-    client, keys = connect(settings.redis_url), Keys(settings.key_prefix)
-    depth = metrics.QueueDepth(queue_lengths(client, keys, settings.queue))
-    active = metrics.ActiveSessions(lambda: int(client.scard(keys.active)))
-    owner = f"{socket.gethostname()}:{os.getpid()}:{settings.supervisor_metrics_port}"
-    shared = metrics.SharedGauges(
-        client, keys.shared_metrics, owner, settings.metrics_shared_lease_s, [depth, active]
-    )
-    try:
-        metrics.serve(settings.supervisor_metrics_port, settings.metrics_address, extra=[shared])
-    except OSError as exc:
-        log.warning(
-            "metrics: cannot listen on %s:%d (%s); this supervisor serves no /metrics, give "
-            "each supervisor on a host its own PLANLOOP_SUPERVISOR_METRICS_PORT",
-            settings.metrics_address,
-            settings.supervisor_metrics_port,
-            exc,
-        )
-        return
-    log.info(
-        "metrics on http://%s:%d/metrics",
-        settings.metrics_address,
-        settings.supervisor_metrics_port,
-    )

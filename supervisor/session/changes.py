@@ -17,7 +17,8 @@ from planloop.planner.merge import inject_fallback
 from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
 from planloop.supervisor.session.deadline import DEADLINE_NEAR, short_of_time
-from planloop.supervisor.session.deliberate import Deliberation, record_decision, record_usage
+from planloop.supervisor.session.decision_log import record_decision, record_usage
+from planloop.supervisor.session.deliberate import Deliberation
 from planloop.supervisor.session.nothing_added import (
     DROPPED_NOTE,
     NOTHING_ADDED,

@@ -19,11 +19,8 @@ from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames
 from planloop.core.errors import LLMError
 from planloop.core.llm_budget import Budget, spend_of
-from planloop.core.metrics import count_decision, count_llm_call
 from planloop.core.models import Event, EventType, Severity, StepStatus
-from planloop.core.record import Checkpoint
 from planloop.core.tools import ToolRegistry
-from planloop.core.tracing import llm_span
 from planloop.planner.context import Compressor, outputs_key
 from planloop.planner.decider import Decider
 from planloop.planner.decision import ReplanAction, ReplanDecision
@@ -32,6 +29,7 @@ from planloop.planner.plan import Plan
 from planloop.planner.replans import Replanner
 from planloop.planner.situation import EventView, Situation, StepView
 from planloop.supervisor.session.deadline import short_of_time
+from planloop.supervisor.session.decision_log import record_usage
 from planloop.supervisor.session.policy import FAILURES, rule_verdict
 from planloop.supervisor.session.replan_budget import ReplanBudget, spent_budget_verdict
 from planloop.supervisor.session.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
@@ -47,52 +45,6 @@ LoadOutputs = Callable[[list[str]], Awaitable[None]]
 
 async def _loaded(step_ids: list[str]) -> None:
     return None
-
-
-def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
-    """Put a decision (and the LLM calls behind it) into the session's next checkpoint."""
-    verdict, d = decision.verdict, decision.verdict.decision
-    batch.decisions.append(
-        {
-            "created_at": time.time(),
-            "action": d.action.value,
-            "source": verdict.source,
-            "reasoning": d.reasoning,
-            "payload": d.model_dump_json(),
-            "prompt_tokens": sum(u.prompt_tokens for u in verdict.usages),
-            "completion_tokens": sum(u.completion_tokens for u in verdict.usages),
-        }
-    )
-    record_usage(batch, verdict.usages)
-    count_decision(d.action.value, verdict.source)
-    log.info(
-        "session=%s decision %s (%s) on %s: %s",
-        sid,
-        d.action.value,
-        verdict.source,
-        decision.reason,
-        d.reasoning,
-    )
-
-
-def record_usage(batch: Checkpoint, usages: list[Usage]) -> None:
-    """Put LLM calls into the session's next checkpoint, except those the meter wrote to
-    the ledger as they arrived (``recorded``: counted by the loop already)."""
-    for u in usages:
-        count_llm_call(str(u.role), u.model, u.prompt_tokens, u.completion_tokens)
-        llm_span(str(u.role), u.model, u.prompt_tokens, u.completion_tokens, u.latency_s)
-        if u.recorded:
-            continue
-        batch.llm_calls.append(
-            {
-                "created_at": time.time(),
-                "role": str(u.role),
-                "model": u.model,
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "latency_s": u.latency_s,
-            }
-        )
 
 
 class Deliberation:

@@ -55,9 +55,11 @@ from planloop.supervisor.session.agent_undo import AgentEffect, agent_effects
 from planloop.supervisor.session.broken import dependency_broken
 from planloop.supervisor.session.carried import carry_in, lineage_fields
 from planloop.supervisor.session.changes import PlanChanges
-from planloop.supervisor.session.deliberate import Deliberation, record_decision, record_usage
-from planloop.supervisor.session.ending import Ending, adopt_recorded_ending, finish_session
+from planloop.supervisor.session.decision_log import record_decision, record_usage
+from planloop.supervisor.session.deliberate import Deliberation
+from planloop.supervisor.session.ending import Ending
 from planloop.supervisor.session.failures import settle_failure
+from planloop.supervisor.session.finish import adopt_recorded_ending, finish_session
 from planloop.supervisor.session.goal_routing import (
     REACT_FALLBACK,
     FirstPlan,

@@ -34,9 +34,9 @@ from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
 from planloop.planner.summarizer import SessionAnswer
 from planloop.supervisor.process.context import SupervisorContext
-from planloop.supervisor.session.ending import finish_session
+from planloop.supervisor.session.answer_text import account_text, compensations_text, ended_text
+from planloop.supervisor.session.finish import finish_session
 from planloop.supervisor.session.loop import SessionRunner, record_events
-from planloop.supervisor.session.rounds import account_text, compensations_text, ended_text
 from planloop.supervisor.session.state import SessionState
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from planloop.supervisor.io.store_port import Entry, SessionStorePort
 from planloop.supervisor.io.stream_flags import PLANNING_FIELD, STREAMED_REASON, STREAMING
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.changes import PlanChanges
-from planloop.supervisor.session.deliberate import record_usage
+from planloop.supervisor.session.decision_log import record_usage
 from planloop.supervisor.session.goal_routing import FirstPlan, rest_of_plan
 from planloop.supervisor.session.ports import SessionIO
 from planloop.supervisor.session.sending import Scheduling

@@ -25,7 +25,8 @@ from planloop.core.models import (
 from planloop.planner.decision import ReplanAction
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.session.deliberate import Deliberation, record_decision, record_usage
+from planloop.supervisor.session.decision_log import record_decision, record_usage
+from planloop.supervisor.session.deliberate import Deliberation
 from planloop.supervisor.session.state import FINAL
 from tests.unit.loop_fixtures import Loop, run, step
 from tests.unit.test_session_loop_turns import decisions, runner

@@ -16,7 +16,7 @@ from planloop.core.record import Checkpoint
 from planloop.planner import llm_metering
 from planloop.planner.llm import Role, Usage
 from planloop.planner.react import ReactResult, ReactStopped, usage_payload, usages_of
-from planloop.supervisor.session.deliberate import record_usage
+from planloop.supervisor.session.decision_log import record_usage
 from planloop.supervisor.session.state import SessionState
 from planloop.supervisor.session.usage_ledger import (
     count_reported,

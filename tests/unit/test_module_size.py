@@ -17,12 +17,7 @@ MAX_LINES = 400
 # package, the executor).
 STILL_BEING_SPLIT = frozenset(
     {
-        "supervisor/session/ending.py",
-        "supervisor/session/rounds.py",
-        "supervisor/process/service.py",
         "supervisor/session/loop.py",
-        "supervisor/io/redis_store.py",
-        "supervisor/session/deliberate.py",
         "workers/executor.py",
     }
 )

@@ -22,7 +22,8 @@ from planloop.planner.plan import Plan
 from planloop.planner.summarizer import schema_problem
 from planloop.producer.cli import read_answer_schema
 from planloop.producer.views import print_conclusion
-from planloop.supervisor.session.rounds import Rounds, next_round, results_text
+from planloop.supervisor.session.answer_text import results_text
+from planloop.supervisor.session.rounds import Rounds, next_round
 from planloop.supervisor.session.state import FINAL, SessionState
 from tests.unit.loop_fixtures import Loop, run, step
 

@@ -12,7 +12,7 @@ from planloop.core.errors import FencedOutError
 from planloop.core.models import Event, EventType, SessionStatus, Severity, StepStatus
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.plan import Plan
-from planloop.supervisor.io.redis_store import stream_id
+from planloop.supervisor.io.redis_streams import stream_id
 from planloop.supervisor.session.policy import rule_verdict
 from planloop.supervisor.session.state import FINAL
 from planloop.supervisor.session.verdict import Decision, Verdict
