@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 RECENT_EVENTS = 30
 LoadOutputs = Callable[[list[str]], Awaitable[None]]
+FetchLessons = Callable[[], Awaitable[list[str]]]
 
 
 async def _loaded(step_ids: list[str]) -> None:
@@ -58,6 +59,8 @@ class Deliberation:
         tools: ToolRegistry,
         sensitive: SensitiveNames,
         load_outputs: LoadOutputs = _loaded,
+        *,
+        fetch_lessons: FetchLessons | None = None,
     ) -> None:
         self.state = state
         self.settings = settings
@@ -75,7 +78,7 @@ class Deliberation:
         # Advice from earlier sessions' lessons for every planning prompt; None until the
         # session has searched (then kept in memory(), so a takeover does not search again).
         self.lessons: list[str] | None = None
-        self.fetch_lessons: Callable[[], Awaitable[list[str]]] | None = None
+        self.fetch_lessons = fetch_lessons  # None: lessons off
         self.notes: dict[str, str] = {}  # completed outputs' key -> the compressor's notes
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -66,8 +67,9 @@ from planloop.supervisor.session.goal_routing import (
     first_plan,
     route_goal,
 )
+from planloop.supervisor.session.lesson_search import search_lessons
 from planloop.supervisor.session.lesson_story import ended_session
-from planloop.supervisor.session.lessons import BAD_ENDINGS, advice
+from planloop.supervisor.session.lessons import BAD_ENDINGS
 from planloop.supervisor.session.ports import CANCEL_FIELD, SessionIO, describe_error, read_event
 from planloop.supervisor.session.rounds import Rounds
 from planloop.supervisor.session.schedule import wait_ms
@@ -137,6 +139,11 @@ class SessionRunner:
             ctx.tools,
             ctx.dispatcher.sensitive,
             self.io.load_outputs,
+            fetch_lessons=(
+                None
+                if ctx.lessons is None
+                else functools.partial(search_lessons, ctx.lessons, ctx.tools, self.state)
+            ),
         )
         consumers = ConsumerMonitor(
             ctx.store,
@@ -159,8 +166,6 @@ class SessionRunner:
             self._agent_effects,
         )
         self.rounds = Rounds(self.io, self.changes, self.deliberation)
-        if ctx.lessons is not None:
-            self.deliberation.fetch_lessons = self._fetch_lessons
         self.checkpointer = Checkpointer(ctx, sid, epoch)
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
         self._next_cancel_check = 0.0
@@ -570,22 +575,6 @@ class SessionRunner:
         if first.fallback_error:
             await self._announce_fallback(first.fallback_error)
         await streamed.finish(first)
-
-    async def _fetch_lessons(self) -> list[str]:
-        """Search the lessons for this session's goal (once; see Deliberation.advice)."""
-        lessons, info = self.ctx.lessons, self.state.info
-        if lessons is None:
-            return []
-        tools = self.ctx.tools.subset(info.options.tools) if info.options.tools else self.ctx.tools
-        goal = info.goal or (self.state.plan.goal if self.state.steps else "")
-        try:
-            # Staleness is against every tool this supervisor knows, not only the session's.
-            served = served_versions(self.ctx.tools.specs())
-            found = await asyncio.to_thread(lessons.retrieve, self.sid, goal, tools.names(), served)
-        except SQLAlchemyError as exc:
-            log.warning("session=%s lessons not searched: %s", self.sid, exc)
-            return []
-        return advice(found)
 
     async def _conclude_lessons(self) -> None:
         """The ended session's outcome onto its lessons' uses, and a reflection when it went
