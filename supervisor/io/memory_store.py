@@ -54,6 +54,9 @@ class MemorySessionStore:
         fields = self.hashes.get(self.keys.session(sid))
         return SessionRecord.from_fields(sid, fields) if fields else None
 
+    async def session_fields(self, sid: str) -> dict[str, str]:
+        return dict(self.hashes.get(self.keys.session(sid), {}))
+
     async def session_field(self, sid: str, name: str) -> str | None:
         return self.hashes.get(self.keys.session(sid), {}).get(name)
 
@@ -62,7 +65,7 @@ class MemorySessionStore:
 
     async def steps(self, sid: str, step_ids: Iterable[str]) -> dict[str, StepState]:
         found = {i: self.hashes.get(self.keys.step(sid, i)) for i in step_ids}
-        return {i: StepState.from_fields(f) for i, f in found.items() if f}
+        return {i: StepState.from_fields(f) if f else StepState() for i, f in found.items()}
 
     async def step(self, sid: str, step_id: str) -> StepState | None:
         fields = self.hashes.get(self.keys.step(sid, step_id))
@@ -71,6 +74,16 @@ class MemorySessionStore:
     async def outputs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[Any]:
         values = [self.strings.get(self.keys.blob(ref)) for ref in refs]
         return [json.loads(v) if v is not None else None for v in values]
+
+    async def blobs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[str | None]:
+        return [self.strings.get(self.keys.blob(ref)) if ref else None for ref in refs]
+
+    async def queue_length(self, queue: str, *, max_age_s: float = 0.0) -> int:
+        return len(self.lists.get(queue, []))
+
+    async def last_note(self, sid: str, kinds: Sequence[str]) -> dict[str, str] | None:
+        notes = (n for n in reversed(self.progress[-100:]) if n[0] == sid and n[1] in kinds)
+        return next(({"kind": kind, **fields} for _, kind, fields in notes), None)
 
     async def queued(self, queue: str, task_id: str) -> bool:
         needle = f'"id": {json.dumps(task_id)}'
@@ -112,7 +125,8 @@ class MemorySessionStore:
         return self._xadd(self.keys.events(sid), event.to_fields())
 
     async def note_progress(self, sid: str, kind: str, **fields: Any) -> None:
-        self.progress.append((sid, kind, fields))
+        # encoded as the Redis store encodes them: what ``watch`` reads is text
+        self.progress.append((sid, kind, {k: arg_text(v) for k, v in fields.items()}))
 
     async def leave_active(self, sid: str) -> None:
         self.sets.get(self.keys.active, set()).discard(sid)
@@ -157,6 +171,20 @@ class MemorySessionStore:
         for entry in entries:
             self.dead.append((sid, entry, cause))
             pending.pop(entry[0], None)
+
+    async def ack_many(self, acks: Sequence[tuple[str, Sequence[str]]]) -> None:
+        for sid, entry_ids in acks:
+            self.ack(sid, entry_ids)
+
+    async def trim_events(self, sid: str, keep: int) -> int:
+        """Drop the oldest entries past ``keep``, never a pending one (as XTRIM MINID does)."""
+        stream = self.keys.events(sid)
+        entries, pending = self.streams.get(stream, []), self._pending.get(stream, {})
+        cut = max(len(entries) - keep, 0)
+        cut = next((i for i, (e, _) in enumerate(entries[:cut]) if e in pending), cut)
+        self.streams[stream] = entries[cut:]
+        self._delivered[stream] = max(self._delivered.get(stream, 0) - cut, 0)
+        return cut
 
     def ack(self, sid: str, entry_ids: Sequence[str]) -> None:
         pending = self._pending.get(self.keys.events(sid), {})

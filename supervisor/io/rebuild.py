@@ -14,28 +14,29 @@ from planloop.core.llm_budget import UsageByModel, add_calls
 from planloop.core.models import Event, EventType, SessionStatus, StepState, StepStatus
 from planloop.core.record import EventRow, StepAttemptRow
 from planloop.planner.plan import Plan
+from planloop.supervisor.io.redis_store import SessionStore
 from planloop.supervisor.io.stream_flags import PLANNING_FIELD, STREAMED_REASON, STREAMING
 from planloop.supervisor.process.context import SupervisorContext
 
 log = logging.getLogger(__name__)
 
 
-async def rebuild_lost_sessions(ctx: SupervisorContext) -> list[str]:
+async def rebuild_lost_sessions(ctx: SupervisorContext, store: SessionStore) -> list[str]:
     """Recreate the hot state of unfinished sessions that Redis no longer has."""
     rebuilt: list[str] = []
     unfinished = await ctx.sql(ctx.record.unfinished)
     if not unfinished:
         return rebuilt
-    pipe = ctx.store.r.pipeline(transaction=False)  # one round trip, however many there are
+    pipe = store.r.pipeline(transaction=False)  # one round trip, however many there are
     for sid in unfinished:
-        pipe.exists(ctx.store.keys.session(sid))
+        pipe.exists(store.keys.session(sid))
     for sid, present in zip(unfinished, await pipe.execute(), strict=True):
-        if not present and await rebuild_session(ctx, sid):
+        if not present and await rebuild_session(ctx, store, sid):
             rebuilt.append(sid)
     return rebuilt
 
 
-async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
+async def rebuild_session(ctx: SupervisorContext, store: SessionStore, sid: str) -> bool:
     """Write session hash, plan version, step hashes and outputs back from SQL.
 
     Attempts the record saw dispatched but not finished come back as running and never
@@ -81,10 +82,10 @@ async def rebuild_session(ctx: SupervisorContext, sid: str) -> bool:
     refs = [a.output_ref for a in latest.values() if a.status == "completed" and a.output_ref]
     outputs = await ctx.sql(lambda: ctx.record.outputs(sid, refs))
     ttl = math.ceil(ctx.settings.blob_ttl_s) or None
-    keys, r = ctx.store.keys, ctx.store.r
+    keys, r = store.keys, store.r
     # Before the hash, outside the transaction: a stream that survived (only the hash was
     # lost) already has its group, and BUSYGROUP inside it would fail the whole rebuild.
-    await ctx.store.ensure_groups(sid)
+    await store.ensure_groups(sid)
     pipe = r.pipeline(transaction=True)
     pipe.hset(
         keys.session(sid),

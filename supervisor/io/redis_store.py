@@ -130,6 +130,9 @@ class SessionStore(RedisStreams):
         fields = cast(dict[str, str], await self.r.hgetall(self.keys.session(sid)))
         return SessionRecord.from_fields(sid, fields) if fields else None
 
+    async def session_fields(self, sid: str) -> dict[str, str]:
+        return cast(dict[str, str], await self.r.hgetall(self.keys.session(sid)))
+
     async def session_field(self, sid: str, name: str) -> str | None:
         """One field of the session hash (``status``, ``cancel_requested``)."""
         return cast(str | None, await self.r.hget(self.keys.session(sid), name))
@@ -168,7 +171,11 @@ class SessionStore(RedisStreams):
         for step_id in ids:
             pipe.hgetall(self.keys.step(sid, step_id))
         rows = await pipe.execute()
-        return {sid_: StepState.from_fields(f) for sid_, f in zip(ids, rows, strict=True) if f}
+        # a step nothing has happened to yet has no hash: pending (as HotState.steps says)
+        return {
+            i: StepState.from_fields(f) if f else StepState()
+            for i, f in zip(ids, rows, strict=True)
+        }
 
     async def step(self, sid: str, step_id: str) -> StepState | None:
         fields = cast(dict[str, str], await self.r.hgetall(self.keys.step(sid, step_id)))

@@ -16,6 +16,7 @@ from planloop.supervisor.io.event_hub import EventHub
 from planloop.supervisor.io.group_commit import CheckpointWriter, ClaimBatcher
 from planloop.supervisor.io.redis_store import SessionStore
 from planloop.supervisor.io.step_queue import Dispatcher
+from planloop.supervisor.io.store_port import SessionStorePort
 from planloop.supervisor.process.admission import Admission
 from planloop.supervisor.session.lessons import LessonMemory
 
@@ -27,7 +28,7 @@ class SupervisorContext:
     """Settings, stores and clients of one supervisor process."""
 
     settings: Settings
-    store: SessionStore
+    store: SessionStorePort  # the loops see the port; the process keeps its Redis store
     record: SqlRecord
     dispatcher: Dispatcher
     tools: ToolRegistry

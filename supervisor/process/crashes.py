@@ -11,6 +11,7 @@ import logging
 
 from planloop.core.errors import SessionInputRefusedError
 from planloop.core.models import SessionStatus
+from planloop.supervisor.io.redis_store import SessionStore
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.poison import count_crash, end_crashed_session
 from planloop.supervisor.session.ports import describe_error
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 async def settle_crash(
     ctx: SupervisorContext,
+    store: SessionStore,
     sid: str,
     epoch: int,
     applying: tuple[str, dict[str, str]] | None,
@@ -33,7 +35,7 @@ async def settle_crash(
             ctx, sid, epoch, status=SessionStatus.FAILED, error=str(exc), cause=None
         )
         return None
-    crash = await count_crash(ctx, sid, error, exc)
+    crash = await count_crash(store, sid, error, exc)
     limit = settings.max_session_crashes
     if crash.cancel is not None or crash.count >= limit:
         log.error(

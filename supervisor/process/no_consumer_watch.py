@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from planloop.config.settings import Settings
 from planloop.core.models import Event, EventType, Severity, StepStatus
-from planloop.supervisor.io.redis_store import SessionStore
+from planloop.supervisor.io.store_port import SessionStorePort
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class ConsumerMonitor:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: SessionStorePort,
         sid: str,
         settings: Settings,
         append_event: Callable[[Event], Awaitable[None]],

@@ -82,9 +82,11 @@ class Supervisor:
         self._tools = tools
         record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
         chat = build_chat_model(settings) if settings.llm_base_url else None
+        # The process keeps its Redis store (leases, inbox, rebuild); the loops get the port.
+        self.store = SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix))
         self.ctx = SupervisorContext(
             settings=settings,
-            store=SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix)),
+            store=self.store,
             record=record,
             dispatcher=Dispatcher(settings, tools),
             tools=tools,
@@ -92,7 +94,6 @@ class Supervisor:
             chat=chat,
             lessons=build_lesson_memory(settings, chat, record.engine),
         )
-        self.store = self.ctx.store
         self.owned: dict[str, Owned] = {}
         self._next_rebuild = 0.0
         self._next_reclaim = 0.0
@@ -237,7 +238,7 @@ class Supervisor:
             # background: the SQL thread may be busy with checkpoints, and new sessions
             # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
-            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx))
+            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx, self.store))
         candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
         await self._take(await self.store.unowned(candidates))
 
@@ -348,7 +349,7 @@ class Supervisor:
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
         """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
         sid = runner.sid
-        cool_off = await settle_crash(self.ctx, sid, runner.epoch, runner.applying, exc)
+        cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, runner.applying, exc)
         self._stop_renewing(sid)  # the keeper must not shorten a cool-off
         if cool_off is None:
             await self.store.release_lease(sid, token)

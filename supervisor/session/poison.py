@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -33,6 +33,7 @@ from planloop.core.models import SessionRecord, SessionStatus, StepState
 from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
 from planloop.planner.summarizer import SessionAnswer
+from planloop.supervisor.io.redis_store import SessionStore
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.answer_text import account_text, compensations_text, ended_text
 from planloop.supervisor.session.finish import finish_session
@@ -53,12 +54,12 @@ class Crash:
     cancel: str | None  # the reason of a pending cancel, if one was asked for
 
 
-async def count_crash(ctx: SupervisorContext, sid: str, error: str, exc: Exception) -> Crash:
+async def count_crash(store: SessionStore, sid: str, error: str, exc: Exception) -> Crash:
     """Add this crash to the session's count (unless Redis or SQL caused it)."""
     if isinstance(exc, INFRASTRUCTURE_FAULTS):
         return Crash(0, None)
-    script = CountCrash.register_async(ctx.store.r)
-    call = CountCrash(session_key=ctx.store.keys.session(sid), error=error)
+    script = CountCrash.register_async(store.r)
+    call = CountCrash(session_key=store.keys.session(sid), error=error)
     count, cancelled, reason = await script(call)
     return Crash(int(count), str(reason) if cancelled else None)
 
@@ -88,7 +89,7 @@ async def end_crashed_session(
         await finish_session(runner.ending, status, error, conclude=account)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
-        await ctx.store.r.srem(ctx.store.keys.active, sid)
+        await ctx.store.leave_active(sid)
     except FencedOutError:
         log.warning("session=%s epoch=%d fenced out while ending it", sid, epoch)
     except Exception:
@@ -121,7 +122,7 @@ def crash_conclusion(
 async def _load_what_can(runner: SessionRunner) -> None:
     """Session record, plan and step states, each only if it parses; claim the SQL row."""
     ctx, sid, store, state = runner.ctx, runner.sid, runner.ctx.store, runner.state
-    fields = cast(dict[str, str], await store.r.hgetall(store.keys.session(sid)))
+    fields = await store.session_fields(sid)
     if fields.get("status") and SessionStatus(fields["status"]).ended:
         raise SessionEndedError(sid, fields["status"])
     try:
