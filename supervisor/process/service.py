@@ -34,7 +34,7 @@ from planloop.supervisor.process.batch_start import (
     retrieve_error,
     send_first_writes,
 )
-from planloop.supervisor.process.context import SupervisorContext
+from planloop.supervisor.process.compose import compose
 from planloop.supervisor.process.crashes import settle_crash
 from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.session.lessons import build_lesson_memory
@@ -84,8 +84,8 @@ class Supervisor:
         chat = build_chat_model(settings) if settings.llm_base_url else None
         # The process keeps its Redis store (leases, inbox, rebuild); the loops get the port.
         self.store = SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix))
-        self.ctx = SupervisorContext(
-            settings=settings,
+        self.ctx = compose(
+            settings,
             store=self.store,
             record=record,
             dispatcher=Dispatcher(settings, tools),

@@ -173,7 +173,7 @@ def test_the_decision_call_that_spends_the_budget_starts_no_replan() -> None:
         SessionStatus.ABORTED,
         "token budget spent (600 of 500 tokens): forced ABORT",
     )
-    assert [d["source"] for d in loop.state.batch.decisions] == ["llm", "budget"]
+    assert [d["source"] for d in loop.decisions()] == ["llm", "budget"]
 
 
 # --- the loop after LLM calls -----------------------------------------------------------------

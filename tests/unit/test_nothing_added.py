@@ -184,8 +184,8 @@ def test_a_remaining_replan_that_adds_nothing_after_a_critical_failure_fails() -
     assert loop.state.states["c"].note == DROPPED_NOTE
     assert loop.state.info.replans == 1  # the re-planner was asked: a re-plan is counted
     assert loop.state.info.plan_version == 1  # nothing installed
-    assert [(d["action"], d["source"]) for d in loop.state.batch.decisions] == [("ABORT", "rule")]
-    assert [c["role"] for c in loop.state.batch.llm_calls] == ["replanner"]
+    assert [(d["action"], d["source"]) for d in loop.decisions()] == [("ABORT", "rule")]
+    assert [c["role"] for c in loop.llm_calls()] == ["replanner"]
     assert (SID, "nothing_added", {"dropped": "c,d"}) in loop.store.progress
 
 
