@@ -209,14 +209,25 @@ class PlanChanges:
     # --- carrying out a verdict -----------------------------------------------------------
     async def execute(self, decision: Decision, deliberation: Deliberation) -> None:
         """Carry out ``decision``: park it for a person, end the session, skip what cannot
-        run, or install the next plan version (a declared fallback, or the LLM's)."""
+        run, or install the next plan version (a declared fallback, or the LLM's).
+
+        A decision whose re-plan can no longer start (too little time left, or the LLM budget
+        spent by the decision's own call) is followed by the rules' or the budget's verdict,
+        recorded and carried out in its place.
+        """
+        followed: Decision | None = decision
+        while followed is not None:
+            followed = await self._carry_out(followed, deliberation)
+
+    async def _carry_out(self, decision: Decision, deliberation: Deliberation) -> Decision | None:
+        """Carry out one decision; the one to carry out instead, when its re-plan cannot run."""
         state, sid = self.state, self.io.sid
-        verdict, changes, d = decision.verdict, decision.changes, decision.verdict.decision
+        verdict, changes, d = decision.verdict, decision.changes, decision.verdict.choice
         if verdict.source == "await_human":
             deliberation.park(changes)
             await self.io.write_session("awaiting", "approval")
             await self.store.note_progress(sid, "approval_required", reason=d.reasoning)
-            return
+            return None
         if verdict.deadline_note:
             await self.notice_deadline(verdict.deadline_note)
         await self.store.note_progress(
@@ -225,7 +236,7 @@ class PlanChanges:
         if d.action == ReplanAction.ABORT:
             status = SessionStatus.FAILED if verdict.fail_session else SessionStatus.ABORTED
             state.outcome = (status, d.reasoning)
-            return
+            return None
         failed = [e.step_id for e in changes if e.type in FAILURES and e.step_id in state.steps]
         rules = verdict.source == "rule" or deliberation.chat is None
         fallbacks = [i for i in failed if state.steps[i].fallback]
@@ -237,21 +248,19 @@ class PlanChanges:
         if d.action == ReplanAction.CONTINUE:
             for step_id in failed:
                 await self.skip_descendants(step_id)
-            return
+            return None
         short = "" if rules else short_of_time(state, self.io.settings, time.time())
         if short:  # the decision took the time a re-plan needs: the rules decide instead
             ruled = Decision(deliberation.rules_for_time(changes, short), changes, decision.reason)
             record_decision(state.batch, sid, ruled)
             await self.commit_decisions()
-            await self.execute(ruled, deliberation)
-            return
+            return ruled
         spent = None if rules or verdict.source == "human" else deliberation.llm_budget_spent()
         if spent is not None:  # the decision's own call spent it: no re-planner call starts
             budget = Decision(deliberation.budget_verdict(spent), changes, "budget")
             record_decision(state.batch, sid, budget)
             await self.commit_decisions()
-            await self.execute(budget, deliberation)
-            return
+            return budget
         await self.store.note_progress(
             sid,
             "replan_required",
@@ -270,14 +279,15 @@ class PlanChanges:
                 if replanned is None:
                     await self.count_replan()
                     await self.nothing_added(Decision(verdict, changes, decision.reason), cancel)
-                    return
+                    return None
                 plan = replanned
         except (PlanError, LLMError) as exc:
             log.error("session=%s re-plan failed: %s", sid, exc)
             await self.count_replan()
             deliberation.requeue(changes)
-            return
+            return None
         await self.install_plan(plan, reason=f"{d.action.value}: {d.reasoning}", replan=True)
+        return None
 
     async def nothing_added(self, decision: Decision, removed: set[str]) -> None:
         """The re-plan ``decision`` asked for added nothing (nothing_added.py): drop the
@@ -293,7 +303,7 @@ class PlanChanges:
         log.info("session=%s %s; dropped: %s", sid, NOTHING_ADDED, ", ".join(dropped) or "nothing")
         await self.store.note_progress(sid, "nothing_added", dropped=",".join(dropped))
         critical = unreplaced_critical(state.plan, state.states, state.fallbacks)
-        verdict = nothing_added_verdict(decision.verdict.decision, critical)
+        verdict = nothing_added_verdict(decision.verdict.choice, critical)
         if verdict is not None:
             escalated = Decision(verdict, decision.changes, NOTHING_ADDED)
             record_decision(state.batch, sid, escalated)
@@ -301,8 +311,8 @@ class PlanChanges:
             await self.store.note_progress(
                 sid,
                 "decision",
-                action=verdict.decision.action.value,
+                action=verdict.choice.action.value,
                 source=verdict.source,
-                reasoning=verdict.decision.reasoning,
+                reasoning=verdict.choice.reasoning,
             )
-            state.outcome = (SessionStatus.FAILED, verdict.decision.reasoning)
+            state.outcome = (SessionStatus.FAILED, verdict.choice.reasoning)

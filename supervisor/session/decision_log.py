@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def record_decision(batch: Checkpoint, sid: str, decision: Decision) -> None:
     """Put a decision (and the LLM calls behind it) into the session's next checkpoint."""
-    verdict, d = decision.verdict, decision.verdict.decision
+    verdict, d = decision.verdict, decision.verdict.choice
     batch.decisions.append(
         {
             "created_at": time.time(),

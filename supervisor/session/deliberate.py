@@ -161,7 +161,7 @@ class Deliberation:
             return None
         changes, self.pending = self.pending, []
         verdict = await self._decide(reason, changes)
-        self.hints += verdict.decision.new_context_hints
+        self.hints += verdict.choice.new_context_hints
         return Decision(verdict, changes, reason)
 
     def approve(self, event: Event) -> Decision | None:
@@ -175,7 +175,7 @@ class Deliberation:
         )
         verdict = Verdict(ReplanDecision(action=action, reasoning=text, confidence=1.0), "human")
         changes, self.awaiting = self.awaiting, []
-        self.hints += verdict.decision.new_context_hints
+        self.hints += verdict.choice.new_context_hints
         return Decision(verdict, changes, "approval")
 
     async def _decide(self, reason: str, changes: list[Event]) -> Verdict:
@@ -209,9 +209,9 @@ class Deliberation:
                 exc,
             )
             verdict = self.rules(changes)
-            verdict.decision = verdict.decision.model_copy(
+            verdict.choice = verdict.choice.model_copy(
                 update={
-                    "reasoning": f"decision agent unavailable ({exc}); {verdict.decision.reasoning}"
+                    "reasoning": f"decision agent unavailable ({exc}); {verdict.choice.reasoning}"
                 }
             )
             return verdict
@@ -230,8 +230,8 @@ class Deliberation:
         """The rule policy's verdict when the deadline leaves no time for an LLM call."""
         log.info("session=%s %s", self.state.sid, note)
         verdict = self.rules(changes)
-        reasoning = f"{note}; {verdict.decision.reasoning}"
-        verdict.decision = verdict.decision.model_copy(update={"reasoning": reasoning})
+        reasoning = f"{note}; {verdict.choice.reasoning}"
+        verdict.choice = verdict.choice.model_copy(update={"reasoning": reasoning})
         verdict.deadline_note = note
         return verdict
 

@@ -43,7 +43,7 @@ class ReplanBudget:
 
 def needs_plan_change(ruled: Verdict, changes: Sequence[Event], *, planned_by_llm: bool) -> bool:
     """Whether ``changes`` call for more than the rule policy's CONTINUE (``ruled``)."""
-    if ruled.decision.action != ReplanAction.CONTINUE:
+    if ruled.choice.action != ReplanAction.CONTINUE:
         return True
     # The rule policy notes a constraint and goes on; a model-made plan was made without it.
     return planned_by_llm and any(e.type == EventType.NEW_CONSTRAINT for e in changes)
@@ -81,7 +81,7 @@ def spent_budget_verdict(
     if needs_plan_change(ruled, changes, planned_by_llm=planned_by_llm):
         return escalate(budget)
     # the rules stand in for the decision agent here too: say so without "no LLM configured"
-    rule = ruled.decision.reasoning.removeprefix(f"{RULE}: ")
+    rule = ruled.choice.reasoning.removeprefix(f"{RULE}: ")
     reasoning = f"{budget.note}, decided by the rule policy without a re-plan: {rule}"
-    ruled.decision = ruled.decision.model_copy(update={"reasoning": reasoning})
+    ruled.choice = ruled.choice.model_copy(update={"reasoning": reasoning})
     return ruled

@@ -13,7 +13,7 @@ from planloop.planner.llm import Usage
 class Verdict:
     """A decision with where it came from; the session loop carries it out."""
 
-    decision: ReplanDecision
+    choice: ReplanDecision  # what is to be done: the action, why, what to cancel
     source: str  # "llm", "rule", "budget", "human" or "await_human"
     usages: list[Usage] = field(default_factory=list)
     fail_session: bool = False  # the rule policy's answer to a critical failure

@@ -135,11 +135,11 @@ def test_a_spent_token_budget_forces_an_abort_without_calling_the_model() -> Non
     decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
     verdict = decision.verdict
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "budget")
-    assert verdict.decision.reasoning == "token budget spent (100 of 100 tokens): forced ABORT"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "budget")
+    assert verdict.choice.reasoning == "token budget spent (100 of 100 tokens): forced ABORT"
     assert chat.calls == []
     run(loop.changes.execute(decision, loop.deliberation))
-    assert loop.state.outcome == (SessionStatus.ABORTED, verdict.decision.reasoning)
+    assert loop.state.outcome == (SessionStatus.ABORTED, verdict.choice.reasoning)
 
 
 def test_a_spent_budget_waits_for_a_person_when_approval_on_budget() -> None:
@@ -151,7 +151,7 @@ def test_a_spent_budget_waits_for_a_person_when_approval_on_budget() -> None:
     decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
     assert decision.verdict.source == "await_human"
-    assert decision.verdict.decision.reasoning.startswith("cost budget spent ($0.001000 of")
+    assert decision.verdict.choice.reasoning.startswith("cost budget spent ($0.001000 of")
     run(loop.changes.execute(decision, loop.deliberation))
     assert loop.state.outcome is None
     assert loop.session_hash()["awaiting"] == "approval"
@@ -165,7 +165,7 @@ def test_the_decision_call_that_spends_the_budget_starts_no_replan() -> None:
     loop.deliberation.note(failure(loop, "a"))
     decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
-    assert decision.verdict.decision.action == ReplanAction.REPLAN_REMAINING  # the LLM's
+    assert decision.verdict.choice.action == ReplanAction.REPLAN_REMAINING  # the LLM's
     record_decision(loop.state.batch, "s1", decision)  # as the loop does before carrying out
     run(loop.changes.execute(decision, loop.deliberation))
     assert chat.calls == [Role.DECIDER]  # the re-planner was never asked

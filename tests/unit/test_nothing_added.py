@@ -65,10 +65,10 @@ def test_a_critical_step_left_failed_fails_the_session_by_the_rule_policy() -> N
     assert nothing_added_verdict(asked, []) is None  # the session goes on
     verdict = nothing_added_verdict(asked, ["b"])
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "rule")
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "rule")
     assert verdict.fail_session is True
-    assert "critical step b failed" in verdict.decision.reasoning
-    assert "REPLAN_REMAINING" in verdict.decision.reasoning
+    assert "critical step b failed" in verdict.choice.reasoning
+    assert "REPLAN_REMAINING" in verdict.choice.reasoning
 
 
 # --- the planner ----------------------------------------------------------------------------

@@ -55,11 +55,11 @@ def test_what_the_rules_would_continue_is_continued_without_a_re_plan(
         budget = ReplanBudget(replans=1, max_replans=1, approval=approval)
         verdict = spent_budget_verdict(budget, changes, STEPS, planned_by_llm=True)
         assert verdict is not None
-        assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
-        assert verdict.decision.reasoning.startswith(
+        assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
+        assert verdict.choice.reasoning.startswith(
             "re-plan budget spent (1/1), decided by the rule policy without a re-plan: continue"
         )
-        assert "no LLM configured" not in verdict.decision.reasoning
+        assert "no LLM configured" not in verdict.choice.reasoning
 
 
 @pytest.mark.parametrize(
@@ -76,19 +76,19 @@ def test_a_change_that_needs_a_new_plan_escalates(
 ) -> None:
     verdict = spent_budget_verdict(SPENT, changes, STEPS, planned_by_llm=planned_by_llm)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "budget")
-    assert verdict.decision.reasoning == "re-plan budget spent (0/0): forced ABORT"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "budget")
+    assert verdict.choice.reasoning == "re-plan budget spent (0/0): forced ABORT"
     waiting = ReplanBudget(replans=0, max_replans=0, approval=True)
     verdict = spent_budget_verdict(waiting, changes, STEPS, planned_by_llm=planned_by_llm)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "await_human")
-    assert verdict.decision.reasoning == "re-plan budget spent (0/0): waiting for a person"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "await_human")
+    assert verdict.choice.reasoning == "re-plan budget spent (0/0): waiting for a person"
 
 
 def test_a_constraint_under_the_rule_policy_is_noted_and_the_session_goes_on() -> None:
     verdict = spent_budget_verdict(SPENT, [CONSTRAINT], STEPS, planned_by_llm=False)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
 
 
 def test_a_budget_with_re_plans_left_decides_nothing() -> None:
@@ -123,7 +123,7 @@ def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
     loop.deliberation.note(NOTE)
     decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.decision.action, decision.verdict.source) == (
+    assert (decision.verdict.choice.action, decision.verdict.source) == (
         ReplanAction.CONTINUE,
         "rule",
     )
@@ -131,7 +131,7 @@ def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
     loop.deliberation.note(event(EventType.TASK_FAILED, "fb", Severity.CRITICAL))
     decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.decision.action, decision.verdict.source) == (
+    assert (decision.verdict.choice.action, decision.verdict.source) == (
         ReplanAction.ABORT,
         "budget",
     )

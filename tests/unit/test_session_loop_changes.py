@@ -68,11 +68,11 @@ def test_the_rule_policy_injects_a_fallback_before_failing_a_critical_step() -> 
     )
     changes = [failed_for_good(loop, "c"), failed_for_good(loop, "b")]
     verdict = rule_verdict(changes, loop.state.steps)
-    assert verdict.decision.action == ReplanAction.REPLAN_REMAINING
+    assert verdict.choice.action == ReplanAction.REPLAN_REMAINING
     critical = rule_verdict([failed_for_good(loop, "a")], loop.state.steps)
-    assert (critical.decision.action, critical.fail_session) == (ReplanAction.ABORT, True)
+    assert (critical.choice.action, critical.fail_session) == (ReplanAction.ABORT, True)
     plain = rule_verdict([failed_for_good(loop, "c")], loop.state.steps)
-    assert plain.decision.action == ReplanAction.CONTINUE
+    assert plain.choice.action == ReplanAction.CONTINUE
     assert plain.source == "rule"
 
 
@@ -107,7 +107,7 @@ def test_a_spent_re_plan_budget_forces_an_abort() -> None:
     loop.deliberation.note(failed_for_good(loop, "a", Severity.CRITICAL))
     decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.source, decision.verdict.decision.action) == (
+    assert (decision.verdict.source, decision.verdict.choice.action) == (
         "budget",
         ReplanAction.ABORT,
     )
