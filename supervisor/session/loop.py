@@ -37,7 +37,6 @@ from planloop.core.models import (
     StepState,
     StepStatus,
 )
-from planloop.core.record import Claim
 from planloop.core.redis_faults import is_redis_fault
 from planloop.core.step_commands import StepCommand, step_command_refusal
 from planloop.core.tracing import SESSION
@@ -54,8 +53,9 @@ from planloop.supervisor.process.input_refusal import refuse_bad_input
 from planloop.supervisor.process.no_consumer_watch import ConsumerMonitor
 from planloop.supervisor.session.agent_undo import AgentEffect, agent_effects
 from planloop.supervisor.session.broken import dependency_broken
-from planloop.supervisor.session.carried import carry_in, lineage_fields
+from planloop.supervisor.session.carried import carry_in
 from planloop.supervisor.session.changes import PlanChanges
+from planloop.supervisor.session.claim import claim_session
 from planloop.supervisor.session.decision_log import record_decision, record_usage
 from planloop.supervisor.session.deliberate import Deliberation
 from planloop.supervisor.session.ending import Ending
@@ -312,19 +312,6 @@ class SessionRunner:
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
 
-    async def claim(self, plan: tuple[int, str] | None) -> None:
-        """Record in SQL that this epoch owns the session (with its plan version)."""
-        ctx, info = self.ctx, self.state.info
-        fields = {
-            "status": SessionStatus.RUNNING.value,
-            "goal": info.goal,
-            "created_at": info.created_at,
-            "plan_version": info.plan_version,
-            "options": info.options.model_dump_json(),
-            **lineage_fields(info),
-        }
-        await ctx.claims.claim(Claim(self.sid, self.epoch, ctx.name, fields, plan))  # grouped
-
     async def _load(self) -> None:
         """Read the session (from what its lease's pipeline read, when taken in a batch),
         claim it in SQL and note it running.
@@ -480,7 +467,7 @@ class SessionRunner:
 
     async def _claim_or_adopt(self, plan: tuple[int, str] | None) -> None:
         try:
-            await self.claim(plan)
+            await claim_session(self.ctx, self.state, plan)
         except SessionEndedError:
             # its owner died between the SQL and Redis ends
             row = await self.ctx.sql(lambda: self.ctx.record.session(self.sid))

@@ -36,6 +36,7 @@ from planloop.planner.summarizer import SessionAnswer
 from planloop.supervisor.io.redis_store import SessionStore
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.answer_text import account_text, compensations_text, ended_text
+from planloop.supervisor.session.claim import claim_session
 from planloop.supervisor.session.finish import finish_session
 from planloop.supervisor.session.loop import SessionRunner, record_events
 from planloop.supervisor.session.state import SessionState
@@ -85,7 +86,7 @@ async def end_crashed_session(
         )
 
     try:
-        await _load_what_can(runner)
+        await _load_what_can(ctx, runner.state)
         await finish_session(runner.ending, status, error, conclude=account)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
@@ -119,9 +120,9 @@ def crash_conclusion(
     return {"answer": mask(answer.model_dump())}
 
 
-async def _load_what_can(runner: SessionRunner) -> None:
+async def _load_what_can(ctx: SupervisorContext, state: SessionState) -> None:
     """Session record, plan and step states, each only if it parses; claim the SQL row."""
-    ctx, sid, store, state = runner.ctx, runner.sid, runner.ctx.store, runner.state
+    sid, store = state.sid, ctx.store
     fields = await store.session_fields(sid)
     if fields.get("status") and SessionStatus(fields["status"]).ended:
         raise SessionEndedError(sid, fields["status"])
@@ -135,7 +136,7 @@ async def _load_what_can(runner: SessionRunner) -> None:
         versions = await ctx.sql(lambda: ctx.record.plan_versions(sid))
         raw = versions[-1].plan if versions else None
     with contextlib.suppress(FencedOutError):  # claimed at this epoch already
-        await runner.claim((version, raw) if raw is not None else None)
+        await claim_session(ctx, state, (version, raw) if raw is not None else None)
     plan = _parse_plan(sid, raw)
     if plan is None:
         return
