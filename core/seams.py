@@ -67,6 +67,7 @@ SEAMS: tuple[Seam, ...] = (
         "kombu.Message._raw",
         "workers/transport.py",
         "the message dict as it was queued, which the unacked entry holds",
+        f"{UNIT}::test_kombus_qos_holds_a_received_messages_tag_in_delivered; "
         f"{INTEGRATION}::test_kombu_writes_and_acks_the_unacked_entry_a_receipt_writes",
     ),
     Seam(
@@ -77,6 +78,17 @@ SEAMS: tuple[Seam, ...] = (
         "kombu's default key names and entry format; kombu restores what the claim wrote",
         f"{UNIT}::test_kombus_unacked_key_names_are_the_receipts_defaults; "
         f"{INTEGRATION}::test_kombu_restores_an_entry_the_claim_script_wrote",
+    ),
+    Seam(
+        "kombu",
+        "the queue layout (a queue is the Redis list named after it: LPUSH in, BRPOP out; "
+        "an envelope's headers plain JSON in kombu's spelling)",
+        "supervisor/state.py (queue_length, queued), core/lua/attempts.py (Queued), "
+        "core/metrics.py and core/routing.py (planloop_queue_depth)",
+        "a message without a priority goes to the list named after its queue; a task id "
+        'reads \'"id": "<id>"\' in the queued text (a step message kombu would push '
+        "elsewhere is a DispatchError when its template is made)",
+        f"{UNIT}::test_kombu_pushes_a_message_to_the_list_named_after_its_queue",
     ),
     Seam(
         "kombu",

@@ -226,6 +226,29 @@ def test_kombus_qos_holds_a_received_messages_tag_in_delivered() -> None:
         channel.close()
 
 
+class Collector:
+    """What kombu's publish-batch protocol hands over instead of running it."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, ...]] = []
+
+    def add(self, *op: Any) -> None:
+        self.ops.append(op)
+
+
+def test_kombu_pushes_a_message_to_the_list_named_after_its_queue() -> None:
+    channel = kombu_redis.Channel.__new__(kombu_redis.Channel)  # only what _put reads
+    channel._expires = {}
+    message = {"body": "e30=", "headers": {"id": "t-1", "task": "x"}, "properties": {}}
+    collected = Collector()
+
+    channel._put("planloop", message, _publish_batch=collected)
+
+    assert [op[:2] for op in collected.ops] == [("lpush", "planloop")]
+    assert '"id": "t-1"' in collected.ops[0][2]  # the needle of SessionStore.queued
+    assert "BRPOP" in inspect.getsource(kombu_redis.Channel._brpop_start)  # out on the right
+
+
 def test_a_kombu_channel_holds_its_transport_options_as_attributes() -> None:
     options = kombu_redis.Channel.from_transport_options
     assert {"global_keyprefix", "ack_emulation"} <= set(options)
