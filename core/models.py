@@ -144,9 +144,6 @@ class Event(BaseModel):
         )
 
 
-_WRITTEN_ONCE_SET = frozenset({"requested_by", "store_faults"})
-
-
 class StepState(BaseModel):
     """The hot state of one step, as stored in ``pl:s:{sid}:step:{id}``."""
 
@@ -175,7 +172,7 @@ class StepState(BaseModel):
         return {
             k: str(v.value if isinstance(v, StrEnum) else v)
             for k, v in self.__dict__.items()
-            if v or k not in _WRITTEN_ONCE_SET
+            if v or k not in ("requested_by", "store_faults")
         }
 
     @classmethod
@@ -218,11 +215,9 @@ class StepTaskArgs(BaseModel):
 
     def retried_after(self, error_kind: str) -> bool:
         """Whether the supervisor retries this attempt when it fails with ``error_kind``
-        (supervisor/policy.py decide_failure, the same rule; a store fault is retried
-        outside the step's budget, up to ``store_retry_limit`` times)."""
-        if error_kind == ErrorKind.STORE:
-            return True
-        return error_kind in RETRYABLE and self.attempt <= self.max_retries
+        (supervisor/policy.py decide_failure, the same rule; store faults: outside the budget)."""
+        store = error_kind == ErrorKind.STORE
+        return store or (error_kind in RETRYABLE and self.attempt <= self.max_retries)
 
 
 def task_id(session_id: str, step_id: str, attempt: int) -> str:
