@@ -22,8 +22,10 @@ An effect already applying cannot be stopped halfway: it is let through and comm
 the step's own idempotency key, its row naming the step and attempt. That keeps "each
 write applied once": the next attempt of the step finds the receipt instead of writing
 again, and a session that ends before another attempt compensates the step from that row
-like a completed write (supervisor/agent_undo.py). :meth:`AttemptFence.close` says whether
-such a late commit is on its way, so the executor can log it.
+like a completed write (supervisor/agent_undo.py). So that the row is there before the
+attempt's outcome is (an ending compensates from what the ledger holds then),
+:meth:`AttemptFence.close` waits a bounded while for an effect applying to finish, and says
+whether one is still on its way, so the executor can log it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class AttemptFence:
     def __init__(self, step_id: str = "", attempt: int = 0) -> None:
         self.step_id = step_id
         self.attempt = attempt
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._closed = False
         self._applying = 0  # effects between their claim and their commit
 
@@ -65,10 +67,13 @@ class AttemptFence:
         finally:
             with self._lock:
                 self._applying -= 1
+                self._lock.notify_all()
 
-    def close(self) -> bool:
-        """Refuse every effect not yet applying; True when one is applying (it lands late,
+    def close(self, wait_s: float = 0.0) -> bool:
+        """Refuse every effect not yet applying, and wait up to ``wait_s`` seconds for one
+        applying to commit or fail; True when one is still applying (it lands late,
         recorded against the step)."""
         with self._lock:
             self._closed = True
+            self._lock.wait_for(lambda: self._applying == 0, timeout=wait_s)
             return self._applying > 0

@@ -63,7 +63,10 @@ class StepExecutor:
         worker: str,
         breaker: BreakerPolicy | None = None,
         limits: ValueLimits | None = None,
+        late_effect_wait_s: float = 0.0,
     ) -> None:
+        """``late_effect_wait_s``: how long a timed-out attempt waits for an effect already
+        applying to commit, so its outcome follows the ledger row (core/effect_fence.py)."""
         self.agents: AgentSteps | None = None  # set when the worker has an LLM
         self.state = state
         self.limits = limits or ValueLimits()
@@ -72,6 +75,7 @@ class StepExecutor:
         self.worker = worker
         self.breaker = breaker
         self.threads = ToolThreads()
+        self.late_effect_wait_s = late_effect_wait_s
 
     def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> Attempt:
         """Run one attempt end to end; returns what happened, for the task's Celery state.
@@ -237,10 +241,11 @@ class StepExecutor:
         try:
             failure = call.exception(args.timeout_s)  # a tool's own exception is returned
         except TimeoutError:
-            if ctx.fence.close():  # from now on its effects are refused (core/effect_fence.py)
+            # from now on its effects are refused (core/effect_fence.py)
+            if ctx.fence.close(self.late_effect_wait_s):
                 log.warning(
                     "session=%s step=%s attempt=%d timed out while an effect was applying: "
-                    "it commits late, under the step's key",
+                    "it may commit late, under the step's key",
                     args.session_id,
                     args.step_id,
                     args.attempt,

@@ -241,7 +241,8 @@ class AgentStepRunner:
             failure = call.exception(max(timeout, 0.001))
         except TimeoutError:
             failure = ToolTimeoutError(tool, max(timeout, 0.0))
-            late = _late_write(ctx.fence.close()) if spec.side_effect == "write" else ""
+            applying = ctx.fence.close(self.settings.watchdog_grace_s / 2)
+            late = _late_write(applying) if spec.side_effect == "write" else ""
         if isinstance(failure, StoreWriteError):
             raise failure
         kind = classify_error(failure, spec.non_retryable) if failure is not None else None
@@ -292,8 +293,8 @@ def _charged(meter: UsageMeter) -> list[Usage]:
 def _late_write(applying: bool) -> str:
     """What a timed-out write's observation adds: whether its write still lands."""
     if applying:  # it commits under the call's key: the same call again reads its receipt
-        return "; its write was already being applied and lands: the same call reads it"
-    return "; it applied no write (one it makes from now on is refused)"
+        return "; its write was already being applied and may land: the same call reads it"
+    return "; no write of it is left to land (one it makes from now on is refused)"
 
 
 def call_text(tool: str, params: dict[str, Any]) -> str:

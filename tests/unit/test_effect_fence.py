@@ -64,7 +64,8 @@ def test_the_sql_ledger_refuses_a_late_effect_and_audits_the_refusal(
     with pytest.raises(LateEffectRefused):
         ledger.apply_once("s1:a", receipt, context(fence))
     assert ledger.receipt("s1:a") is None
-    assert audit.refusals() == {"s1:a": 1} and audit.counts() == {}
+    assert audit.refusals() == {"s1:a": 1}
+    assert audit.counts() == {}
     ledger.apply_once("s1:a", receipt, context(AttemptFence("a", 2)))
     assert audit.counts() == {"s1:a": 1}
 
@@ -135,7 +136,8 @@ def test_a_store_fault_waits_the_store_interval_and_counts_on_the_step() -> None
         store_retry_interval_s=3.0,
         store_retry_limit=2,
     )
-    assert settled.retry and settled.fields["not_before"] == 1_003.0
+    assert settled.retry
+    assert settled.fields["not_before"] == 1_003.0
     assert settled.fields["store_faults"] == 1 == st.store_faults
 
 
@@ -145,7 +147,8 @@ def test_a_step_the_store_never_took_fails_the_session_instead_of_completing_it(
     st.status, st.note, st.error_kind = StepStatus.INTERRUPTED, FINAL, ErrorKind.STORE
     loop.state.candidates.discard("b")
     ended = session_end(loop.state, None, deliberating=False, now=1_000.0)
-    assert ended is not None and ended[0] == SessionStatus.FAILED
+    assert ended is not None
+    assert ended[0] == SessionStatus.FAILED
     assert "PLANLOOP_STORE_RETRY_LIMIT" in ended[1]
 
 
