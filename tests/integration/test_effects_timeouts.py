@@ -55,7 +55,7 @@ steps:
     )
     sid = built.producer.submit(plan)
     record = built.finish(sid, ["w"], timeout_s=60)
-    assert record.status == SessionStatus.COMPLETED, record.reason
+    assert record.status == SessionStatus.COMPLETED, record.error
     assert report_steps(record)["w"]["attempts"] == 2
     audit, key = audit_of(built), f"{sid}:w"
     # the first attempt's thread wakes after the retry completed: its write is refused
@@ -72,13 +72,13 @@ def test_a_write_already_applying_at_its_timeout_commits_once_and_is_compensated
         """
 goal: a write whose first attempt is inside its effect when the timeout passes
 steps:
-  - {id: w, tool: late.write, params: {label: applying, first_apply_s: 1.6}, timeout_s: 1,
+  - {id: w, tool: late.write, params: {label: applying, first_apply_s: 1.3}, timeout_s: 1,
      max_retries: 0, critical: true}
 """
     )
     sid = built.producer.submit(plan, SessionOptions(compensate_on_failure=True))
     record = built.finish(sid, ["w"], timeout_s=60)
-    assert record.status == SessionStatus.FAILED, record.reason
+    assert record.status == SessionStatus.FAILED, record.error
     assert report_steps(record)["w"]["status"] == "interrupted"
     audit, key = audit_of(built), f"{sid}:w"
     assert audit.counts()[key] == 1  # it landed after the timeout, once
@@ -129,7 +129,7 @@ steps:
     sid = built.producer.submit(plan)
     record = built.finish(sid, ["agent"], timeout_s=60)
     try:
-        assert record.status == SessionStatus.COMPLETED, record.reason
+        assert record.status == SessionStatus.COMPLETED, record.error
         audit, key = audit_of(built), f"{sid}:agent:react:1"
         assert audit.counts()[key] == 1
         assert audit.counts()[f"{sid}:agent:react:2"] == 0  # no second key: no second write
