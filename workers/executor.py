@@ -82,8 +82,10 @@ class StepExecutor:
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
            stale or duplicate delivery stops here; an open breaker fails fast).
-        2. Run the tool on a thread, waiting at most the step's timeout.
-        3. Classify the result: completed, unexpected, failed (transient/permanent), timed out.
+        2. Run the tool on a thread, waiting at most the step's timeout; at the timeout the
+           attempt's fence closes: the abandoned call applies no effect (core/effect_fence.py).
+        3. Classify the result (workers/outcomes.py): completed, unexpected, failed
+           (transient/permanent), timed out, or interrupted by a store fault.
         4. Record the outcome, count it on the breaker and append its event, in one atomic
            Redis call.
 
