@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,7 +43,7 @@ from planloop.core.tracing import SESSION
 from planloop.planner.llm import streams_plans
 from planloop.planner.plan import Plan, Step, load_stored_plan
 from planloop.planner.react import usages_of
-from planloop.supervisor.agent_undo import AgentEffect, agent_effects
+from planloop.supervisor.agent_undo import AgentEffect, agent_effects, late_writes
 from planloop.supervisor.batch_start import can_begin
 from planloop.supervisor.broken import dependency_broken
 from planloop.supervisor.carried import carry_in, lineage_fields
@@ -146,6 +146,7 @@ class SessionRunner:
             ctx.dispatcher.sensitive,
             self._checkpoint_in_round,
             self._agent_effects,
+            self._late_writes,
         )
         self.rounds = Rounds(self.io, self.changes, self.brain)
         if ctx.lessons is not None:
@@ -292,6 +293,13 @@ class SessionRunner:
         """The writes agent steps made, from the effect ledger's SQL rows (to undo them)."""
         rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
         return agent_effects(self.sid, rows)
+
+    async def _late_writes(
+        self, steps: Sequence[tuple[Step, str]]
+    ) -> list[tuple[Step, AgentEffect]]:
+        """Plan-step writes that committed after their attempt timed out (to undo them)."""
+        rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
+        return late_writes(self.sid, rows, steps)
 
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
@@ -812,6 +820,8 @@ class SessionRunner:
             backoff_base_s=settings.retry_backoff_s,
             backoff_max_s=settings.retry_backoff_max_s,
             now=time.time(),
+            store_retry_interval_s=settings.store_retry_interval_s,
+            store_retry_limit=settings.store_retry_limit,
         )
         if settled.retry:
             st = state.states[step_id]

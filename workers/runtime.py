@@ -77,6 +77,8 @@ def build_executor(settings: Settings) -> StepExecutor:
         worker,
         policy,
         limits=ValueLimits.from_settings(settings),
+        # within the watchdog's grace: the outcome comes before the attempt is deemed lost
+        late_effect_wait_s=settings.watchdog_grace_s / 2,
     )
     if settings.llm_base_url is not None:  # without one, agent steps fail and say why
         executor.agents = AgentStepRunner(

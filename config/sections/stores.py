@@ -29,3 +29,16 @@ class StoreSettings(BaseModel):
         description="A supervisor upgrades the record's schema at start (default true); "
         "false: it refuses to start while the schema is behind (`planloop db upgrade`).",
     )
+    store_retry_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds before an attempt whose effect-ledger or SQL write failed (disk "
+        "full, database locked) runs again (default 2).",
+    )
+    store_retry_limit: int = Field(
+        150,
+        ge=0,
+        description="Attempts of a step that may fail on the store, a count, before the "
+        "step fails for good and its session fails (default 150: five minutes at the "
+        "default interval); they never use the step's max_retries.",
+    )
