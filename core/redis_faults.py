@@ -13,7 +13,7 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import AuthenticationError, AuthorizationError, ReadOnlyError
 
 # Replies that mean "the stream or group is gone": NOGROUP, or UNBLOCKED for a blocked read
 # whose stream was deleted under it (Redis 7).
@@ -29,7 +29,8 @@ def is_redis_fault(exc: BaseException) -> bool:
     if isinstance(exc, AuthenticationError | AuthorizationError):
         return False
     # BusyLoadingError (Redis loading its dump) is a ConnectionError.
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    # READONLY: a master demoted by a failover, still reached by a kept connection.
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | ReadOnlyError):
         return True
     return isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
 
@@ -40,7 +41,9 @@ def is_missing_group(exc: BaseException) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
+    """``url`` with any password replaced by ``***`` (in each part of a sentinel URL)."""
+    if ";" in url:
+        return ";".join(redact_url(part) for part in url.split(";"))
     parts = urlsplit(url)
     if not parts.password:
         return url

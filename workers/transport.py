@@ -33,7 +33,7 @@ from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from planloop.config.celery import STEP_TASK, TRANSPORT
+from planloop.config.celery import STEP_TASK, TRANSPORT, TRANSPORTS
 from planloop.core.errors import ConfigError
 from planloop.core.receipts import Receipt, receipts
 from planloop.core.seams import check_transport_options
@@ -130,6 +130,17 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """:class:`Channel` whose connection pool is kombu's sentinel-managed one (the master's,
+    looked up again on every new connection)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's sentinel transport with :class:`SentinelChannel`."""
+
+    Channel = SentinelChannel
+
+
 class BrokerConnection(KombuConnection):
     """A kombu connection whose URI names the Redis scheme its transport speaks.
 
@@ -144,9 +155,11 @@ class BrokerConnection(KombuConnection):
             uri: str = super().as_uri(include_password, mask)
         else:
             uri = super().as_uri(include_password, mask, getfields)
-        if self.transport_cls != TRANSPORT:
+        if self.transport_cls not in TRANSPORTS:
             return uri
         _, sep, rest = uri.partition("://")
+        if self.transport_cls != TRANSPORT:
+            return f"sentinel{sep}{rest}"  # Flower's sentinel broker client
         return f"{'rediss' if self.ssl else 'redis'}{sep}{rest}"
 
 
