@@ -9,17 +9,26 @@ PLANLOOP_REDIS_SENTINEL_PASSWORD. :func:`redis_address` reads the three into a
 :class:`RedisAddress`; :func:`sync_client` and :func:`async_client` build clients from it,
 and a plain URL string still works wherever no sentinel is involved.
 
-A sentinel client asks the sentinels for the master on every new connection, so a failover
-costs each process a reconnect. One redis-py gap is closed here: the asyncio pool returns a
-connection to the pool whatever server it talks to, so connections that were busy while the
-master changed would keep talking to the old master, now a replica (stale reads; writes
-answered READONLY). :class:`_AsyncMasterPool` drops such a connection when it is released.
+A sentinel client asks the sentinels for the master on every new connection. Two redis-py
+gaps are closed here, both about connections that stay open across a failover:
+
+* redis-py asks only when it connects. A master that was demoted while reachable (a planned
+  failover, a partition that healed) keeps its clients: until the sentinels reconfigure it,
+  seconds later, it still accepts writes the new master never sees. The pools here ask the
+  sentinels again at most every ``MASTER_CHECK_S`` when a connection is taken, and drop the
+  idle connections to a former master (redis-py's own reaction to a changed address).
+* The asyncio pool takes a connection back whatever server it talks to, so connections in
+  use while the address changed would stay on the old master (stale reads, READONLY on
+  writes); :class:`_AsyncMasterPool` drops them when they are released, as the sync pool does.
+
 A ``READONLY`` reply itself is turned by redis-py into a ConnectionError after disconnecting
-that connection, which the clients' retry tries once more on the new master.
+that connection, which the client's retry tries again, on the new master.
 """
 
 from __future__ import annotations
 
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
 SENTINEL_SCHEME = "sentinel"
 SENTINEL_PORT = 26379
 URL_SETTING = "PLANLOOP_REDIS_URL"
+MASTER_CHECK_S = 1.0  # how often a pool asks the sentinels whether the master moved
 MASTER_SETTING = "PLANLOOP_REDIS_SENTINEL_MASTER"
 # The socket options a sentinel connection takes from the client's (redis-py's own rule
 # when no sentinel options are given); a sentinel that hangs must not hold a client longer.
@@ -159,7 +169,7 @@ def sync_client(target: str | RedisAddress, **options: Any) -> redis.Redis:
     s = address.sentinel
     single = bool(options.pop("single_connection_client", False))
     manager = Sentinel(list(s.sentinels), sentinel_kwargs=_sentinel_kwargs(s, options))  # type: ignore[no-untyped-call]
-    pool = SentinelConnectionPool(s.master, manager, is_master=True, **_data_kwargs(s, options))  # type: ignore[no-untyped-call]
+    pool = _MasterPool(s.master, manager, is_master=True, **_data_kwargs(s, options))
     client = redis.Redis(connection_pool=pool, single_connection_client=single)
     client.auto_close_connection_pool = True  # as master_for's: closed with the client
     return client
@@ -191,12 +201,40 @@ def async_client(
     return client
 
 
-class _AsyncMasterPool(AsyncSentinelConnectionPool):
-    """redis-py's asyncio sentinel pool, minus connections to a former master.
+class _MasterPool(SentinelConnectionPool):
+    """redis-py's sentinel pool, asking the sentinels whether the master moved at most every
+    ``MASTER_CHECK_S`` (module docstring)."""
 
-    The sync pool drops a released connection whose server is no longer the master; the
-    asyncio one keeps it, so it would go on reading a replica's (possibly stale) data.
-    """
+    _next_check = 0.0
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + MASTER_CHECK_S
+            with suppress(redis.ConnectionError, redis.TimeoutError):  # the connect says so
+                self.get_master_address()  # type: ignore[no-untyped-call]
+        return super().get_connection(*args, **kwargs)
+
+
+class _AsyncMasterPool(AsyncSentinelConnectionPool):
+    """redis-py's asyncio sentinel pool, minus connections to a former master (module
+    docstring): the address is checked at most every ``MASTER_CHECK_S``, and a released
+    connection to another server than the master is closed."""
+
+    _next_check = 0.0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + MASTER_CHECK_S  # set first: one check however many wait
+            with suppress(redis.ConnectionError, redis.TimeoutError):
+                await self.get_master_address()
+        return await super().get_connection(*args, **kwargs)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        for sentinel in self.sentinel_manager.sentinels:  # their connections are the pool's
+            await sentinel.aclose()
 
     async def release(self, connection: Any) -> None:
         if (

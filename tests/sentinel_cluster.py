@@ -92,6 +92,17 @@ class SentinelCluster:
                 client.close()
         return None
 
+    def role(self, port: int) -> str | None:
+        """``master`` or ``slave``, as the data server on ``port`` says; None when silent."""
+        server = next(s for s in self.data if s.port == port)
+        client = server.client()
+        try:
+            return str(client.info("replication").get("role"))
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
     def master(self) -> Server:
         port = self.master_port()
         return next(s for s in self.data if s.port == port)
@@ -133,8 +144,8 @@ class SentinelCluster:
         return Server(f"{index}", port, self._popen([self.binary, str(conf), "--sentinel"], folder))
 
     def _popen(self, args: list[str], folder: Path) -> subprocess.Popen[bytes]:
-        log = (folder / "log.txt").open("wb")
-        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+        with (folder / "log.txt").open("wb") as log:  # the child keeps its own copy
+            return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
 
     def _linked(self, replica: Server) -> bool:
         client = replica.client()
