@@ -169,7 +169,7 @@ def sync_client(target: str | RedisAddress, **options: Any) -> redis.Redis:
     s = address.sentinel
     single = bool(options.pop("single_connection_client", False))
     manager = Sentinel(list(s.sentinels), sentinel_kwargs=_sentinel_kwargs(s, options))  # type: ignore[no-untyped-call]
-    pool = _MasterPool(s.master, manager, is_master=True, **_data_kwargs(s, options))
+    pool = _MasterPool(s.master, manager, is_master=True, **_data_kwargs(s, options))  # type: ignore[no-untyped-call]
     client = redis.Redis(connection_pool=pool, single_connection_client=single)
     client.auto_close_connection_pool = True  # as master_for's: closed with the client
     return client
@@ -228,8 +228,8 @@ class _AsyncMasterPool(AsyncSentinelConnectionPool):
         if now >= self._next_check:
             self._next_check = now + MASTER_CHECK_S  # set first: one check however many wait
             with suppress(redis.ConnectionError, redis.TimeoutError):
-                await self.get_master_address()
-        return await super().get_connection(*args, **kwargs)
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     async def aclose(self) -> None:
         await super().aclose()
