@@ -21,6 +21,11 @@ gaps are closed here, both about connections that stay open across a failover:
   use while the address changed would stay on the old master (stale reads, READONLY on
   writes); :class:`_AsyncMasterPool` drops them when they are released, as the sync pool does.
 
+* A sentinel connection dropped under a command (the master died) reconnects, in redis-py,
+  to the address it had: a client's retry, and a single-connection client (a blocking
+  stream reader) forever, would knock at the dead master. :class:`_MasterConnection` and
+  its asyncio twin reconnect through the sentinels.
+
 A ``READONLY`` reply itself is turned by redis-py into a ConnectionError after disconnecting
 that connection, which the client's retry tries again, on the new master.
 """
@@ -37,7 +42,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from planloop.core.config_errors import ConfigError
 from planloop.core.redis_faults import redact_url
@@ -169,7 +175,13 @@ def sync_client(target: str | RedisAddress, **options: Any) -> redis.Redis:
     s = address.sentinel
     single = bool(options.pop("single_connection_client", False))
     manager = Sentinel(list(s.sentinels), sentinel_kwargs=_sentinel_kwargs(s, options))  # type: ignore[no-untyped-call]
-    pool = _MasterPool(s.master, manager, is_master=True, **_data_kwargs(s, options))  # type: ignore[no-untyped-call]
+    pool = _MasterPool(
+        s.master,
+        manager,
+        is_master=True,
+        connection_class=_MasterConnection,
+        **_data_kwargs(s, options),
+    )  # type: ignore[no-untyped-call]
     client = redis.Redis(connection_pool=pool, single_connection_client=single)
     client.auto_close_connection_pool = True  # as master_for's: closed with the client
     return client
@@ -195,10 +207,35 @@ def async_client(
     if max_connections is not None:
         pool_class = _AsyncBlockingMasterPool
         options = {**options, "max_connections": max_connections}
-    master_pool = pool_class(s.master, manager, is_master=True, **_data_kwargs(s, options))
+    master_pool = pool_class(
+        s.master,
+        manager,
+        is_master=True,
+        connection_class=_AsyncMasterConnection,
+        **_data_kwargs(s, options),
+    )
     client = aioredis.Redis(connection_pool=master_pool, single_connection_client=single)
     client.auto_close_connection_pool = True
     return client
+
+
+class _MasterConnection(SentinelManagedConnection):
+    """redis-py's sentinel connection, asking the sentinels where to reconnect (module
+    docstring)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.connect()  # type: ignore[no-untyped-call]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+
+class _AsyncMasterConnection(AsyncSentinelManagedConnection):
+    """The asyncio twin of :class:`_MasterConnection`."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self.is_connected:
+            await self.connect()  # type: ignore[no-untyped-call]
+        await super().send_packed_command(command, check_health)
 
 
 class _MasterPool(SentinelConnectionPool):

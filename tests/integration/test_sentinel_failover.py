@@ -43,7 +43,7 @@ def chain_of_writes(n: int) -> Plan:
             "id": f"w{i}",
             "tool": "bench.write",
             "params": {"label": f"w{i}", "seconds": WRITE_S},
-            "depends_on": [f"w{i - 1}"] if i else [],
+            "dependencies": [f"w{i - 1}"] if i else [],
             "timeout_s": 10,
             "max_retries": 5,
         }
