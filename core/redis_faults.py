@@ -18,8 +18,9 @@ from redis.exceptions import AuthenticationError, AuthorizationError, ReadOnlyEr
 # Replies that mean "the stream or group is gone": NOGROUP, or UNBLOCKED for a blocked read
 # whose stream was deleted under it (Redis 7).
 _GONE_REPLIES = ("NOGROUP", "UNBLOCKED")
-# Replies that mean "Redis is not there yet", not "the command is wrong".
-_TRANSIENT_REPLIES = (*_GONE_REPLIES, "LOADING", "MASTERDOWN", "TRYAGAIN")
+# Replies that mean "Redis is not there yet", not "the command is wrong" (NOREPLICAS: a
+# master with min-replicas-to-write and no replica in sync, e.g. during a failover).
+_TRANSIENT_REPLIES = (*_GONE_REPLIES, "LOADING", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
 
 
 def is_redis_fault(exc: BaseException) -> bool:

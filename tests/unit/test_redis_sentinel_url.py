@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from pydantic import SecretStr
+from redis.exceptions import ReadOnlyError
 
 from planloop.config.celery import SENTINEL_TRANSPORT, TRANSPORT, celery_config
 from planloop.config.settings import Settings
@@ -14,7 +16,7 @@ from planloop.core.redis_client import (
     parse_redis_url,
     redis_address,
 )
-from planloop.core.redis_faults import redact_url
+from planloop.core.redis_faults import is_redis_fault, redact_url
 from planloop.core.redis_urls import same_redis
 from planloop.core.settings_check import check_settings
 
@@ -131,3 +133,9 @@ def test_redis_address_reads_the_settings() -> None:
     assert address.sentinel is not None
     assert address.sentinel.master == "m"
     assert address.sentinel.sentinel_password is None
+
+
+def test_a_demoted_master_and_a_master_without_replicas_are_faults_to_ride_out() -> None:
+    assert is_redis_fault(ReadOnlyError("You can't write against a read only replica."))
+    assert is_redis_fault(redis.ResponseError("NOREPLICAS Not enough good replicas to write."))
+    assert not is_redis_fault(redis.ResponseError("WRONGTYPE Operation against a key"))
