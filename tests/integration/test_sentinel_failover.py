@@ -17,7 +17,8 @@ import redis
 from planloop.core.models import SessionRecord, SessionStatus
 from planloop.core.redis_client import async_client, parse_redis_url
 from planloop.planner.plan import Plan
-from tests.conftest import wait_for
+from planloop.producer.stack import redis_server_binary
+from tests.conftest import TEST_REDIS_SERVER, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from tests.sentinel_cluster import MASTER_NAME, SentinelCluster
 
@@ -30,7 +31,8 @@ WRITE_S = 0.4
 
 @pytest.fixture
 def cluster() -> Iterator[SentinelCluster]:
-    started = SentinelCluster().start()
+    # the servers `make test`'s second pass runs on (Redis 6.2), when it names them
+    started = SentinelCluster(binary=TEST_REDIS_SERVER or redis_server_binary()).start()
     try:
         yield started
     finally:
