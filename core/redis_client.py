@@ -55,6 +55,7 @@ SENTINEL_SCHEME = "sentinel"
 SENTINEL_PORT = 26379
 URL_SETTING = "PLANLOOP_REDIS_URL"
 MASTER_CHECK_S = 1.0  # how often a pool asks the sentinels whether the master moved
+SENTINEL_TIMEOUT_S = 1.0  # a sentinel's socket time-outs when the client sets none
 MASTER_SETTING = "PLANLOOP_REDIS_SENTINEL_MASTER"
 # The socket options a sentinel connection takes from the client's (redis-py's own rule
 # when no sentinel options are given); a sentinel that hangs must not hold a client longer.
@@ -315,6 +316,11 @@ def _bad_url(url: str, why: str) -> ConfigError:
 
 def _sentinel_kwargs(s: SentinelAddress, options: dict[str, Any]) -> dict[str, Any]:
     kwargs = {k: v for k, v in options.items() if k in _SENTINEL_SOCKET_OPTIONS}
+    # A sentinel answers in milliseconds; one whose host drops packets must not hold a
+    # connect (or the once-a-second master check) for the system's TCP time-out.
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        if kwargs.get(name) is None:
+            kwargs[name] = SENTINEL_TIMEOUT_S
     if s.sentinel_password:
         kwargs["password"] = s.sentinel_password
     return kwargs

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
+import redis.asyncio as aioredis
 from pydantic import SecretStr
 from redis.exceptions import ReadOnlyError
 
@@ -11,10 +14,13 @@ from planloop.config.celery import SENTINEL_TRANSPORT, TRANSPORT, celery_config
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, PlanloopError
 from planloop.core.redis_client import (
+    SENTINEL_TIMEOUT_S,
     SentinelAddress,
     SentinelMasterMissingError,
+    async_client,
     parse_redis_url,
     redis_address,
+    sync_client,
 )
 from planloop.core.redis_faults import is_redis_fault, redact_url
 from planloop.core.redis_urls import same_redis
@@ -139,3 +145,28 @@ def test_a_demoted_master_and_a_master_without_replicas_are_faults_to_ride_out()
     assert is_redis_fault(ReadOnlyError("You can't write against a read only replica."))
     assert is_redis_fault(redis.ResponseError("NOREPLICAS Not enough good replicas to write."))
     assert not is_redis_fault(redis.ResponseError("WRONGTYPE Operation against a key"))
+
+
+def test_sentinel_clients_log_in_on_each_side_and_bound_the_sentinels_time_outs() -> None:
+    address = parse_redis_url(
+        "sentinel://:data@h1:26379;sentinel://h2:26380/3", master="m", sentinel_password="sent"
+    )
+    client = sync_client(address, decode_responses=True)  # nothing connects yet
+    pool: Any = client.connection_pool
+    assert pool.connection_kwargs["db"] == 3
+    assert pool.connection_kwargs["password"] == "data"
+    assert pool.service_name == "m"
+    sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
+    assert [(k["host"], k["port"]) for k in sentinels] == [("h1", 26379), ("h2", 26380)]
+    assert {k["password"] for k in sentinels} == {"sent"}
+    assert {k["socket_connect_timeout"] for k in sentinels} == {SENTINEL_TIMEOUT_S}
+    client.close()
+
+
+def test_the_async_client_waits_for_a_connection_when_bounded() -> None:
+    address = parse_redis_url(TWO, master="m")
+    client = async_client(address, max_connections=4, timeout=2)
+    assert isinstance(client.connection_pool, aioredis.BlockingConnectionPool)
+    assert client.connection_pool.max_connections == 4
+    plain = async_client("redis://127.0.0.1:1/0", max_connections=4, timeout=2)
+    assert isinstance(plain.connection_pool, aioredis.BlockingConnectionPool)
