@@ -20,6 +20,8 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   ├── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
     │   ├── SchemaBehindError       [planloop.core.migrate] the SQL record's schema is older
     │   │                           than this Planloop needs: run `planloop db upgrade`
+    │   ├── SentinelMasterMissingError  [planloop.core.redis_client] a sentinel:// Redis URL
+    │   │                           without PLANLOOP_REDIS_SENTINEL_MASTER
     │   └── BadLessonError          [planloop.producer.lesson_add] a seeded lesson that does
     │                               not pass its checks
     ├── InputLimitError             a goal, signal or reason that breaks an input limit

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from planloop.config.celery import TRANSPORT
+from planloop.config.celery import TRANSPORT, TRANSPORTS
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LibraryVersionError
 from planloop.core.redis_faults import redact_url
@@ -289,7 +289,7 @@ def check_celery_app(app: Any, settings: Settings) -> None:
                 f"Redis; unset {setting}{_config_source()}",
                 setting=setting,
             )
-    if conf.broker_transport != TRANSPORT:
+    if conf.broker_transport not in TRANSPORTS:
         raise ConfigError(
             f"Celery's broker_transport is {conf.broker_transport!r}; Planloop's hooks need "
             f"its own Redis transport {TRANSPORT!r} (remove the setting from the Celery "

@@ -26,6 +26,7 @@ from planloop.core.live_tools import LiveTools
 from planloop.core.logs import bind
 from planloop.core.models import SessionStatus
 from planloop.core.record import SqlRecord
+from planloop.core.redis_client import redis_address
 from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.routing import queue_lengths
@@ -85,7 +86,7 @@ class Supervisor:
         # fallback when no worker is live.
         tools = LiveTools.from_redis(
             load_tools(settings.tool_modules),
-            catalogue_client(settings.redis_url),
+            catalogue_client(redis_address(settings)),
             Keys(settings.key_prefix),
             max_age_s=settings.worker_heartbeat_s,
             on_local=lambda note: log.info("supervisor: %s", note),
@@ -95,7 +96,7 @@ class Supervisor:
         chat = build_chat_model(settings) if settings.llm_base_url else None
         self.ctx = SupervisorContext(
             settings=settings,
-            store=SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix)),
+            store=SessionStore.from_url(redis_address(settings), Keys(settings.key_prefix)),
             record=record,
             dispatcher=Dispatcher(settings, tools),
             tools=tools,
@@ -139,7 +140,7 @@ class Supervisor:
             await self.store.r.aclose()
             return
         keeper = LeaseKeeper(
-            self.settings.redis_url,
+            redis_address(self.settings),
             self.store.keys,
             self.settings.lease_ttl_s,
             owned=self._leases,
@@ -500,7 +501,7 @@ def serve_metrics(settings: Settings) -> None:
     metrics.PRICES.update(settings.llm_prices)
     if not settings.supervisor_metrics_port:
         return
-    client, keys = connect(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = connect(redis_address(settings)), Keys(settings.key_prefix)
     depth = metrics.QueueDepth(queue_lengths(client, keys, settings.queue))
     active = metrics.ActiveSessions(lambda: int(client.scard(keys.active)))
     owner = f"{socket.gethostname()}:{os.getpid()}:{settings.supervisor_metrics_port}"
