@@ -49,14 +49,16 @@ class BenchEnv:
 
 
 @contextmanager
-def bench_env(name: str, **overrides: object) -> Iterator[BenchEnv]:
+def bench_env(name: str, *, private_redis: bool = False, **overrides: object) -> Iterator[BenchEnv]:
     """Settings with a private key prefix and queue on db 14 (or an embedded Redis).
 
-    The prefix's keys and the queue's keys are deleted on the way out.
+    With ``private_redis`` the run always gets a redis-server of its own, so server-wide
+    counters (``INFO commandstats``) hold this run's traffic only. The prefix's keys and
+    the queue's keys are deleted on the way out.
     """
     embedded = None
     url = BENCH_REDIS_URL
-    if not redis_answers(url):
+    if private_redis or not redis_answers(url):
         embedded = EmbeddedRedis().start()
         url = embedded.url
     directory = Path(tempfile.mkdtemp(prefix=f"planloop-{name}-"))

@@ -11,6 +11,10 @@ In one run, on one stack (one supervisor, one worker process):
 
 The last line is the ratio of (3)'s steps per second to (2)'s (target >= 0.8).
 
+``--idle N`` instead measures only what ``N`` waiting sessions cost, on a private
+redis-server: supervisor CPU, Redis commands per second and RSS per waiting session
+(bench/idle_sessions.py).
+
 Run from the repo root: ``python bench/sessions.py`` (``--quick`` for 200 x 5).
 """
 
@@ -44,6 +48,7 @@ from bench.common import (
     print_table,
     wait_for,
 )
+from bench.idle_sessions import measure_parked, print_idle
 from planloop.core.keys import Keys
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan, Step
@@ -251,6 +256,28 @@ def py_spy(pid: int, out: str | None) -> Iterator[None]:
         proc.wait(30)
 
 
+def run_idle(n: int, window_s: float, setup_timeout_s: float) -> int:
+    """``--idle N``: what N waiting sessions cost one supervisor, on a private Redis."""
+    settings = {"session_concurrency": SESSION_CONCURRENCY, "worker_concurrency": WORKER_THREADS}
+    with bench_env("idle", private_redis=True, **settings) as bench:  # noqa: SIM117
+        with planloop_stack(bench, concurrency=WORKER_THREADS) as (stack, producer):
+            supervisor = next(p for p in stack.processes if "supervisor" in p.args)  # type: ignore[operator]
+            run_sessions(bench, producer, 1, WARMUP_STEPS, timeout_s=120)
+            # The waiting sessions are not cancelled: the stack and its private Redis go.
+            result, _ = measure_parked(
+                bench,
+                producer,
+                n,
+                supervisor.pid,
+                window_s=window_s,
+                setup_timeout_s=setup_timeout_s,
+            )
+            lost = lease_losses(stack.log_dir)
+    print_idle(result)
+    print(f"idle: {lost} lease(s) lost in the whole run")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=1000, help="Concurrent sessions.")
@@ -272,7 +299,24 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="Record the supervisor with py-spy (collapsed stacks) during the many-sessions run.",
     )
+    parser.add_argument(
+        "--idle",
+        type=int,
+        metavar="N",
+        help="Only measure N sessions waiting for approval (CPU, Redis commands/s, RSS each).",
+    )
+    parser.add_argument(
+        "--window", type=float, default=10.0, help="Seconds per --idle measurement window."
+    )
+    parser.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=300.0,
+        help="With --idle: seconds to wait for the sessions to be waiting; measures what it got.",
+    )
     args = parser.parse_args(argv)
+    if args.idle is not None:
+        return run_idle(args.idle, args.window, args.setup_timeout)
     sessions = 200 if args.quick else args.sessions
     steps = args.steps
     total = sessions * steps

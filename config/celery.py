@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from planloop.config.settings import Settings
+from planloop.core.redis_client import redis_address
 
 STEP_TASK = "planloop.step"
 TRANSPORT = "planloop.workers.transport:Transport"
 """The ``broker_transport`` of every Planloop app: kombu's Redis transport, minus a client
 construction per publish and ack (workers/transport.py)."""
+SENTINEL_TRANSPORT = "planloop.workers.transport:SentinelTransport"
+"""The same behind Redis Sentinel (a ``sentinel://`` PLANLOOP_REDIS_URL): kombu's sentinel
+transport, which asks the sentinels for the master on every (re)connection."""
+TRANSPORTS = (TRANSPORT, SENTINEL_TRANSPORT)
 
 
 def step_task_name(tool: str) -> str:
@@ -21,10 +26,19 @@ def step_task_name(tool: str) -> str:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery settings every Planloop worker and dispatcher uses."""
+    """The Celery settings every Planloop worker and dispatcher uses.
+
+    Raises:
+        ConfigError: a sentinel PLANLOOP_REDIS_URL without PLANLOOP_REDIS_SENTINEL_MASTER,
+            or one that does not parse.
+    """
+    address = redis_address(settings)
+    transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if address.sentinel is not None:
+        transport_options.update(address.sentinel.transport_options())
     return {
-        "broker_url": settings.redis_url,
-        "broker_transport": TRANSPORT,
+        "broker_url": address.broker_url(),
+        "broker_transport": TRANSPORT if address.sentinel is None else SENTINEL_TRANSPORT,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -49,7 +63,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": 100,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "broker_transport_options": transport_options,
         "task_default_queue": settings.queue,
         "task_routes": {STEP_TASK: {"queue": settings.queue}},
     }

@@ -24,6 +24,7 @@ import redis
 from pydantic import BaseModel, Field, ValidationError
 
 from planloop.core.keys import Keys
+from planloop.core.redis_client import RedisAddress, sync_client
 from planloop.core.tools import SideEffect, ToolRegistry, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,9 @@ MIN_RELOAD_S = 1.0
 READ_TIMEOUT_S = 0.2
 
 
-def catalogue_client(url: str) -> redis.Redis:
+def catalogue_client(url: str | RedisAddress) -> redis.Redis:
     """A client for reading the catalogue from a loop that must not wait on Redis for long."""
-    return redis.Redis.from_url(
+    return sync_client(
         url,
         decode_responses=True,
         socket_timeout=READ_TIMEOUT_S,

@@ -15,6 +15,14 @@ across a Redis loss.
    committed receipt back. If ``make_receipt`` raises, the transaction rolls back and a later
    attempt may apply the effect.
 
+Each call passes through the attempt's fence (core/effect_fence.py): an attempt whose
+timeout passed is refused before step 1 (recorded as a late effect: a warning, a metric and
+the audit file), and steps 3-4 run inside :meth:`AttemptFence.applying`, so an effect is
+either refused or, already applying, commits under the step's key for the next attempt to
+find and compensation to undo. A database that refuses the write (disk full, locked) raises
+:class:`core.errors.StoreWriteError`: an infrastructure fault the supervisor retries once
+the store recovers, never the tool's failure.
+
 The remaining window: a worker killed after the external effect happened and before its
 transaction committed (the database rolls the claim back when the connection dies, and the
 next attempt applies the effect again). For the bundled simulated tools the receipt *is* the
@@ -46,7 +54,9 @@ from sqlalchemy.exc import DBAPIError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from planloop.config.settings import Settings
-from planloop.core.errors import EffectNotRecordedError
+from planloop.core.effect_fence import AttemptFence
+from planloop.core.errors import EffectNotRecordedError, LateEffectRefused, StoreWriteError
+from planloop.core.metrics import count_late_effect
 from planloop.core.record import EffectRow, make_engine
 from planloop.core.tools import ToolContext
 
@@ -68,16 +78,23 @@ class EffectAudit:
 
     A test and benchmark aid (``PLANLOOP_EFFECT_AUDIT_PATH``): lines are appended with
     ``O_APPEND`` in one ``write`` each, which local filesystems keep whole across processes,
-    so a key seen twice is an effect applied twice.
+    so a key seen twice is an effect applied twice. A late effect the fence refused is a
+    line with ``"refused": true``, which applied nothing and is not counted as applied.
     """
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
-    def append(self, idempotency_key: str, tool: str) -> None:
-        line = json.dumps(
-            {"key": idempotency_key, "tool": tool, "pid": os.getpid(), "at": time.time()}
-        )
+    def append(self, idempotency_key: str, tool: str, *, refused: bool = False) -> None:
+        entry: dict[str, Any] = {
+            "key": idempotency_key,
+            "tool": tool,
+            "pid": os.getpid(),
+            "at": time.time(),
+        }
+        if refused:
+            entry["refused"] = True
+        line = json.dumps(entry)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, f"{line}\n".encode())
@@ -86,10 +103,17 @@ class EffectAudit:
 
     def counts(self) -> Counter[str]:
         """Applications per key."""
+        return Counter(e["key"] for e in self._entries() if not e.get("refused"))
+
+    def refusals(self) -> Counter[str]:
+        """Late effects the fence refused, per key (each applied nothing)."""
+        return Counter(e["key"] for e in self._entries() if e.get("refused"))
+
+    def _entries(self) -> list[dict[str, Any]]:
         if not self.path.exists():
-            return Counter()
+            return []
         lines = self.path.read_text().splitlines()
-        return Counter(json.loads(line)["key"] for line in lines if line.strip())
+        return [json.loads(line) for line in lines if line.strip()]
 
     def count(self, idempotency_key: str) -> int:
         return self.counts()[idempotency_key]
@@ -159,16 +183,43 @@ class SqlEffectLedger:
         make_receipt: Callable[[], dict[str, Any]],
         ctx: ToolContext | None = None,
     ) -> dict[str, Any]:
-        """Run ``make_receipt`` once per key and return the first receipt ever recorded."""
-        cached = self.cache.get(idempotency_key) if self.cache else None
-        if cached is not None:
-            return cached
-        known = self.receipt(idempotency_key)
-        if known is None:
-            known = self._claim_and_apply(idempotency_key, make_receipt, ctx)
+        """Run ``make_receipt`` once per key and return the first receipt ever recorded.
+
+        Raises:
+            LateEffectRefused: ``ctx``'s attempt timed out before the effect was applied.
+            StoreWriteError: the database refused the ledger's read or write.
+        """
+        fence = ctx.fence if ctx is not None else AttemptFence()
+        try:
+            fence.admit(idempotency_key)
+            cached = self.cache.get(idempotency_key) if self.cache else None
+            if cached is not None:
+                return cached
+            known = self.receipt(idempotency_key)
+            if known is None:
+                known = self._claim_and_apply(idempotency_key, make_receipt, ctx, fence)
+        except LateEffectRefused:
+            self._refused(idempotency_key, ctx)
+            raise
+        except DBAPIError as exc:
+            raise StoreWriteError(idempotency_key, _cause(exc)) from exc
         if self.cache:
             self.cache.put(idempotency_key, known)  # after the commit: the cache never leads
         return known
+
+    def _refused(self, key: str, ctx: ToolContext | None) -> None:
+        """Record a late effect the fence refused: it applied nothing."""
+        tool = ctx.tool if ctx else ""
+        log.warning(
+            "session=%s step=%s attempt=%d effect=%s refused: the attempt timed out first",
+            ctx.session_id if ctx else "",
+            ctx.step_id if ctx else "",
+            ctx.attempt if ctx else 0,
+            key,
+        )
+        count_late_effect(tool, "refused")
+        if self.audit is not None:
+            self.audit.append(key, tool, refused=True)
 
     def receipt(self, idempotency_key: str) -> dict[str, Any] | None:
         """The committed receipt of ``idempotency_key``, if any."""
@@ -190,18 +241,24 @@ class SqlEffectLedger:
         key: str,
         make_receipt: Callable[[], dict[str, Any]],
         ctx: ToolContext | None,
+        fence: AttemptFence,
     ) -> dict[str, Any]:
         row = _row(key, ctx)
         made: dict[str, Any] | None = None
         try:
-            with self.engine.begin() as conn:
-                if _insert_ignore(conn, row):  # waits while a racer's claim is uncommitted
-                    made = make_receipt()
-                    conn.execute(
-                        update(EFFECTS)
-                        .where(EFFECTS.c.idempotency_key == key)
-                        .values(receipt=json.dumps(made), created_at=time.time())
-                    )
+            with self.engine.connect() as conn, conn.begin() as claim:
+                # the insert waits while a racer's claim is uncommitted
+                if _insert_ignore(conn, row):
+                    # refused here once the attempt timed out: the claim rolls back
+                    with fence.applying(key):
+                        made = make_receipt()
+                        conn.execute(
+                            update(EFFECTS)
+                            .where(EFFECTS.c.idempotency_key == key)
+                            .values(receipt=json.dumps(made), created_at=time.time())
+                        )
+                        claim.commit()  # inside the fence: a late one is counted below
+                        self._note_late(fence, key, row)
             if made is not None:
                 # Audited once committed: a worker killed before the commit applied nothing
                 # (the receipt is the bundled tools' effect), and the next attempt applies it.
@@ -224,6 +281,22 @@ class SqlEffectLedger:
             raise EffectNotRecordedError(key)
         return stored
 
+    @staticmethod
+    def _note_late(fence: AttemptFence, key: str, row: dict[str, Any]) -> None:
+        """An effect committed after its attempt's timeout: it was already applying, so it
+        stands (recorded against the step; the next attempt finds it, compensation undoes
+        it)."""
+        if fence.closed:
+            log.warning(
+                "session=%s step=%s attempt=%d effect=%s committed after the attempt timed "
+                "out: the step's next attempt reuses it, compensation undoes it",
+                row["session_id"],
+                row["step_id"],
+                row["attempt"],
+                key,
+            )
+            count_late_effect(row["tool"], "committed")
+
     def _audit(self, key: str, tool: str) -> None:
         if self.audit is not None:
             self.audit.append(key, tool)
@@ -244,6 +317,11 @@ def _row(key: str, ctx: ToolContext | None) -> dict[str, Any]:
         "receipt": None,
         "created_at": time.time(),
     }
+
+
+def _cause(exc: DBAPIError) -> str:
+    """The database's own words, on one line (``database or disk is full``)."""
+    return " ".join(str(exc.orig or exc).split())[:200]
 
 
 def _insert_ignore(conn: Connection, row: dict[str, Any]) -> bool:

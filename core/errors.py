@@ -20,6 +20,8 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   ├── ToolModuleError         a PLANLOOP_TOOL_MODULES module that cannot be imported
     │   ├── SchemaBehindError       [planloop.core.migrate] the SQL record's schema is older
     │   │                           than this Planloop needs: run `planloop db upgrade`
+    │   ├── SentinelMasterMissingError  [planloop.core.redis_client] a sentinel:// Redis URL
+    │   │                           without PLANLOOP_REDIS_SENTINEL_MASTER
     │   └── BadLessonError          [planloop.producer.lesson_add] a seeded lesson that does
     │                               not pass its checks
     ├── InputLimitError             a goal, signal or reason that breaks an input limit
@@ -34,6 +36,9 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     │   ├── UnknownToolError        no tool registered under that name
     │   ├── TransientToolError      worth retrying (network blip, 5xx, rate limit)
     │   │   └── EffectNotRecordedError  a write's key was claimed but holds no receipt
+    │   ├── StoreWriteError         the effect ledger could not write (disk full, locked):
+    │   │                           an infrastructure fault, retried once the store recovers
+    │   ├── LateEffectRefused       an effect asked for after its attempt timed out (refused)
     │   ├── PermanentToolError      retrying cannot help (bad input, not found)
     │   │   ├── OutputTooLarge      an output or param above value_max_bytes
     │   │   ├── ToolParamsError     params that do not fit the tool's schema
@@ -118,9 +123,11 @@ from planloop.core.tool_errors import (
     AgentStepExhausted,
     AgentStepStalled,
     EffectNotRecordedError,
+    LateEffectRefused,
     OutputTooLarge,
     PermanentToolError,
     StepAttemptFailed,
+    StoreWriteError,
     ToolError,
     ToolParamsError,
     ToolTimeoutError,
@@ -144,6 +151,7 @@ __all__ = [
     "LLMError",
     "LLMResponseError",
     "LLMUnavailableError",
+    "LateEffectRefused",
     "LibraryVersionError",
     "NoLiveWorkerError",
     "OutputTooLarge",
@@ -162,6 +170,7 @@ __all__ = [
     "SessionNotFoundError",
     "StepAttemptFailed",
     "StepNotFoundError",
+    "StoreWriteError",
     "StoredSessionError",
     "ToolError",
     "ToolModuleError",

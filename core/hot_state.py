@@ -26,12 +26,15 @@ from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import BreakerAllow, BreakerRecord, RecordOutcome, StartAttempt
 from planloop.core.models import Event, SessionOptions, SessionRecord, StepState
 from planloop.core.receipts import KOMBU_UNACKED, KOMBU_UNACKED_INDEX, Receipt
+from planloop.core.redis_client import RedisAddress, sync_client
 
 RETRY_CAP_S = 1.0  # longest wait between two tries of a command (connect with retry_s)
 
 
-def connect(url: str, *, retry_s: float = 0, connect_timeout_s: float | None = None) -> redis.Redis:
-    """A Redis client that answers ``str``.
+def connect(
+    url: str | RedisAddress, *, retry_s: float = 0, connect_timeout_s: float | None = None
+) -> redis.Redis:
+    """A Redis client that answers ``str`` (of the master, for a sentinel address).
 
     With ``retry_s``, a command that meets a Redis fault (connection refused or dropped, a
     time-out, Redis loading its dump) is tried again with back-off (up to ``RETRY_CAP_S``
@@ -40,7 +43,7 @@ def connect(url: str, *, retry_s: float = 0, connect_timeout_s: float | None = N
     the system's TCP time-out, minutes).
     """
     if not retry_s:
-        return redis.Redis.from_url(
+        return sync_client(
             url,
             decode_responses=True,
             health_check_interval=30,
@@ -49,7 +52,7 @@ def connect(url: str, *, retry_s: float = 0, connect_timeout_s: float | None = N
     retry = Retry(
         ExponentialBackoff(cap=RETRY_CAP_S, base=0.05), math.ceil(retry_s / RETRY_CAP_S) + 5
     )
-    return redis.Redis.from_url(
+    return sync_client(
         url,
         decode_responses=True,
         health_check_interval=30,

@@ -23,6 +23,7 @@ import redis
 from planloop.config.settings import Settings
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.redis_client import redis_address
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def session_slot(
         with _CLIENTS_LOCK:
             client = _CLIENTS.get(settings.redis_url)
             if client is None:
-                client = _CLIENTS[settings.redis_url] = connect(settings.redis_url)
+                client = _CLIENTS[settings.redis_url] = connect(redis_address(settings))
     key = f"{Keys(settings.key_prefix).session(sid)}:llm-slot"
     ttl = slot_ttl_s(settings)
     held_by = client

@@ -30,6 +30,7 @@ planloop_queue_depth                            gauge        queue (read at scra
                                                              base queue, live workers' queues)
 planloop_lease_takeovers_total                  counter      (sessions taken over)
 planloop_dead_letters_total                     counter      (stream entries dead-lettered)
+planloop_late_effects_total                     counter      tool, outcome (refused/committed)
 planloop_console_refused_total                  counter      reason (console only)
 planloop_console_streams                        gauge        (console: open SSE streams)
 planloop_console_stream_readers                 gauge        (console: Redis readers behind them)
@@ -104,6 +105,12 @@ DEAD_LETTERS = Counter("planloop_dead_letters", "Stream entries moved to the dea
 DISPATCHED = Counter(
     "planloop_steps_dispatched", "Step attempts a supervisor queued, by queue.", ["queue"]
 )
+LATE_EFFECTS = Counter(
+    "planloop_late_effects",
+    "Effects asked for after their attempt timed out, by tool and outcome (refused: "
+    "nothing applied; committed: already applying, recorded against the step).",
+    ["tool", "outcome"],
+)
 CONSOLE_REFUSED = Counter(
     "planloop_console_refused",
     "Console requests refused before any work, by reason (host, body_size, stream_cap, "
@@ -168,6 +175,11 @@ def count_breaker(tool: str, is_open: bool) -> None:
         return
     _breakers[tool] = is_open
     BREAKER_OPEN.labels(label(tool)).set(1 if is_open else 0)
+
+
+def count_late_effect(tool: str, outcome: str) -> None:
+    """An effect after its attempt's timeout: ``refused`` or ``committed``."""
+    LATE_EFFECTS.labels(label(tool), outcome).inc()
 
 
 PRICES: dict[str, Any] = {}

@@ -88,6 +88,7 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # the tool's circuit breaker is open
     UNSERVED = "unserved"  # no live worker serves the tool (or the one that took it does not)
     STALLED = "stalled"  # an agent step's loop stopped making progress; the same loop would too
+    STORE = "store"  # the effect ledger or SQL record refused a write: retried once it recovers
 
 
 # The kinds a retry can help with: the supervisor retries them within the step's budget.
@@ -162,15 +163,16 @@ class StepState(BaseModel):
     resent: int = 0  # the attempt whose second copy the watchdog queued (one per attempt)
     queue: str = ""  # the queue its attempt was sent to (core/routing.py); "": the base queue
     requested_by: str = ""  # who approved or retried it, for its next attempt's task args
+    store_faults: int = 0  # attempts that failed on the store (they use no retry budget)
 
     def to_fields(self) -> dict[str, str]:
         # The fields' own dict: iterating the model itself costs several times more, and
         # every dispatch writes each step's fields.
-        # requested_by only once a person set it: most steps never have one
+        # requested_by and store_faults only once set: most steps never have one
         return {
             k: str(v.value if isinstance(v, StrEnum) else v)
             for k, v in self.__dict__.items()
-            if v or k != "requested_by"
+            if v or k not in ("requested_by", "store_faults")
         }
 
     @classmethod
@@ -213,8 +215,9 @@ class StepTaskArgs(BaseModel):
 
     def retried_after(self, error_kind: str) -> bool:
         """Whether the supervisor retries this attempt when it fails with ``error_kind``
-        (supervisor/session/policy.py decide_failure, the same rule)."""
-        return error_kind in RETRYABLE and self.attempt <= self.max_retries
+        (session/policy.py decide_failure, the same rule; store faults: outside the budget)."""
+        store = error_kind == ErrorKind.STORE
+        return store or (error_kind in RETRYABLE and self.attempt <= self.max_retries)
 
 
 def task_id(session_id: str, step_id: str, attempt: int) -> str:

@@ -13,13 +13,14 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import AuthenticationError, AuthorizationError, ReadOnlyError
 
 # Replies that mean "the stream or group is gone": NOGROUP, or UNBLOCKED for a blocked read
 # whose stream was deleted under it (Redis 7).
 _GONE_REPLIES = ("NOGROUP", "UNBLOCKED")
-# Replies that mean "Redis is not there yet", not "the command is wrong".
-_TRANSIENT_REPLIES = (*_GONE_REPLIES, "LOADING", "MASTERDOWN", "TRYAGAIN")
+# Replies that mean "Redis is not there yet", not "the command is wrong" (NOREPLICAS: a
+# master with min-replicas-to-write and no replica in sync, e.g. during a failover).
+_TRANSIENT_REPLIES = (*_GONE_REPLIES, "LOADING", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS")
 
 
 def is_redis_fault(exc: BaseException) -> bool:
@@ -29,7 +30,8 @@ def is_redis_fault(exc: BaseException) -> bool:
     if isinstance(exc, AuthenticationError | AuthorizationError):
         return False
     # BusyLoadingError (Redis loading its dump) is a ConnectionError.
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    # READONLY: a master demoted by a failover, still reached by a kept connection.
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | ReadOnlyError):
         return True
     return isinstance(exc, redis.ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
 
@@ -40,7 +42,9 @@ def is_missing_group(exc: BaseException) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
+    """``url`` with any password replaced by ``***`` (in each part of a sentinel URL)."""
+    if ";" in url:
+        return ";".join(redact_url(part) for part in url.split(";"))
     parts = urlsplit(url)
     if not parts.password:
         return url

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from planloop.config.celery import TRANSPORT
+from planloop.config.celery import TRANSPORT, TRANSPORTS
 from planloop.config.settings import Settings
 from planloop.core.errors import ConfigError, LibraryVersionError
 from planloop.core.redis_faults import redact_url
@@ -54,10 +54,12 @@ class Seam:
 SEAMS: tuple[Seam, ...] = (
     Seam(
         "kombu",
-        "kombu.transport.redis.QoS.append / ack / reject / restore_unacked",
+        "kombu.transport.redis.QoS.append / ack / reject / restore_unacked / pipe_or_acquire",
         "workers/transport.py",
         "append writes the unacked entry and index, then calls virtual.QoS.append; ack "
         "deletes both, then calls virtual.QoS.ack; _delivered holds the unacked tags",
+        f"{UNIT}::test_kombus_private_methods_keep_their_signatures; "
+        f"{UNIT}::test_kombus_qos_holds_a_received_messages_tag_in_delivered; "
         f"{INTEGRATION}::test_kombu_writes_and_acks_the_unacked_entry_a_receipt_writes",
     ),
     Seam(
@@ -65,6 +67,7 @@ SEAMS: tuple[Seam, ...] = (
         "kombu.Message._raw",
         "workers/transport.py",
         "the message dict as it was queued, which the unacked entry holds",
+        f"{UNIT}::test_kombus_qos_holds_a_received_messages_tag_in_delivered; "
         f"{INTEGRATION}::test_kombu_writes_and_acks_the_unacked_entry_a_receipt_writes",
     ),
     Seam(
@@ -75,6 +78,17 @@ SEAMS: tuple[Seam, ...] = (
         "kombu's default key names and entry format; kombu restores what the claim wrote",
         f"{UNIT}::test_kombus_unacked_key_names_are_the_receipts_defaults; "
         f"{INTEGRATION}::test_kombu_restores_an_entry_the_claim_script_wrote",
+    ),
+    Seam(
+        "kombu",
+        "the queue layout (a queue is the Redis list named after it: LPUSH in, BRPOP out; "
+        "an envelope's headers plain JSON in kombu's spelling)",
+        "supervisor/io/redis_store.py (queue_length, queued), core/lua/attempts.py (Queued), "
+        "core/metrics.py and core/routing.py (planloop_queue_depth)",
+        "a message without a priority goes to the list named after its queue; a task id "
+        'reads \'"id": "<id>"\' in the queued text (a step message kombu would push '
+        "elsewhere is a DispatchError when its template is made)",
+        f"{UNIT}::test_kombu_pushes_a_message_to_the_list_named_after_its_queue",
     ),
     Seam(
         "kombu",
@@ -107,6 +121,14 @@ SEAMS: tuple[Seam, ...] = (
         f"{UNIT}::test_every_kombu_transport_option_is_supported_or_refused",
     ),
     Seam(
+        "kombu",
+        "kombu.transport.redis.Channel.global_keyprefix / ack_emulation (attributes)",
+        "workers/transport.py (Channel.__init__)",
+        "a channel holds each transport option it read as the attribute of that name, "
+        "defaults '' and True, whoever built its connection (Flower, a foreign app)",
+        f"{UNIT}::test_a_kombu_channel_holds_its_transport_options_as_attributes",
+    ),
+    Seam(
         "celery",
         "Celery.amqp.create_task_message (protocol 2) and celery.events.Event",
         "supervisor/io/step_message.py",
@@ -122,11 +144,13 @@ SEAMS: tuple[Seam, ...] = (
     ),
     Seam(
         "celery",
-        "celery.worker.consumer.Consumer._flush_events / on_send_event_buffered / hub",
+        "celery.worker.consumer.Consumer._flush_events / on_send_event_buffered / hub "
+        "(kombu.asynchronous.Hub.call_soon, call_later)",
         "workers/consumer.py",
         "the event dispatcher calls on_send_event_buffered for each buffered task event; "
-        "_flush_events publishes what is buffered",
-        f"{UNIT}::test_celerys_consumer_flushes_buffered_events_through_the_hooks",
+        "_flush_events publishes what is buffered; the hub runs callbacks soon or later",
+        f"{UNIT}::test_celerys_consumer_flushes_buffered_events_through_the_hooks; "
+        f"{UNIT}::test_the_consumers_hub_schedules_callbacks_soon_and_later",
     ),
     Seam(
         "celery",
@@ -147,7 +171,9 @@ SEAMS: tuple[Seam, ...] = (
         "flower",
         "Flower's broker client chosen by the broker URI's scheme",
         "workers/transport.py (BrokerConnection)",
-        "a redis:// (rediss://) URI gives the Broker page and /api/queues/length",
+        "a redis:// (rediss://) URI gives the Broker page and /api/queues/length; Flower "
+        "reads the URI from the app's connection's as_uri(include_password=True)",
+        f"{UNIT}::test_flower_picks_its_redis_broker_client_for_the_apps_uri; "
         "tests/integration/test_flower.py",
     ),
     Seam(
@@ -156,6 +182,14 @@ SEAMS: tuple[Seam, ...] = (
         "supervisor/io/redis_store.py (_evalsha)",
         "a script Redis lost comes back as a NoScriptError in its place, the others run",
         f"{INTEGRATION}::test_a_pipeline_returns_noscript_in_place_of_a_lost_script",
+    ),
+    Seam(
+        "redis",
+        "redis.connection.parse_url (undocumented: what Redis.from_url reads a URL with)",
+        "core/redis_urls.py (same_redis: Celery's broker against PLANLOOP_REDIS_URL)",
+        "a dict of host, port, db, path and connection_class (SSLConnection for rediss://, "
+        "UnixDomainSocketConnection for unix://); ValueError for a URL it cannot read",
+        f"{UNIT}::test_redis_parse_url_returns_the_fields_same_redis_reads",
     ),
 )
 
@@ -255,7 +289,7 @@ def check_celery_app(app: Any, settings: Settings) -> None:
                 f"Redis; unset {setting}{_config_source()}",
                 setting=setting,
             )
-    if conf.broker_transport != TRANSPORT:
+    if conf.broker_transport not in TRANSPORTS:
         raise ConfigError(
             f"Celery's broker_transport is {conf.broker_transport!r}; Planloop's hooks need "
             f"its own Redis transport {TRANSPORT!r} (remove the setting from the Celery "

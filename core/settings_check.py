@@ -78,14 +78,22 @@ def check_settings(settings: Settings, *, record: bool = True) -> None:
     """
     remember_deployment_secrets(settings)
     check_redis_url(settings.redis_url)
+    from planloop.core.redis_client import redis_address
+
+    redis_address(settings)  # a sentinel URL: parses, and names its master
     if record:
         check_database_url(settings.database_url)
 
 
 def check_redis_url(url: str) -> None:
-    """Raises ConfigError unless ``url`` parses as a Redis URL (nothing is connected)."""
+    """Raises ConfigError unless ``url`` parses as a Redis URL (nothing is connected); a
+    sentinel URL is checked by :func:`planloop.core.redis_client.parse_redis_url`."""
     import redis
 
+    from planloop.core.redis_client import is_sentinel_url
+
+    if is_sentinel_url(url):  # checked with the sentinel settings (check_settings)
+        return
     try:
         redis.ConnectionPool.from_url(url)
     except ValueError as exc:

@@ -34,6 +34,36 @@ class EffectNotRecordedError(TransientToolError):
         )
 
 
+class StoreWriteError(ToolError):
+    """The effect ledger could not write ``idempotency_key``'s row (disk full, database
+    locked, connection gone): an infrastructure fault, not the tool's. The effect did not
+    count; the attempt runs again once the store recovers, and the tool's breaker ignores it.
+    """
+
+    def __init__(self, idempotency_key: str, cause: str) -> None:
+        self.idempotency_key = idempotency_key
+        super().__init__(
+            f"effect {idempotency_key!r}: the effect ledger refused the write ({cause}); "
+            "the attempt runs again once the store recovers (free disk space or release the "
+            "lock on the database)"
+        )
+
+
+class LateEffectRefused(ToolError):  # noqa: N818 (what the late call meets, as it reads)
+    """Attempt ``attempt`` of step ``step_id`` asked to apply effect ``idempotency_key``
+    after its timeout passed: the ledger refused it, so the effect is left to the next
+    attempt (core/effect_fence.py)."""
+
+    def __init__(self, idempotency_key: str, step_id: str, attempt: int) -> None:
+        self.idempotency_key = idempotency_key
+        self.step_id = step_id
+        self.attempt = attempt
+        super().__init__(
+            f"effect {idempotency_key!r} of step {step_id!r} refused: attempt {attempt} "
+            "timed out before it was applied; the next attempt applies it"
+        )
+
+
 class PermanentToolError(ToolError):
     """A failure that retrying cannot fix."""
 
@@ -149,4 +179,6 @@ public(
     AgentStepExhausted,
     AgentStepStalled,
     ToolTimeoutError,
+    StoreWriteError,
+    LateEffectRefused,
 )

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
+from planloop.core.effect_fence import AttemptFence
 from planloop.core.errors import (
     PermanentToolError,
     ToolModuleError,
@@ -41,8 +42,10 @@ class EffectLedger(Protocol):
     """Where write tools record effects, keyed by idempotency key, so each happens once.
 
     ``make_receipt`` performs the effect and describes it; ``ctx`` (optional) says which
-    attempt of which tool asks, for the record. The workers' ledger is
-    :class:`core.effects.SqlEffectLedger` (durable, Redis in front as a cache).
+    attempt of which tool asks, for the record, and carries the attempt's fence: once the
+    attempt timed out, the ledger refuses the effect (:class:`core.errors.LateEffectRefused`).
+    The workers' ledger is :class:`core.effects.SqlEffectLedger` (durable, Redis in front as
+    a cache).
     """
 
     def apply_once(
@@ -68,8 +71,14 @@ class MemoryEffectLedger:
         make_receipt: Callable[[], dict[str, Any]],
         ctx: ToolContext | None = None,
     ) -> dict[str, Any]:
+        if ctx is not None:
+            ctx.fence.admit(idempotency_key)
         if idempotency_key not in self.receipts:
-            self.receipts[idempotency_key] = make_receipt()
+            if ctx is None:
+                self.receipts[idempotency_key] = make_receipt()
+            else:
+                with ctx.fence.applying(idempotency_key):
+                    self.receipts[idempotency_key] = make_receipt()
             self.counts[idempotency_key] = self.counts.get(idempotency_key, 0) + 1
         return self.receipts[idempotency_key]
 
@@ -84,6 +93,9 @@ class ToolContext:
     idempotency_key: str
     effects: EffectLedger = field(default_factory=MemoryEffectLedger)
     tool: str = ""  # the running tool's name (ToolSpec.run fills it in)
+    # Closed when the attempt's timeout passes: its effects are refused from then on
+    # (core/effect_fence.py). The default is never closed (tools run outside a worker).
+    fence: AttemptFence = field(default_factory=AttemptFence)
 
 
 class Simulation(BaseModel):

@@ -15,6 +15,7 @@ from planloop.core.hot_state import HotState, connect
 from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.models import SessionOptions, SessionRecord
+from planloop.core.redis_client import redis_address
 from planloop.core.seams import check_libraries
 from planloop.core.tools import ToolRegistry, load_tools
 from planloop.planner import input_check
@@ -72,7 +73,7 @@ class Producer(SessionLineage):
         """
         check_libraries("redis")  # the version its hooks were checked on (core/seams.py)
         # a person waits on this: an unreachable host is reported in seconds (exit 3)
-        client = connect(settings.redis_url, connect_timeout_s=CONNECT_TIMEOUT_S)
+        client = connect(redis_address(settings), connect_timeout_s=CONNECT_TIMEOUT_S)
         keys = Keys(settings.key_prefix)
         tools = LiveTools.from_redis(
             load_tools(settings.tool_modules),

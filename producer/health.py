@@ -16,6 +16,7 @@ from planloop.config.settings import Settings
 from planloop.core.credentials import kept_flower_login
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.redis_client import redis_address
 
 SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/process/service.py)
 
@@ -48,7 +49,7 @@ def worker_health(settings: Settings, host: str | None = None, timeout_s: float 
 def supervisor_health(settings: Settings, host: str | None = None) -> Health:
     """A supervisor of this host served within the last few heartbeats."""
     host = host or socket.gethostname()
-    client = connect(settings.redis_url)
+    client = connect(redis_address(settings))
     try:
         seen = cast(
             list[tuple[str, float]],

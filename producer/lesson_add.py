@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planloop.config.settings import Settings
@@ -27,6 +26,7 @@ from planloop.core.lesson_freshness import served_versions, versions_for
 from planloop.core.lessons import LessonStore, NewLesson
 from planloop.core.live_tools import read_snapshot
 from planloop.core.published_tools import published_spec
+from planloop.core.redis_client import redis_address, sync_client
 from planloop.planner.embedding import build_embedder
 from planloop.planner.reflection import FIELD_CHARS, LESSON_CHARS, sanitize_lesson
 from planloop.planner.safe_yaml import YamlLimitError, load_yaml
@@ -146,8 +146,8 @@ def live_versions(settings: Settings) -> dict[str, str]:
     Raises:
         redis.RedisError: Redis does not answer (the CLI says so, exit 3).
     """
-    client = redis.Redis.from_url(
-        settings.redis_url,
+    client = sync_client(
+        redis_address(settings),
         decode_responses=True,
         socket_timeout=READ_TIMEOUT_S,
         socket_connect_timeout=READ_TIMEOUT_S,

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import redis
 
 from planloop.core.errors import ConfigError
+from planloop.core.redis_client import RedisAddress, parse_redis_url, sync_client
 from planloop.core.redis_version import MIN_REDIS_VERSION, parse_redis_version
 
 
@@ -32,12 +33,10 @@ def planloop_command() -> list[str]:
     return [sys.executable, "-m", "planloop.producer.cli"]
 
 
-def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """True when a Redis server answers PING at ``url``."""
+def redis_answers(url: str | RedisAddress, timeout_s: float = 0.5) -> bool:
+    """True when a Redis server (the master, behind sentinels) answers PING at ``url``."""
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
-        )
+        client = sync_client(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
         try:
             return bool(client.ping())
         finally:
@@ -330,8 +329,13 @@ def local_stack(
     """
     env = {**(os.environ if base_env is None else base_env), **(overrides or {})}
     url = env.get("PLANLOOP_REDIS_URL", "redis://127.0.0.1:6379/0")
+    address = parse_redis_url(
+        url,
+        master=env.get("PLANLOOP_REDIS_SENTINEL_MASTER", ""),
+        sentinel_password=env.get("PLANLOOP_REDIS_SENTINEL_PASSWORD", ""),
+    )
     embedded = None
-    if not redis_answers(url):
+    if not redis_answers(address):
         embedded = EmbeddedRedis().start()
         db = urlparse(url).path.lstrip("/") or "0"
         env["PLANLOOP_REDIS_URL"] = f"redis://127.0.0.1:{embedded.port}/{db}"

@@ -1,4 +1,4 @@
-"""A seeded hostile model for :class:`tests.llm_server.ScriptedLLMServer` (issue 21).
+"""A seeded hostile model for :class:`tests.llm_server.ScriptedLLMServer`.
 
 ``server.chaos = Chaos(seed, rate=0.3, client_timeout_s=1.5)`` makes the server answer every
 request itself, without scripts: a plausible good answer for the schema asked for (the

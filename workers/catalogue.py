@@ -25,6 +25,7 @@ from planloop.core.catalogue import publish_catalogue
 from planloop.core.heartbeat import beat, forget
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.redis_client import redis_address
 from planloop.core.routing import worker_queues as derive_queues
 from planloop.core.tools import ToolRegistry, load_tools
 
@@ -47,7 +48,7 @@ class CataloguePublisher:
     def publish(self) -> bool:
         """One round (the heartbeat, and the catalogue when it is due); False when Redis did
         not take it."""
-        client = connect(self.settings.redis_url)
+        client = connect(redis_address(self.settings))
         keys = Keys(self.settings.key_prefix)
         count = 0
         try:
@@ -88,7 +89,7 @@ class CataloguePublisher:
     def stop(self) -> None:
         """Stop beating and remove the heartbeat: the worker no longer serves anything."""
         self._stop.set()
-        client = connect(self.settings.redis_url)
+        client = connect(redis_address(self.settings))
         try:
             forget(client, Keys(self.settings.key_prefix), self.worker)
         except redis.RedisError as exc:  # it expires by itself after a few periods

@@ -6,72 +6,42 @@ so the executor can be driven directly by tests and benchmarks.
 
 from __future__ import annotations
 
-import json
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
-from planloop.core.errors import (
-    AgentStepStalled,
-    OutputTooLarge,
-    PermanentToolError,
-    ToolError,
-    ToolTimeoutError,
-    TransientToolError,
-)
+from planloop.core.effect_fence import AttemptFence
+from planloop.core.errors import OutputTooLarge, PermanentToolError, ToolError, ToolTimeoutError
 from planloop.core.hot_state import BreakerPolicy, HotState, dumps
 from planloop.core.logs import bound
-from planloop.core.masking import error_text, mask_text
+from planloop.core.masking import mask_text
 from planloop.core.metrics import count_breaker, count_step
 from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStatus, StepTaskArgs
 from planloop.core.receipts import receipts
 from planloop.core.tools import EffectLedger, ToolContext, ToolRegistry, ToolSpec
-from planloop.core.values import ValueLimits, walk
+from planloop.core.values import ValueLimits
 from planloop.planner.answer_step import ANSWER_TOOL, AnswerParams
 from planloop.planner.expect import check_expectations
 from planloop.planner.plan import Expectation
 from planloop.planner.react import ReactResult, ReactStopped, usage_payload
 from planloop.planner.react_step import REACT_TOOL
+from planloop.workers.outcomes import (
+    DROPPED,
+    Attempt,
+    Outcome,
+    classify_error,
+    failed,
+    tool_health,
+    unavailable,
+)
+from planloop.workers.step_params import step_params
+from planloop.workers.tool_threads import ToolThreads
 
 log = logging.getLogger(__name__)
 
 CLAIMED, BREAKER_OPEN = 1, 2
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one attempt ended."""
-
-    status: StepStatus
-    event: EventType
-    output: Any = None
-    error: str = ""
-    error_kind: str = ""
-    encoded: str | None = None  # the output's stored JSON, encoded once
-    payload: dict[str, Any] = field(default_factory=dict)  # more for the event (LLM usage)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What :meth:`StepExecutor.execute` did with an attempt, for the task's Celery state."""
-
-    result: str  # a StepStatus value, or "dropped" (stale, duplicate, or outcome fenced off)
-    error: str = ""  # the outcome's masked error text
-    error_kind: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """The attempt ran and did not complete (failed or interrupted)."""
-        return self.result in (StepStatus.FAILED, StepStatus.INTERRUPTED)
-
-
-DROPPED = Attempt("dropped")
 
 
 class AgentSteps(Protocol):
@@ -80,50 +50,6 @@ class AgentSteps(Protocol):
     def run(self, args: StepTaskArgs, params: dict[str, Any]) -> ReactResult:
         """The loop's result; raises :class:`ReactStopped` when it ends without one."""
         ...
-
-
-class ToolThreads:
-    """Daemon threads that run tool calls, reused from call to call.
-
-    A daemon thread per call keeps a hung tool from holding the worker up at exit; reusing
-    them saves starting a thread (and waiting for it to start) on every step. A call that
-    outlives its timeout keeps its thread until it returns; the next call gets another one.
-    """
-
-    def __init__(self) -> None:
-        self._idle: list[_ToolThread] = []  # list.append/pop are atomic: no lock needed
-
-    def submit(self, call: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            thread = self._idle.pop()
-        except IndexError:
-            thread = _ToolThread(self._idle)
-            thread.start()
-        thread.inbox.put((call, future))
-        return future
-
-
-class _ToolThread(threading.Thread):
-    def __init__(self, idle: list[_ToolThread]) -> None:
-        super().__init__(name="planloop-tool", daemon=True)
-        self.idle = idle
-        self.inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
-
-    def run(self) -> None:
-        while True:
-            call, future = self.inbox.get()
-            failure: BaseException | None = None
-            try:
-                output = call()
-            except BaseException as exc:  # handed back to the executor, never lost
-                failure, output = exc, None
-            self.idle.append(self)  # before waking the caller: its next call reuses us
-            if failure is None:
-                future.set_result(output)
-            else:
-                future.set_exception(failure)
-            del call, future, failure, output  # hold nothing of a finished call while idle
 
 
 class StepExecutor:
@@ -137,7 +63,10 @@ class StepExecutor:
         worker: str,
         breaker: BreakerPolicy | None = None,
         limits: ValueLimits | None = None,
+        late_effect_wait_s: float = 0.0,
     ) -> None:
+        """``late_effect_wait_s``: how long a timed-out attempt waits for an effect already
+        applying to commit, so its outcome follows the ledger row (core/effect_fence.py)."""
         self.agents: AgentSteps | None = None  # set when the worker has an LLM
         self.state = state
         self.limits = limits or ValueLimits()
@@ -146,14 +75,17 @@ class StepExecutor:
         self.worker = worker
         self.breaker = breaker
         self.threads = ToolThreads()
+        self.late_effect_wait_s = late_effect_wait_s
 
     def execute(self, args: StepTaskArgs, delivery_tag: str | None = None) -> Attempt:
         """Run one attempt end to end; returns what happened, for the task's Celery state.
 
         1. Claim the attempt and check the tool's circuit breaker, in one round trip (a
            stale or duplicate delivery stops here; an open breaker fails fast).
-        2. Run the tool on a thread, waiting at most the step's timeout.
-        3. Classify the result: completed, unexpected, failed (transient/permanent), timed out.
+        2. Run the tool on a thread, waiting at most the step's timeout; at the timeout the
+           attempt's fence closes: the abandoned call applies no effect (core/effect_fence.py).
+        3. Classify the result (workers/outcomes.py): completed, unexpected, failed
+           (transient/permanent), timed out, or interrupted by a store fault.
         4. Record the outcome, count it on the breaker and append its event, in one atomic
            Redis call.
 
@@ -184,7 +116,7 @@ class StepExecutor:
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
             return DROPPED
         started = time.time()
-        outcome = self._unavailable(args) if claim == BREAKER_OPEN else self._run(args)
+        outcome = unavailable(args.tool) if claim == BREAKER_OPEN else self._run(args)
         finished = time.time()
         severity = self._severity(args, outcome)
         event = Event(
@@ -215,7 +147,7 @@ class StepExecutor:
             error_kind=outcome.error_kind,
             tool=args.tool,
             breaker=self.breaker,
-            tool_ok=_tool_health(outcome),
+            tool_ok=tool_health(outcome),
             receipt=receipt,
             finished_at=finished,
         )
@@ -247,11 +179,11 @@ class StepExecutor:
             spec = self.tools.get(args.tool)
         except ToolError as exc:
             # not a bad attempt but a deployment gap: the session must not end "completed"
-            return _failed(exc, ErrorKind.UNSERVED)
+            return failed(exc, ErrorKind.UNSERVED)
         try:
             params = self._params(args)
         except ToolError as exc:  # too big: permanent; gone from Redis: sent again on retry
-            return _failed(exc, classify_error(exc))
+            return failed(exc, classify_error(exc))
         try:
             return self._call(spec, args, params)
         except Exception as exc:
@@ -263,16 +195,16 @@ class StepExecutor:
                 args.step_id,
                 args.attempt,
             )
-            return _failed(exc, ErrorKind.PERMANENT)
+            return failed(exc, ErrorKind.PERMANENT)
 
     def _run_answer(self, args: StepTaskArgs) -> Outcome:
         """An answer step: its resolved params are its output (the session's answer)."""
         try:
             answer = AnswerParams.model_validate(self._params(args))
         except ToolError as exc:  # params too big, or gone from Redis
-            return _failed(exc, classify_error(exc))
+            return failed(exc, classify_error(exc))
         except ValueError as exc:  # a reference resolved to something that is not text
-            return _failed(exc, ErrorKind.PERMANENT)
+            return failed(exc, ErrorKind.PERMANENT)
         return self._completed(args, answer.model_dump(mode="json"))
 
     def _run_agent(self, args: StepTaskArgs) -> Outcome:
@@ -282,42 +214,21 @@ class StepExecutor:
             missing = PermanentToolError(
                 "agent steps need an LLM: set PLANLOOP_LLM_BASE_URL for the workers too"
             )
-            return _failed(missing, ErrorKind.PERMANENT)
+            return failed(missing, ErrorKind.PERMANENT)
         try:
             params = self._params(args)
             result = self.agents.run(args, params)
         except ToolError as exc:  # params too big, or gone from Redis
-            return _failed(exc, classify_error(exc))
+            return failed(exc, classify_error(exc))
         except ReactStopped as exc:
             usage = usage_payload(exc.usages)
-            failed = _failed(exc.cause, classify_error(exc.cause))
-            return replace(failed, payload={"llm_usage": usage})
+            stopped = failed(exc.cause, classify_error(exc.cause))
+            return replace(stopped, payload={"llm_usage": usage})
         completed = self._completed(args, result.output())
         return replace(completed, payload={"llm_usage": usage_payload(result.usages)})
 
-    @staticmethod
-    def _unavailable(args: StepTaskArgs) -> Outcome:
-        message = f"tool {args.tool!r} is unavailable: its circuit breaker is open"
-        return Outcome(
-            StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, ErrorKind.UNAVAILABLE
-        )
-
     def _params(self, args: StepTaskArgs) -> dict[str, Any]:
-        """The params, with those sent by reference read back from their stored copy."""
-        if not args.param_refs:
-            return args.params
-        params, limit = dict(args.params), self.limits.max_bytes
-        for name, ref in args.param_refs.items():
-            if ref.size > limit:
-                raise OutputTooLarge(args.step_id, f"param {name!r}", size=ref.size, limit=limit)
-            text = self.state.blob_text(ref.digest)
-            if text is None:
-                raise TransientToolError(
-                    f"param {name!r}: its stored value is no longer in Redis; the supervisor "
-                    "stores it again when it dispatches the next attempt"
-                )
-            params[name] = walk(json.loads(text), ref.path)
-        return params
+        return step_params(args, self.state, self.limits)
 
     def _call(self, spec: ToolSpec, args: StepTaskArgs, params: dict[str, Any]) -> Outcome:
         ctx = ToolContext(
@@ -326,14 +237,24 @@ class StepExecutor:
             attempt=args.attempt,
             idempotency_key=args.idempotency_key,
             effects=self.effects,
+            fence=AttemptFence(args.step_id, args.attempt),
         )
         call = self.threads.submit(partial(spec.run, params, ctx))
         try:
             failure = call.exception(args.timeout_s)  # a tool's own exception is returned
         except TimeoutError:
-            return _failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
+            # from now on its effects are refused (core/effect_fence.py)
+            if ctx.fence.close(self.late_effect_wait_s):
+                log.warning(
+                    "session=%s step=%s attempt=%d timed out while an effect was applying: "
+                    "it may commit late, under the step's key",
+                    args.session_id,
+                    args.step_id,
+                    args.attempt,
+                )
+            return failed(ToolTimeoutError(args.tool, args.timeout_s), ErrorKind.TIMEOUT)
         if failure is not None:
-            return _failed(failure, classify_error(failure, spec.non_retryable))
+            return failed(failure, classify_error(failure, spec.non_retryable))
         return self._completed(args, call.result())
 
     def _completed(self, args: StepTaskArgs, output: Any) -> Outcome:
@@ -343,7 +264,7 @@ class StepExecutor:
             too_big = OutputTooLarge(
                 args.step_id, "output", size=len(encoded), limit=self.limits.max_bytes
             )
-            return _failed(too_big, ErrorKind.PERMANENT)
+            return failed(too_big, ErrorKind.PERMANENT)
         misses = check_expectations([Expectation.model_validate(e) for e in args.expect], output)
         if misses:
             return Outcome(
@@ -361,43 +282,3 @@ class StepExecutor:
         if outcome.event == EventType.TASK_COMPLETED:
             return Severity.INFO
         return Severity.CRITICAL if args.critical else Severity.WARNING
-
-
-def _tool_health(outcome: Outcome) -> bool | None:
-    """What the outcome says about the tool's health (None: nothing, e.g. bad input)."""
-    if outcome.error_kind in (
-        ErrorKind.PERMANENT,
-        ErrorKind.UNAVAILABLE,
-        ErrorKind.UNSERVED,
-        ErrorKind.STALLED,
-    ):
-        return None
-    return outcome.status == StepStatus.COMPLETED
-
-
-def classify_error(
-    exc: BaseException, non_retryable: tuple[type[BaseException], ...] = ()
-) -> ErrorKind:
-    """Whether a failed attempt is worth another (within the step's ``max_retries``).
-
-    As Celery's ``autoretry_for`` and Temporal's ``non_retryable_error_types`` have it: every
-    exception is retried unless declared permanent, by being a :class:`PermanentToolError`
-    (params that do not fit the tool's schema raise one: they cannot fit on a retry) or an
-    instance of a class in the tool's ``non_retryable``. A plain ``ValueError`` is retried:
-    a tool that knows better says so. A stalled agent step is permanent with a kind of its
-    own, so the decider and the report can tell it from a tool's own failure.
-    """
-    if isinstance(exc, AgentStepStalled):
-        return ErrorKind.STALLED
-    if isinstance(exc, ToolTimeoutError | TimeoutError):
-        return ErrorKind.TIMEOUT
-    if isinstance(exc, PermanentToolError) or (non_retryable and isinstance(exc, non_retryable)):
-        return ErrorKind.PERMANENT
-    return ErrorKind.TRANSIENT
-
-
-def _failed(exc: BaseException, kind: ErrorKind) -> Outcome:
-    message = f"{type(exc).__name__}: {error_text(exc)}"  # events, prompts, reports show it
-    if kind == ErrorKind.TIMEOUT:
-        return Outcome(StepStatus.INTERRUPTED, EventType.TASK_INTERRUPTED, None, message, kind)
-    return Outcome(StepStatus.FAILED, EventType.TASK_FAILED, None, message, kind)

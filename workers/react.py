@@ -4,16 +4,22 @@ steps.
 Each tool call the loop makes goes through what a step's call goes through: the tool's
 params model (:meth:`core.tools.ToolSpec.run`), a timeout (the tool's own, else the default
 step timeout, never past the agent step's deadline), the tool's circuit breaker (checked
-before, counted after, shared with every worker) and the effect ledger, under the
-idempotency key ``{step key}:react:{turn}`` (a retried attempt whose model makes the same
-write in the same turn finds the receipt instead of writing twice). A failed call is an
-observation the model reads, never the step's failure, unless the loop stalls on it
-(planner/react_stall.py, thresholds from the settings): params that do not fit count as a
-refused call. Every turn is streamed as a ``react_iteration`` progress note for ``watch``.
+before, counted after, shared with every worker), a fence its timeout closes
+(core/effect_fence.py) and the effect ledger, under the idempotency key
+``{step key}:react:{turn}``. ``turn`` is the first turn of the attempt that made the same
+call (the same tool with the same params): a model that calls again after a timeout reuses
+the first call's key, so the write is applied once and the second call reads its receipt
+(a retried attempt whose model makes the same write in the same turn finds it too). A
+failed call is an observation the model reads, never the step's failure, unless the loop
+stalls on it (planner/react_stall.py, thresholds from the settings): params that do not fit
+count as a refused call. A store that refuses the ledger's write is not the tool's failure:
+it stops the attempt (``STORE``), to run again once the store recovers. Every turn is
+streamed as a ``react_iteration`` progress note for ``watch``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -21,10 +27,12 @@ from functools import partial
 from typing import Any
 
 from planloop.config.settings import Settings
+from planloop.core.effect_fence import AttemptFence
 from planloop.core.errors import (
     LLMBudgetSpentError,
     PermanentToolError,
     SessionNotFoundError,
+    StoreWriteError,
     ToolParamsError,
     ToolTimeoutError,
     UnknownToolError,
@@ -48,7 +56,8 @@ from planloop.planner.react import (
 )
 from planloop.planner.react_stall import StallRules
 from planloop.planner.react_step import REACT_TOOL, ReactParams
-from planloop.workers.executor import ToolThreads, classify_error
+from planloop.workers.outcomes import classify_error
+from planloop.workers.tool_threads import ToolThreads
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +114,11 @@ class AgentStepRunner:
             self._note(args, it)
 
         token = METER.set(meter)
+        first_turns: dict[str, int] = {}  # a call's canonical text -> its first turn
         try:
             result = ReactAgent(self.chat).run(
                 task,
-                partial(self._call, args, deadline),
+                partial(self._call, args, deadline, first_turns),
                 on_iteration=on_iteration,
                 before_turn=before_turn,
             )
@@ -197,34 +207,51 @@ class AgentStepRunner:
         )
 
     def _call(
-        self, args: StepTaskArgs, deadline: float, turn: int, tool: str, params: dict[str, Any]
+        self,
+        args: StepTaskArgs,
+        deadline: float,
+        first_turns: dict[str, int],
+        turn: int,
+        tool: str,
+        params: dict[str, Any],
     ) -> Observation:
-        """One tool call of turn ``turn``, run like a step's; its outcome as an observation."""
+        """One tool call of turn ``turn``, run like a step's; its outcome as an observation.
+
+        Raises:
+            StoreWriteError: The effect ledger refused the write: the attempt stops.
+        """
         spec = self.tools.get(tool)
         if not self.state.breaker_allows(tool, self.breaker):
             return Observation(False, error=f"tool {tool!r} is unavailable: its breaker is open")
+        keyed = first_turns.setdefault(call_text(tool, params), turn)
         ctx = ToolContext(
             session_id=args.session_id,
             step_id=args.step_id,
             attempt=args.attempt,
-            idempotency_key=f"{args.idempotency_key}:react:{turn}",
+            idempotency_key=f"{args.idempotency_key}:react:{keyed}",
             effects=self.effects,
+            fence=AttemptFence(args.step_id, args.attempt),
         )
         timeout = min(
             spec.timeout_s or self.settings.default_step_timeout_s, deadline - time.monotonic()
         )
         call = self.threads.submit(partial(spec.run, params, ctx))
+        late = ""
         try:
             failure = call.exception(max(timeout, 0.001))
         except TimeoutError:
             failure = ToolTimeoutError(tool, max(timeout, 0.0))
+            applying = ctx.fence.close(self.settings.watchdog_grace_s / 2)
+            late = _late_write(applying) if spec.side_effect == "write" else ""
+        if isinstance(failure, StoreWriteError):
+            raise failure
         kind = classify_error(failure, spec.non_retryable) if failure is not None else None
         if kind in (None, ErrorKind.TRANSIENT, ErrorKind.TIMEOUT):  # bad params say nothing
             self.state.count_on_breaker(tool, self.breaker, ok=failure is None)
         if failure is not None:
             # params that do not fit never reached the tool: a refusal, like an unknown tool
             refused = isinstance(failure, ToolParamsError)
-            error = f"{type(failure).__name__}: {error_text(failure)}"
+            error = f"{type(failure).__name__}: {error_text(failure)}{late}"
             return Observation(False, error=error, refused=refused)
         return Observation(True, mask(call.result()))
 
@@ -261,6 +288,18 @@ def _charged(meter: UsageMeter) -> list[Usage]:
         Usage(c.prompt_tokens, c.completion_tokens, c.latency_s, c.model, c.role, recorded=True)
         for c in meter.charges
     ]
+
+
+def _late_write(applying: bool) -> str:
+    """What a timed-out write's observation adds: whether its write still lands."""
+    if applying:  # it commits under the call's key: the same call again reads its receipt
+        return "; its write was already being applied and may land: the same call reads it"
+    return "; no write of it is left to land (one it makes from now on is refused)"
+
+
+def call_text(tool: str, params: dict[str, Any]) -> str:
+    """A tool call as canonical text: the same tool with the same params reads the same."""
+    return json.dumps([tool, params], sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _cut(text: str) -> str:

@@ -24,6 +24,7 @@ from planloop.core.effects import SqlEffectLedger
 from planloop.core.hot_state import BreakerPolicy, HotState, RedisEffectCache, connect
 from planloop.core.keys import Keys
 from planloop.core.record import SqlRecord, make_engine
+from planloop.core.redis_client import redis_address
 from planloop.core.tools import load_tools
 from planloop.core.values import ValueLimits
 from planloop.planner.openai_chat import build_chat_model
@@ -58,7 +59,7 @@ def build_executor(settings: Settings) -> StepExecutor:
     """A step executor wired from ``settings``: Redis, tools, effect ledger, breaker policy,
     and the agent-step runner when an LLM endpoint is configured."""
     # Retries ride out a Redis outage, so an outcome is not lost to a blip.
-    client = connect(settings.redis_url, retry_s=settings.worker_redis_retry_s)
+    client = connect(redis_address(settings), retry_s=settings.worker_redis_retry_s)
     keys = Keys(settings.key_prefix)
     tools = load_tools(settings.tool_modules)
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -68,7 +69,7 @@ def build_executor(settings: Settings) -> StepExecutor:
     )
     # The cache has a client of its own: it answers or fails at once, never waits out an
     # outage (SQL has the answer).
-    cache = RedisEffectCache(connect(settings.redis_url), keys)
+    cache = RedisEffectCache(connect(redis_address(settings)), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
     executor = StepExecutor(
         HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
@@ -77,6 +78,8 @@ def build_executor(settings: Settings) -> StepExecutor:
         worker,
         policy,
         limits=ValueLimits.from_settings(settings),
+        # within the watchdog's grace: the outcome comes before the attempt is deemed lost
+        late_effect_wait_s=settings.watchdog_grace_s / 2,
     )
     if settings.llm_base_url is not None:  # without one, agent steps fail and say why
         executor.agents = AgentStepRunner(

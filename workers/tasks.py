@@ -30,7 +30,7 @@ from planloop.core.errors import StepAttemptFailed
 from planloop.core.models import StepTaskArgs
 from planloop.core.redis_faults import is_redis_fault
 from planloop.core.tracing import TRACEPARENT, step_span
-from planloop.workers.executor import Attempt
+from planloop.workers.outcomes import Attempt
 from planloop.workers.runtime import PlanloopCelery, WorkerRuntime
 
 log = logging.getLogger(__name__)

@@ -33,10 +33,12 @@ from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from planloop.config.celery import STEP_TASK, TRANSPORT
+from planloop.config.celery import SENTINEL_TRANSPORT, STEP_TASK, TRANSPORT, TRANSPORTS
 from planloop.core.errors import ConfigError
 from planloop.core.receipts import Receipt, receipts
 from planloop.core.seams import check_transport_options
+
+SENTINEL_RETRY_START_S = 0.5  # first wait of a broker reconnect behind Sentinel
 
 
 class QoS(kombu_redis.QoS):
@@ -130,6 +132,17 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """:class:`Channel` whose connection pool is kombu's sentinel-managed one (the master's,
+    looked up again on every new connection)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's sentinel transport with :class:`SentinelChannel`."""
+
+    Channel = SentinelChannel
+
+
 class BrokerConnection(KombuConnection):
     """A kombu connection whose URI names the Redis scheme its transport speaks.
 
@@ -139,14 +152,29 @@ class BrokerConnection(KombuConnection):
     The transport is kombu's Redis one, so the URI says ``redis`` (``rediss`` with TLS).
     """
 
+    def ensure_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """kombu's reconnect loop; behind Sentinel its first tries come sooner.
+
+        kombu waits 2 s, then 4 s, ... between tries, which a worker pays again after every
+        failover: the master is replaced in a few seconds, and a worker that tried just
+        before that waited up to 4 s more. Behind Sentinel the waits start at
+        ``SENTINEL_RETRY_START_S`` and grow by as much, up to kombu's 30 s.
+        """
+        if self.transport_cls == SENTINEL_TRANSPORT:
+            kwargs.setdefault("interval_start", SENTINEL_RETRY_START_S)
+            kwargs.setdefault("interval_step", SENTINEL_RETRY_START_S)
+        return super().ensure_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
     def as_uri(self, include_password: Any = False, mask: Any = "**", getfields: Any = None) -> str:
         if getfields is None:
             uri: str = super().as_uri(include_password, mask)
         else:
             uri = super().as_uri(include_password, mask, getfields)
-        if self.transport_cls != TRANSPORT:
+        if self.transport_cls not in TRANSPORTS:
             return uri
         _, sep, rest = uri.partition("://")
+        if self.transport_cls != TRANSPORT:
+            return f"sentinel{sep}{rest}"  # Flower's sentinel broker client
         return f"{'rediss' if self.ssl else 'redis'}{sep}{rest}"
 
 

@@ -41,7 +41,7 @@ def print_report(
     table.add_column("att", no_wrap=True, justify="right")
     table.add_column("duration", no_wrap=True, justify="right")
     table.add_column("worker", overflow="fold")
-    table.add_column("error", overflow="fold", ratio=3)
+    table.add_column("error / note", overflow="fold", ratio=3)
     table.add_column("output", overflow="ellipsis", no_wrap=True, ratio=2)
     for step in report.get("steps", []):
         table.add_row(

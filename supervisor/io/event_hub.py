@@ -32,6 +32,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from planloop.core.keys import EVENTS_GROUP, Keys
+from planloop.core.redis_client import RedisAddress, async_client
 from planloop.core.redis_faults import is_missing_group
 
 log = logging.getLogger(__name__)
@@ -57,15 +58,18 @@ class EventHub:
     """The supervisor's reader of session event streams (one per process)."""
 
     def __init__(
-        self, url: str, store_client: aioredis.Redis, keys: Keys, consumer: str, count: int
+        self,
+        url: str | RedisAddress,
+        store_client: aioredis.Redis,
+        keys: Keys,
+        consumer: str,
+        count: int,
     ) -> None:
         self.keys = keys
         self.consumer = consumer
         self.count = count  # entries per stream and read
         self._r = store_client  # for the occasional XCLAIM and CLIENT UNBLOCK
-        self._reader = aioredis.Redis.from_url(
-            url, decode_responses=True, single_connection_client=True
-        )
+        self._reader = async_client(url, decode_responses=True, single_connection_client=True)
         self._boxes: dict[str, Mailbox] = {}
         self._waiting: set[str] = set()
         self._reading: set[str] = set()  # the streams of the read in flight

@@ -27,6 +27,7 @@ from planloop.core.lua import (
     RenewLease,
 )
 from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
+from planloop.core.redis_client import RedisAddress, async_client
 from planloop.core.redis_faults import is_redis_fault
 from planloop.supervisor.io.redis_streams import RedisStreams
 from planloop.supervisor.io.write_batch import WriteBatch
@@ -58,20 +59,20 @@ class SessionStore(RedisStreams):
         self._reading_lengths: dict[str, asyncio.Future[int]] = {}
 
     @classmethod
-    def from_url(cls, url: str, keys: Keys) -> SessionStore:
+    def from_url(cls, url: str | RedisAddress, keys: Keys) -> SessionStore:
         # A few quick retries absorb a dropped connection; a longer outage reaches the
         # supervisor's own back-off within a second, so the lease keeper notices it in time.
         retry = Retry(ExponentialWithJitterBackoff(base=0.02, cap=0.25), CLIENT_RETRIES)
         # A command waits for a free connection rather than failing: a thousand sessions
         # loading at once would otherwise stop on "Too many connections" and be taken again.
-        pool = aioredis.BlockingConnectionPool.from_url(
+        client = async_client(
             url,
             decode_responses=True,
             max_connections=MAX_CONNECTIONS,
             timeout=CONNECTION_WAIT_S,
             retry=retry,
         )
-        return cls(aioredis.Redis.from_pool(pool), keys)  # closed with the client
+        return cls(client, keys)
 
     # --- leases (taken by the lease keeper: supervisor/process/lease_keeper.py) -----------------
     async def load_plans(self, taken: Sequence[Taken]) -> None:

@@ -38,6 +38,7 @@ from planloop.core.keys import Keys
 from planloop.core.masking import MASK, mask
 from planloop.core.metrics import count_dispatched
 from planloop.core.models import StepTaskArgs
+from planloop.core.redis_client import redis_address
 from planloop.core.routing import LiveRoutes, route_step
 from planloop.core.seams import check_celery_app
 from planloop.core.tools import ToolRegistry
@@ -69,12 +70,12 @@ class Dispatcher:
         self.tools = tools
         self.sensitive = SensitiveNames(
             tools,
-            catalogue_client(settings.redis_url),
+            catalogue_client(redis_address(settings)),
             Keys(settings.key_prefix),
             settings.catalogue_refresh_s,
         )
         self.routes = LiveRoutes(
-            catalogue_client(settings.redis_url),
+            catalogue_client(redis_address(settings)),
             Keys(settings.key_prefix),
             settings.queue,
             settings.route_refresh_s,

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from planloop.config.settings import Settings
 from planloop.core.record import SqlRecord
+from planloop.core.redis_client import redis_address
 from planloop.core.tools import ToolRegistry
 from planloop.planner.llm import ChatModel
 from planloop.supervisor.io.event_hub import EventHub
@@ -59,7 +60,7 @@ class SupervisorContext:
         self.events = None
         if isinstance(self.store, SessionStore):
             self.events = EventHub(
-                self.settings.redis_url,
+                redis_address(self.settings),
                 self.store.r,
                 self.store.keys,
                 self.name,

@@ -23,6 +23,7 @@ import redis
 
 from planloop.core.keys import Keys
 from planloop.core.lua import AcquireLease, RenewLeases
+from planloop.core.redis_client import RedisAddress, sync_client
 from planloop.core.redis_faults import is_redis_fault
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        url: str,
+        url: str | RedisAddress,
         keys: Keys,
         ttl_s: float,
         *,
@@ -62,7 +63,7 @@ class LeaseKeeper:
         self.ttl_s = ttl_s
         self._owned, self._lost, self._all_lost = owned, lost, all_lost
         # A renewal unanswered within the TTL is as good as failed.
-        self._client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=ttl_s)
+        self._client = sync_client(url, decode_responses=True, socket_timeout=ttl_s)
         self._renew = RenewLeases.register(self._client)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -13,6 +13,7 @@ from planloop.config.settings import Settings
 from planloop.core import metrics, tracing
 from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
+from planloop.core.redis_client import redis_address
 from planloop.core.routing import queue_lengths
 from planloop.supervisor.process.service import Supervisor
 
@@ -72,7 +73,7 @@ def serve_metrics(settings: Settings) -> None:
     metrics.PRICES.update(settings.llm_prices)
     if not settings.supervisor_metrics_port:
         return
-    client, keys = connect(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = connect(redis_address(settings)), Keys(settings.key_prefix)
     depth = metrics.QueueDepth(queue_lengths(client, keys, settings.queue))
     active = metrics.ActiveSessions(lambda: int(client.scard(keys.active)))
     owner = f"{socket.gethostname()}:{os.getpid()}:{settings.supervisor_metrics_port}"

@@ -20,6 +20,7 @@ from planloop.core.keys import Keys
 from planloop.core.live_tools import LiveTools
 from planloop.core.logs import bind
 from planloop.core.record import SqlRecord
+from planloop.core.redis_client import redis_address
 from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.tools import load_tools
@@ -69,12 +70,11 @@ class Supervisor:
     def __init__(self, settings: Settings, name: str | None = None) -> None:
         self.settings = settings
         self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        # The planner's prompt lists what live workers serve (core/live_tools.py), read on
-        # the event loop with a short socket timeout; the tools imported here are the
-        # fallback when no worker is live.
+        # The planner's prompt lists what live workers serve (core/live_tools.py), read on the
+        # event loop with a short socket timeout; the tools imported here are the fallback.
         tools = LiveTools.from_redis(
             load_tools(settings.tool_modules),
-            catalogue_client(settings.redis_url),
+            catalogue_client(redis_address(settings)),
             Keys(settings.key_prefix),
             max_age_s=settings.worker_heartbeat_s,
             on_local=lambda note: log.info("supervisor: %s", note),
@@ -83,7 +83,7 @@ class Supervisor:
         record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
         chat = build_chat_model(settings) if settings.llm_base_url else None
         # The process keeps its Redis store (leases, inbox, rebuild); the loops get the port.
-        self.store = SessionStore.from_url(settings.redis_url, Keys(settings.key_prefix))
+        self.store = SessionStore.from_url(redis_address(settings), Keys(settings.key_prefix))
         self.ctx = compose(
             settings,
             store=self.store,
@@ -129,7 +129,7 @@ class Supervisor:
             await self.store.r.aclose()
             return
         keeper = LeaseKeeper(
-            self.settings.redis_url,
+            redis_address(self.settings),
             self.store.keys,
             self.settings.lease_ttl_s,
             owned=self._leases,

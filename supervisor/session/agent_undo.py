@@ -6,13 +6,17 @@ and keeps its receipt. A session that compensates (aborted, cancelled, failed) u
 recorded write of each agent step that ran, completed or not, with its tool's default
 compensation fed from the receipt, merged with the plan steps' compensations newest first.
 An agent step with an explicit ``compensate`` is undone by that instead, as a plan step is.
+
+A plan step's write that committed after its attempt timed out (core/effect_fence.py: it
+was already applying) has a row under the step's own key while the step never completed:
+:func:`late_writes` finds those rows, and the ending undoes them like completed writes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -96,6 +100,32 @@ def effect_undos(
         params = {k: v for k, v in effect.receipt.items() if k in accepted}
         undos.append(Undo(effect.created_at, step, spec.compensate, params, effect.turn))
     return undos
+
+
+def late_writes(
+    sid: str, rows: Iterable[EffectRecord], steps: Iterable[tuple[Step, str]]
+) -> list[tuple[Step, AgentEffect]]:
+    """The committed writes of ``steps`` (each with its current idempotency key) that
+    never completed: late commits of timed-out attempts, with their receipts."""
+    by_key = {key: step for step, key in steps}
+    found = []
+    for row in rows:
+        step = by_key.get(row.idempotency_key)
+        if step is None or row.step_id != step.id or not row.receipt:
+            continue
+        receipt = json.loads(row.receipt)
+        if isinstance(receipt, dict):
+            found.append((step, AgentEffect(step.id, 0, row.tool, receipt, row.created_at)))
+    return found
+
+
+LateWrites = Callable[[Sequence[tuple[Step, str]]], Awaitable[list[tuple[Step, AgentEffect]]]]
+"""Where an ending finds the late writes of its steps (each with its idempotency key)."""
+
+
+async def no_late_writes(steps: Sequence[tuple[Step, str]]) -> list[tuple[Step, AgentEffect]]:
+    """The late-write source of an ending that has no ledger to read (unit tests)."""
+    return []
 
 
 async def no_agent_effects() -> list[AgentEffect]:

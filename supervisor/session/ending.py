@@ -23,7 +23,14 @@ from planloop.core.models import (
 from planloop.planner.plan import Step
 from planloop.planner.react_step import is_agent_step
 from planloop.planner.references import resolve_params
-from planloop.supervisor.session.agent_undo import AgentEffect, Undo, effect_undos, no_agent_effects
+from planloop.supervisor.session.agent_undo import (
+    AgentEffect,
+    LateWrites,
+    Undo,
+    effect_undos,
+    no_agent_effects,
+    no_late_writes,
+)
 from planloop.supervisor.session.changes import PlanChanges
 from planloop.supervisor.session.ports import SessionIO, describe_error, read_event
 from planloop.supervisor.session.sending import TaskQueue
@@ -48,6 +55,9 @@ class Ending:
     checkpoint: Callable[[], Awaitable[None]]
     # The agent-step writes the effect ledger recorded for the session (see agent_undo).
     agent_effects: Callable[[], Awaitable[list[AgentEffect]]] = no_agent_effects
+    # The writes of plan steps that committed late, after their attempt timed out, given
+    # the steps with their current keys (see agent_undo.late_writes).
+    late_writes: LateWrites = no_late_writes
 
     @property
     def state(self) -> SessionState:
@@ -147,7 +157,9 @@ async def _record_entry(end: Ending, entry_id: str, fields: dict[str, str]) -> E
     return event
 
 
-def compensation_of(end: Ending, step: Step) -> tuple[str, dict[str, Any]] | None:
+def compensation_of(
+    end: Ending, step: Step, output: Any = None
+) -> tuple[str, dict[str, Any]] | None:
     """The tool call that undoes ``step``: its own ``compensate``, else its tool's default.
 
     The default call gets what it accepts from the step's params and output (a
@@ -163,7 +175,7 @@ def compensation_of(end: Ending, step: Step) -> tuple[str, dict[str, Any]] | Non
     if spec.side_effect != "write" or not spec.compensate or spec.compensate not in io.tools:
         return None
     accepted = set(io.tools.get(spec.compensate).param_names()) - {"simulate"}
-    output = state.outputs.get(step.id)
+    output = state.outputs.get(step.id) if output is None else output
     known = {**step.params, **(output if isinstance(output, dict) else {})}
     return spec.compensate, {k: v for k, v in known.items() if k in accepted}
 
@@ -182,6 +194,7 @@ async def compensate(end: Ending) -> list[dict[str, Any]]:
         if call is not None:
             todo.append(Undo(state.states[step.id].finished_at or 0.0, step, *call))
     todo.extend(await _agent_undos(end))
+    todo.extend(await _late_undos(end, {s.id for s in done}))
     todo.sort(key=lambda u: u.at, reverse=True)
     results = []
     for undo in todo:
@@ -217,6 +230,26 @@ async def _agent_undos(end: Ending) -> list[Undo]:
     if not agents:
         return []
     return effect_undos(end.io.tools, agents, await end.agent_effects())
+
+
+async def _late_undos(end: Ending, done: set[str]) -> list[Undo]:
+    """The compensations of writes that committed after their attempt timed out, for plan
+    steps that never completed (core/effect_fence.py): undone like completed writes, the
+    receipt standing in for the output."""
+    state, sid = end.state, end.io.sid
+    ran = [
+        (s, idempotency_key(sid, s.id, state.info.redone.get(s.id, 0)))
+        for s in state.plan.steps
+        if s.id not in done and not is_agent_step(s) and state.states[s.id].attempt > 0
+    ]
+    if not ran:
+        return []
+    undos = []
+    for step, effect in await end.late_writes(ran):
+        call = compensation_of(end, step, effect.receipt)
+        if call is not None:
+            undos.append(Undo(effect.created_at, step, *call))
+    return undos
 
 
 async def _run_compensation(end: Ending, undo: Undo, params: dict[str, Any]) -> dict[str, Any]:

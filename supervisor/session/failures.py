@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planloop.core.models import Event, EventType, Severity, StepStatus
+from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStatus
 from planloop.supervisor.session.policy import RuleAction, backoff_s, decide_failure
 from planloop.supervisor.session.state import FINAL, SessionState
 
@@ -28,16 +28,40 @@ def settle_failure(
     backoff_base_s: float,
     backoff_max_s: float,
     now: float,
+    store_retry_interval_s: float = 0.0,
+    store_retry_limit: int = 0,
 ) -> Settled:
-    """Retry within the step's budget; past it the failure is final in this plan version."""
+    """Retry within the step's budget; past it the failure is final in this plan version.
+
+    An attempt the store failed (``STORE``) runs again after ``store_retry_interval_s``, up
+    to ``store_retry_limit`` times, outside the step's budget.
+    """
     step, st = state.steps[step_id], state.states[step_id]
-    action = decide_failure(step, st.attempt, st.error_kind, max_retries)
+    store_fault = st.error_kind == ErrorKind.STORE
+    if store_fault:
+        st.store_faults += 1
+    action = decide_failure(
+        step,
+        st.attempt,
+        st.error_kind,
+        max_retries,
+        store_faults=st.store_faults,
+        store_retry_limit=store_retry_limit,
+    )
     if action == RuleAction.RETRY:
         state.candidates.add(step_id)
         state.backing_off.add(step_id)
         st.status = StepStatus.READY
-        st.not_before = now + backoff_s(st.attempt, backoff_base_s, backoff_max_s)
-        return Settled(True, {"status": st.status, "not_before": st.not_before})
+        if store_fault:
+            st.not_before = now + store_retry_interval_s
+        else:
+            st.not_before = now + backoff_s(
+                st.attempt - st.store_faults, backoff_base_s, backoff_max_s
+            )
+        fields: dict[str, Any] = {"status": st.status, "not_before": st.not_before}
+        if store_fault:
+            fields["store_faults"] = st.store_faults
+        return Settled(True, fields)
     st.note = FINAL
     if st.status == StepStatus.READY:
         st.status = StepStatus.FAILED

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,7 +51,7 @@ from planloop.supervisor.process.batch_start import can_begin
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.process.input_refusal import refuse_bad_input
 from planloop.supervisor.process.no_consumer_watch import ConsumerMonitor
-from planloop.supervisor.session.agent_undo import AgentEffect, agent_effects
+from planloop.supervisor.session.agent_undo import AgentEffect, agent_effects, late_writes
 from planloop.supervisor.session.broken import dependency_broken
 from planloop.supervisor.session.carried import carry_in
 from planloop.supervisor.session.changes import PlanChanges
@@ -164,6 +164,7 @@ class SessionRunner:
             ctx.dispatcher.sensitive,
             self._checkpoint_in_round,
             self._agent_effects,
+            self._late_writes,
         )
         self.rounds = Rounds(self.io, self.changes, self.deliberation)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
@@ -308,6 +309,13 @@ class SessionRunner:
         """The writes agent steps made, from the effect ledger's SQL rows (to undo them)."""
         rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
         return agent_effects(self.sid, rows)
+
+    async def _late_writes(
+        self, steps: Sequence[tuple[Step, str]]
+    ) -> list[tuple[Step, AgentEffect]]:
+        """Plan-step writes that committed after their attempt timed out (to undo them)."""
+        rows = await self.ctx.sql(lambda: self.ctx.record.effects(self.sid))
+        return late_writes(self.sid, rows, steps)
 
     async def _stored_outputs(self, sid: str, refs: list[str]) -> dict[str, str]:
         return await self.ctx.sql(lambda: self.ctx.record.outputs(sid, refs))
@@ -803,6 +811,8 @@ class SessionRunner:
             backoff_base_s=settings.retry_backoff_s,
             backoff_max_s=settings.retry_backoff_max_s,
             now=time.time(),
+            store_retry_interval_s=settings.store_retry_interval_s,
+            store_retry_limit=settings.store_retry_limit,
         )
         if settled.retry:
             st = state.states[step_id]

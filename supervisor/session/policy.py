@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 
-from planloop.core.models import RETRYABLE, Event, EventType
+from planloop.core.models import RETRYABLE, ErrorKind, Event, EventType
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.plan import Step
 from planloop.supervisor.session.replan_scope import ScopePick
@@ -32,9 +32,26 @@ class RuleAction(StrEnum):
     FAIL_SESSION = "fail_session"  # a critical step failed for good: the session fails
 
 
-def decide_failure(step: Step, attempt: int, error_kind: str, max_retries: int) -> RuleAction:
-    """The rule policy's answer for ``step`` whose attempt ``attempt`` failed."""
-    if error_kind in RETRYABLE and attempt <= max_retries:
+def decide_failure(
+    step: Step,
+    attempt: int,
+    error_kind: str,
+    max_retries: int,
+    *,
+    store_faults: int = 0,
+    store_retry_limit: int = 0,
+) -> RuleAction:
+    """The rule policy's answer for ``step`` whose attempt ``attempt`` failed.
+
+    A store fault (``store_faults`` of the step's attempts so far, this one included) is the
+    infrastructure's, not the step's: it is retried up to ``store_retry_limit`` times and
+    uses none of the step's ``max_retries``.
+    """
+    if error_kind == ErrorKind.STORE:
+        if store_faults <= store_retry_limit:
+            return RuleAction.RETRY
+        return decide_final_failure(step)
+    if error_kind in RETRYABLE and attempt - store_faults <= max_retries:
         return RuleAction.RETRY
     return decide_final_failure(step)
 

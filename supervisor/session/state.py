@@ -189,6 +189,14 @@ def session_end(
             f"no worker serves {', '.join(tools) or 'the tool'} (steps {', '.join(unserved)}); "
             "start a worker whose PLANLOOP_TOOL_MODULES provides it and submit again",
         )
+    unstored = [i for i in failed if state.states[i].error_kind == ErrorKind.STORE]
+    if unstored:  # writes the store never took: not a session that completed around them
+        return (
+            SessionStatus.FAILED,
+            f"the effect ledger refused the writes of steps {', '.join(unstored)} past "
+            "PLANLOOP_STORE_RETRY_LIMIT attempts; free the database's disk (or its lock) "
+            "and submit the goal again",
+        )
     return (SessionStatus.COMPLETED, completed_note(state, failed))
 
 

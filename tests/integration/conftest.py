@@ -25,6 +25,7 @@ from planloop.core.hot_state import HotState, RedisEffectCache, connect
 from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, SessionRecord, StepState, StepStatus
 from planloop.core.record import SqlRecord
+from planloop.core.redis_client import redis_address
 from planloop.planner.plan import Plan, parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack, redis_answers
@@ -268,8 +269,8 @@ def private_stack(
         redis_url: str | None = None,
         **overrides: Any,
     ) -> PrivateStack:
-        """``redis_url``: a private Redis (``private_redis``) instead of the shared one."""
-        client = connect(redis_url) if redis_url else redis_client
+        """``redis_url``: a private Redis (``private_redis``, a sentinel cluster's URL with
+        ``redis_sentinel_master``) instead of the shared one."""
         if redis_url:
             overrides["redis_url"] = redis_url
         prefix = f"{test_settings.key_prefix}x{uuid.uuid4().hex[:6]}"
@@ -288,7 +289,7 @@ def private_stack(
         log_dir.mkdir()
         keys = Keys(prefix)
         # redis_url=... points the stack at a private Redis (a fault test's own server).
-        client = connect(settings.redis_url) if "redis_url" in overrides else redis_client
+        client = connect(redis_address(settings)) if "redis_url" in overrides else redis_client
         built = PrivateStack(
             settings=settings,
             stack=shipped().stack({**os.environ, **settings.to_env()}, log_dir),

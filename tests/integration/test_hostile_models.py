@@ -1,4 +1,4 @@
-"""Sessions survive a hostile model (issue 21, Deliver 6): a property over seeded sessions.
+"""Sessions survive a hostile model: a property over seeded sessions.
 
 A private stack from the installed wheel (supervisor, Celery worker, SQLite, real Redis)
 talks to the scripted server in its seeded chaos mode (tests/llm_chaos.py): about one answer

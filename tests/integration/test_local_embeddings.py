@@ -1,4 +1,4 @@
-"""The local embeddings backend (issue 21), from the installed wheel.
+"""The local embeddings backend, from the installed wheel.
 
 Without the ``local-embeddings`` extra (the suite's shipped venv), choosing
 ``PLANLOOP_LESSONS_EMBEDDING_BACKEND=local`` stops ``planloop`` with one line naming the

@@ -21,8 +21,8 @@ from planloop.core.models import SessionOptions, StepTaskArgs
 from planloop.core.tools import MemoryEffectLedger, load_tools
 from planloop.planner.react import ReactStopped
 from planloop.planner.react_step import REACT_TOOL
-from planloop.workers.executor import ToolThreads
 from planloop.workers.react import AgentStepRunner
+from planloop.workers.tool_threads import ToolThreads
 from tests.integration.conftest import _delete_prefix
 from tests.unit.test_react import ScriptedChat
 

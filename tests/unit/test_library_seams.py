@@ -19,9 +19,15 @@ from celery.bin.celery import celery as celery_command
 from celery.events.dispatcher import EventDispatcher
 from celery.worker.consumer import Consumer as CeleryConsumer
 from celery.worker.consumer import events as consumer_events
+from flower.app import Flower as FlowerApp
+from flower.utils.broker import Broker as FlowerBroker
+from flower.utils.broker import Redis as FlowerRedisBroker
+from kombu import Connection, Exchange, Producer, Queue
+from kombu.asynchronous import Hub
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from packaging.requirements import Requirement
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 
 from planloop.config.celery import TRANSPORT, celery_config
 from planloop.config.settings import Settings
@@ -29,7 +35,7 @@ from planloop.core import seams
 from planloop.core.errors import ConfigError, LibraryVersionError
 from planloop.core.receipts import KOMBU_UNACKED, KOMBU_UNACKED_INDEX
 from planloop.workers import transport
-from planloop.workers.app import run_worker
+from planloop.workers.app import create_app, run_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(redis_url="redis://127.0.0.1:6379/9")
@@ -199,6 +205,64 @@ def test_kombus_private_methods_keep_their_signatures() -> None:
     assert issubclass(transport.Transport.Channel, kombu_redis.Channel)
 
 
+def test_kombus_qos_holds_a_received_messages_tag_in_delivered() -> None:
+    # kombu's in-memory transport is virtual too: the same QoS and Message as Redis's.
+    queue = Queue("seams-qos", Exchange("seams-qos"), "seams-qos")
+    with Connection("memory://") as connection:
+        channel = connection.channel()
+        queue(channel).declare()
+        Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key="seams-qos")
+        message = queue(channel).get(no_ack=False)
+
+        assert message is not None
+        assert isinstance(channel.qos, virtual.QoS)
+        assert message.delivery_tag in channel.qos._delivered
+        # what QoS.append puts in a receipt: the queued dict, where it was published
+        assert message._raw["properties"]["delivery_tag"] == message.delivery_tag
+        assert {"body", "headers", "properties"} <= set(message._raw)
+        assert message.delivery_info["exchange"] == "seams-qos"
+        assert message.delivery_info["routing_key"] == "seams-qos"
+        message.ack()
+        channel.close()
+
+
+class Collector:
+    """What kombu's publish-batch protocol hands over instead of running it."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, ...]] = []
+
+    def add(self, *op: Any) -> None:
+        self.ops.append(op)
+
+
+def test_kombu_pushes_a_message_to_the_list_named_after_its_queue() -> None:
+    channel = kombu_redis.Channel.__new__(kombu_redis.Channel)  # only what _put reads
+    channel._expires = {}
+    message = {"body": "e30=", "headers": {"id": "t-1", "task": "x"}, "properties": {}}
+    collected = Collector()
+
+    channel._put("planloop", message, _publish_batch=collected)
+
+    assert [op[:2] for op in collected.ops] == [("lpush", "planloop")]
+    assert '"id": "t-1"' in collected.ops[0][2]  # the needle of SessionStore.queued
+    assert "BRPOP" in inspect.getsource(kombu_redis.Channel._brpop_start)  # out on the right
+
+
+def test_a_kombu_channel_holds_its_transport_options_as_attributes() -> None:
+    options = kombu_redis.Channel.from_transport_options
+    assert {"global_keyprefix", "ack_emulation"} <= set(options)
+    assert kombu_redis.Channel.global_keyprefix == ""
+    assert kombu_redis.Channel.ack_emulation is True
+    assert issubclass(kombu_redis.Channel, virtual.Channel)
+    # virtual.Channel.__init__ sets each option read as an attribute (memory: no Redis needed)
+    with Connection("memory://", transport_options={"deadletter_queue": "probe-dlq"}) as conn:
+        channel = conn.channel()
+        assert "deadletter_queue" in type(channel).from_transport_options
+        assert channel.deadletter_queue == "probe-dlq"
+        channel.close()
+
+
 def test_the_transport_named_in_the_configuration_is_ours() -> None:
     module, _, name = TRANSPORT.partition(":")
     assert module == transport.__name__
@@ -243,6 +307,27 @@ def test_celerys_consumer_flushes_buffered_events_through_the_hooks() -> None:
     app.close()
 
 
+def test_the_consumers_hub_schedules_callbacks_soon_and_later() -> None:
+    empty = inspect.Parameter.empty
+    assert _parameters(Hub.call_soon) == [("self", empty), ("callback", empty), ("args", empty)]
+    assert _parameters(Hub.call_later) == [
+        ("self", empty),
+        ("delay", empty),
+        ("callback", empty),
+        ("args", empty),
+    ]
+    hub, ran = Hub(), []
+    try:
+        hub.call_soon(ran.append, "soon")
+        hub.call_later(0.0, ran.append, "later")
+        hub.fire_timers(propagate=(Exception,))
+        assert ran == ["later"]
+    finally:
+        hub.close()  # runs what is ready, as a turn of its loop would
+
+    assert ran == ["later", "soon"]
+
+
 def test_the_celery_commands_first_parameter_is_app(capsys: pytest.CaptureFixture[str]) -> None:
     app = Celery("seams-report", broker="memory://", set_as_current=False)
     app.conf.planloop_probe = "the app run_worker was given"
@@ -254,3 +339,50 @@ def test_the_celery_commands_first_parameter_is_app(capsys: pytest.CaptureFixtur
     assert code == 0
     assert "planloop_probe: 'the app run_worker was given'" in capsys.readouterr().out
     app.close()
+
+
+def test_flower_picks_its_redis_broker_client_for_the_apps_uri() -> None:
+    assert "conn.as_uri(include_password=True)" in inspect.getsource(
+        FlowerApp.broker_uri_with_password.func
+    )
+    app = create_app(Settings(redis_url="redis://:pw@127.0.0.1:6379/13"))
+    with app.connection() as connection:
+        uri = connection.as_uri(include_password=True)
+    app.close()
+
+    broker = FlowerBroker(uri)
+
+    assert type(broker) is FlowerRedisBroker  # the Broker page and /api/queues/length
+    assert (broker.host, broker.port, broker.vhost, broker.password) == (
+        "127.0.0.1",
+        6379,
+        13,
+        "pw",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "fields"),
+    [
+        (
+            "rediss://:pw@LocalHost:6380/3",
+            {"host": "localhost", "port": 6380, "db": 3, "connection_class": SSLConnection},
+        ),
+        ("redis://10.0.0.2", {"host": "10.0.0.2", "connection_class": None}),
+        (
+            "unix:///tmp/redis.sock?db=2",
+            {"path": "/tmp/redis.sock", "db": 2, "connection_class": UnixDomainSocketConnection},
+        ),
+    ],
+)
+def test_redis_parse_url_returns_the_fields_same_redis_reads(
+    url: str, fields: dict[str, Any]
+) -> None:
+    parsed = parse_url(url)
+
+    assert {name: parsed.get(name) for name in fields} == fields
+
+
+def test_redis_parse_url_refuses_a_url_it_cannot_read_with_value_error() -> None:
+    with pytest.raises(ValueError, match="Redis URL must specify"):
+        parse_url("http://127.0.0.1:6379")

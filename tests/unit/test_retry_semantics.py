@@ -12,7 +12,8 @@ from planloop.core.errors import PermanentToolError, TransientToolError
 from planloop.core.hot_state import HotState
 from planloop.core.models import ErrorKind, StepTaskArgs
 from planloop.core.tools import REGISTRY, MemoryEffectLedger, ToolContext, ToolRegistry, tool
-from planloop.workers.executor import StepExecutor, classify_error
+from planloop.workers.executor import StepExecutor
+from planloop.workers.outcomes import classify_error
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools)
 
 

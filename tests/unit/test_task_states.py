@@ -11,7 +11,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import StepAttemptFailed
 from planloop.core.models import ErrorKind, StepTaskArgs
 from planloop.workers.app import create_app
-from planloop.workers.executor import Attempt
+from planloop.workers.outcomes import Attempt
 from planloop.workers.tasks import raise_failure
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from planloop.workers.executor import ToolThreads
+from planloop.workers.tool_threads import ToolThreads
 
 
 def test_calls_reuse_an_idle_thread() -> None:

@@ -1,0 +1,133 @@
+"""A full disk under the SQLite record and effect ledger, end to end (the shipped wheel,
+real Redis, Celery workers and SQLite on a small tmpfs this test mounts): while the disk is
+full, ledger commits fail as store faults, which open no breaker and skip no write; once
+space is freed every session completes with each write applied once (the audit file, on
+another disk, counts them).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from planloop.core.effects import EffectAudit
+from planloop.core.models import ErrorKind, SessionStatus
+from planloop.planner.plan import parse_plan
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, report_steps
+
+pytestmark = [pytest.mark.integration]
+
+SESSIONS = 8
+DISK = "16m"  # room for the record of a few sessions, and quick to fill
+
+PLAN = """
+goal: two writes that must each land once
+steps:
+  - {id: w1, tool: bench.write, params: {label: one}, max_retries: 1}
+  - {id: w2, tool: bench.write, params: {label: two}, dependencies: [w1], max_retries: 1}
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of :data:`DISK` mounted for this test alone (skipped where mount is refused)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk has no byte left; the file, to delete to free it."""
+    filler = disk / f"filler-{uuid.uuid4().hex[:6]}"
+    with filler.open("wb", buffering=0) as out:
+        for size in (65536, 4096, 512, 1):  # down to the last byte: nothing else fits
+            _write_until_full(out.fileno(), size)
+    return filler
+
+
+def _write_until_full(fd: int, size: int) -> None:
+    block = b"\0" * size
+    while True:
+        try:
+            os.write(fd, block)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            return
+
+
+def test_sessions_on_a_full_disk_apply_each_write_once_once_space_is_freed(
+    private_stack: MakeStack, small_disk: Path
+) -> None:
+    built = private_stack(
+        database_url=f"sqlite:///{small_disk / 'planloop.db'}",
+        store_retry_interval_s=0.5,
+        breaker_failures=3,  # a breaker that would open, were a store fault the tool's
+    )
+    assert built.settings.effect_audit_path is not None  # beside the stack, not on the tmpfs
+    audit = EffectAudit(built.settings.effect_audit_path)
+    # one session before the disk fills: the record's schema and first pages exist
+    warm = built.producer.submit(parse_plan(PLAN))
+    assert built.finish(warm, ["w1", "w2"], timeout_s=60).status == SessionStatus.COMPLETED
+    filler = fill(small_disk)
+    sids = [built.producer.submit(parse_plan(PLAN)) for _ in range(SESSIONS)]
+    # while the disk is full, the writes' commits fail and are retried as store faults
+    seen: set[str] = set()
+
+    def store_faults() -> bool:
+        for sid in sids:
+            for step_id, st in built.hot.steps(sid, ["w1", "w2"]).items():
+                if st.store_faults or st.error_kind == ErrorKind.STORE:
+                    seen.add(f"{sid}:{step_id}")
+        return len(seen) >= 2
+
+    wait_for(store_faults, 60, "writes failing on the full disk")
+    time.sleep(2)  # a few store retries on a disk that is still full
+    assert not any(s.status.ended for s in map(built.producer.session, sids))
+    filler.unlink()  # the disk recovers
+    ended = [built.finish(sid, ["w1", "w2"], timeout_s=90) for sid in sids]
+    assert [r.status for r in ended] == [SessionStatus.COMPLETED] * SESSIONS, [
+        r.error for r in ended
+    ]
+    for record in ended:
+        steps = report_steps(record)
+        assert {steps[i]["status"] for i in ("w1", "w2")} == {"completed"}, record.error
+        assert "failed" not in record.error
+    counts = audit.counts()
+    keys = [f"{sid}:{step}" for sid in sids for step in ("w1", "w2")]
+    assert {key: counts[key] for key in keys} == dict.fromkeys(keys, 1)  # each write once
+    assert audit.duplicates() == {}
+    breakers = list(built.redis.scan_iter(f"{built.settings.key_prefix}:breaker:*"))
+    states = {
+        k: built.redis.hget(k, "state")
+        for k in breakers
+        if built.redis.type(k) in ("hash", b"hash")
+    }
+    assert "open" not in states.values(), states  # a full disk is not the tool's fault
+    for faulted in seen:  # a step the store failed ran again, and that attempt wrote
+        sid, step_id = faulted.rsplit(":", 1)
+        assert report_steps(built.producer.session(sid))[step_id]["attempts"] >= 2
+    # no attempt failed any other way (a transient failure, a timeout, a breaker)
+    kinds = {a.error_kind for sid in sids for a in built.record.attempts(sid)}
+    assert kinds <= {ErrorKind.STORE, ""}, kinds

@@ -1,0 +1,143 @@
+"""Effects under timeouts, end to end (the shipped wheel, real Redis, Celery workers and
+SQLite): a write that outlives its attempt's timeout is refused, or, already applying,
+committed once and compensated; an agent step that calls a timed-out write again applies
+it once. Applications are counted in the audit file, outside Redis and SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from planloop.core.effects import EffectAudit
+from planloop.core.heartbeat import read_heartbeats
+from planloop.core.models import SessionOptions, SessionStatus
+from planloop.planner.plan import parse_plan
+from planloop.workers.toolsets import BENCH_TOOLS
+from tests.conftest import wait_for
+from tests.integration.conftest import MakeStack, PrivateStack, report_steps
+from tests.llm_server import ScriptedLLMServer
+
+pytestmark = [pytest.mark.integration]
+
+LATE_MODULE = "late_tools"  # tests/tool_modules/late_tools.py
+
+
+def late_stack(private_stack: MakeStack, **env: str) -> PrivateStack:
+    """A supervisor, and a worker serving the bench tools and ``late.*``."""
+    built = private_stack(workers=0, supervisors=1)
+    built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE], env=env)
+    wait_for(
+        lambda: any("late.write" in hb.tools for hb in read_heartbeats(built.redis, built.keys)),
+        60,
+        "the late worker's heartbeat",
+    )
+    return built
+
+
+def audit_of(built: PrivateStack) -> EffectAudit:
+    assert built.settings.effect_audit_path is not None
+    return EffectAudit(built.settings.effect_audit_path)
+
+
+def test_a_write_that_outlives_its_timeout_is_refused_and_its_retry_applies_it_once(
+    private_stack: MakeStack,
+) -> None:
+    built = late_stack(private_stack)
+    plan = parse_plan(
+        """
+goal: a write whose first attempt sleeps past its timeout, then asks the ledger
+steps:
+  - {id: w, tool: late.write, params: {label: slow, first_sleep_s: 3}, timeout_s: 1,
+     max_retries: 2}
+"""
+    )
+    sid = built.producer.submit(plan)
+    record = built.finish(sid, ["w"], timeout_s=60)
+    assert record.status == SessionStatus.COMPLETED, record.error
+    assert report_steps(record)["w"]["attempts"] == 2
+    audit, key = audit_of(built), f"{sid}:w"
+    # the first attempt's thread wakes after the retry completed: its write is refused
+    wait_for(lambda: audit.refusals()[key] == 1, 15, "the late write's refusal")
+    assert audit.counts()[key] == 1  # applied once, by the retry
+    assert built.effects.receipt(key) == {"receipt_id": f"W-{key}", "label": "slow"}
+
+
+def test_a_write_already_applying_at_its_timeout_commits_once_and_is_compensated(
+    private_stack: MakeStack,
+) -> None:
+    built = late_stack(private_stack)
+    plan = parse_plan(
+        """
+goal: a write whose first attempt is inside its effect when the timeout passes
+steps:
+  - {id: w, tool: late.write, params: {label: applying, first_apply_s: 1.3}, timeout_s: 1,
+     max_retries: 0, critical: true}
+"""
+    )
+    sid = built.producer.submit(plan, SessionOptions(compensate_on_failure=True))
+    record = built.finish(sid, ["w"], timeout_s=60)
+    assert record.status == SessionStatus.FAILED, record.error
+    assert report_steps(record)["w"]["status"] == "interrupted"
+    audit, key = audit_of(built), f"{sid}:w"
+    assert audit.counts()[key] == 1  # it landed after the timeout, once
+    assert record.report is not None
+    undone = [c for c in record.report["compensations"] if c["step"] == "w"]
+    assert [(c["tool"], c["status"]) for c in undone] == [("late.undo", "completed")]
+    assert audit.counts()[f"{key}:compensate"] == 1
+
+
+def worker_llm_env(server: ScriptedLLMServer) -> dict[str, str]:
+    """The LLM settings of a worker that runs agent steps against the scripted server (the
+    supervisor keeps the rule policy: it never asks the model)."""
+    return {
+        "PLANLOOP_LLM_BASE_URL": server.base_url,
+        "PLANLOOP_LLM_API_KEY": "test",
+        "PLANLOOP_LLM_MAX_RETRIES": "0",
+    }
+
+
+def turn(tool: str, **params: Any) -> dict[str, Any]:
+    return {"thought": f"call {tool}", "tool": tool, "params": params}
+
+
+def test_an_agent_step_that_calls_a_timed_out_write_again_applies_it_once(
+    private_stack: MakeStack, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.wait_quiet(0.5)
+    llm_server.reset()
+    built = late_stack(private_stack, **worker_llm_env(llm_server))
+    write = {"label": "agent", "first_sleep_s": 3}
+    llm_server.script(
+        "react",
+        turn("late.write", **write),  # times out: nothing applied yet
+        turn("late.write", **write),  # the same call again: the first call's key
+        {"thought": "done", "final_answer": {"result": "written once"}},
+    )
+    plan = parse_plan(
+        """
+goal: an agent step whose write times out and is called again
+steps:
+  - id: agent
+    tool: agent.react
+    instruction: Record one write labelled agent, then answer
+    params: {tools: [late.write], max_iterations: 4}
+    timeout_s: 30
+"""
+    )
+    sid = built.producer.submit(plan)
+    record = built.finish(sid, ["agent"], timeout_s=60)
+    try:
+        assert record.status == SessionStatus.COMPLETED, record.error
+        audit, key = audit_of(built), f"{sid}:agent:react:1"
+        assert audit.counts()[key] == 1
+        assert audit.counts()[f"{sid}:agent:react:2"] == 0  # no second key: no second write
+        wait_for(lambda: audit.refusals()[key] == 1, 15, "the first call's late refusal")
+        output = report_steps(record)["agent"]["output"]
+        calls = [(c["iteration"], c["ok"]) for c in output["tool_calls"]]
+        assert calls == [(1, False), (2, True)]  # one failed call, one that wrote
+        told = [r.prompt_text for r in llm_server.requests_for("react")]
+        assert "no write of it is left to land" in told[1]
+    finally:
+        llm_server.reset()
