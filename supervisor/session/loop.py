@@ -75,7 +75,7 @@ from planloop.supervisor.session.rounds import Rounds
 from planloop.supervisor.session.schedule import wait_ms
 from planloop.supervisor.session.sending import Scheduling
 from planloop.supervisor.session.state import FINAL, SessionState, attempt_row, session_end
-from planloop.supervisor.session.streaming import StreamedPlanning
+from planloop.supervisor.session.streaming import StreamedPlanning, StreamPorts
 from planloop.supervisor.session.usage_ledger import (
     count_reported,
     reconcile_recorded,
@@ -181,6 +181,18 @@ class SessionRunner:
     @property
     def sid(self) -> str:
         return self.state.sid
+
+    def _stream_ports(self) -> StreamPorts:
+        """What a streamed first plan's planning uses of this loop while the plan arrives."""
+        return StreamPorts(
+            self.ctx,
+            self.io,
+            self.changes,
+            self.scheduling,
+            apply=self._apply,
+            checkpoint=self._checkpoint,
+            announce_fallback=self._announce_fallback,
+        )
 
     @property
     def epoch(self) -> int:
@@ -344,7 +356,7 @@ class SessionRunner:
             self._adopt_fresh(info, plan)
             if info.planning == STREAMING and state.outcome is None:
                 # its former owner died while the first plan streamed: plan the rest
-                await StreamedPlanning(self).resume()
+                await StreamedPlanning(self._stream_ports()).resume()
             log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
             return
         if self._first_owner:
@@ -371,7 +383,7 @@ class SessionRunner:
             state.reindex()
             if info.planning == STREAMING and state.outcome is None:
                 # its former owner died while the first plan streamed: plan the rest
-                await StreamedPlanning(self).resume()
+                await StreamedPlanning(self._stream_ports()).resume()
         log.info("session=%s epoch=%d taken by %s", self.sid, self.epoch, self.ctx.name)
 
     def begin(self) -> list[WriteOp] | None:
@@ -538,7 +550,7 @@ class SessionRunner:
         if spent is not None:
             state.outcome = (SessionStatus.ABORTED, f"{spent}: not planned")
             return
-        streamed = StreamedPlanning(self)
+        streamed = StreamedPlanning(self._stream_ports())
 
         def plan(on_plan: Callable[[Plan], None] | None) -> FirstPlan:
             return first_plan(

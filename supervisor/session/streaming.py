@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from planloop.config.settings import Settings
 from planloop.core.errors import LLMError, LLMUnavailableError, PlanError
@@ -35,7 +35,6 @@ from planloop.supervisor.session.decision_log import record_usage
 from planloop.supervisor.session.goal_routing import FirstPlan, rest_of_plan
 from planloop.supervisor.session.ports import SessionIO
 from planloop.supervisor.session.sending import Scheduling
-from planloop.supervisor.session.state import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -46,33 +45,39 @@ POLL_MS = 20  # how long one read of the session's events waits while the plan s
 StartPlanning = Callable[[Callable[[Plan], None]], FirstPlan]
 
 
-class SessionLoop(Protocol):
-    """What of the session's loop (session/loop.py's SessionRunner) planning uses meanwhile."""
+@dataclass(frozen=True)
+class StreamPorts:
+    """What planning uses while the first plan streams: the session's collaborators, and
+    the three steps of the loop it runs meanwhile (apply events, checkpoint, announce a
+    fallback), handed over as functions."""
 
     ctx: SupervisorContext
-    settings: Settings
-    store: SessionStorePort
-    state: SessionState
     io: SessionIO
     changes: PlanChanges
     scheduling: Scheduling
+    apply: Callable[[list[Entry]], Awaitable[None]]
+    checkpoint: Callable[[], None]
+    announce_fallback: Callable[[str], Awaitable[None]]
 
     @property
-    def sid(self) -> str: ...
+    def sid(self) -> str:
+        return self.io.sid
 
-    async def _apply(self, entries: list[Entry]) -> None: ...
+    @property
+    def settings(self) -> Settings:
+        return self.ctx.settings
 
-    def _checkpoint(self) -> None: ...
-
-    async def _announce_fallback(self, error: str) -> None: ...
+    @property
+    def store(self) -> SessionStorePort:
+        return self.io.store
 
 
 class StreamedPlanning:
     """Installs and runs a streamed first plan's steps while the rest of it arrives."""
 
-    def __init__(self, runner: SessionLoop) -> None:
-        self.runner = runner
-        self.state = runner.state
+    def __init__(self, ports: StreamPorts) -> None:
+        self.ports = ports
+        self.state = ports.io.state
         self.installed = 0  # steps of the plan in force (the prefix installed so far)
 
     async def run(self, start: StartPlanning) -> FirstPlan | None:
@@ -90,16 +95,14 @@ class StreamedPlanning:
             loop.call_soon_threadsafe(latest.append, plan)
 
         planning = asyncio.ensure_future(asyncio.to_thread(start, on_plan))
-        runner, state = self.runner, self.state
+        ports, state = self.ports, self.state
         while not planning.done() and state.outcome is None:
             if latest:
                 await self._maybe_install(latest[-1])
-            entries = await runner.io.read_events(
-                count=runner.settings.event_batch, block_ms=POLL_MS
-            )
-            await runner._apply(entries)
+            entries = await ports.io.read_events(count=ports.settings.event_batch, block_ms=POLL_MS)
+            await ports.apply(entries)
             if state.steps and state.outcome is None:
-                await runner.scheduling.dispatch_ready()
+                await ports.scheduling.dispatch_ready()
         if state.outcome is not None:
             # Its thread cannot be stopped: wait for it, and count what the call spent.
             (ended,) = await asyncio.gather(planning, return_exceptions=True)
@@ -124,13 +127,13 @@ class StreamedPlanning:
 
     async def install_prefix(self, prefix: Plan, new: list[str]) -> None:
         """Install ``prefix`` as the next plan version, flagged incomplete, and dispatch."""
-        runner = self.runner
+        ports = self.ports
         if self.installed == 0:
-            await runner.io.write_session(PLANNING_FIELD, STREAMING)
+            await ports.io.write_session(PLANNING_FIELD, STREAMING)
         text = f"{STREAMED_REASON}: step(s) {', '.join(new)} installed before the reply ended"
-        await runner.changes.install_plan(prefix, reason=text, replan=False)
+        await ports.changes.install_plan(prefix, reason=text, replan=False)
         self.installed = len(prefix.steps)
-        await runner.io.append_event(
+        await ports.io.append_event(
             Event(
                 type=EventType.EXTERNAL_SIGNAL,
                 severity=Severity.INFO,
@@ -138,13 +141,13 @@ class StreamedPlanning:
                 payload={"notice": PLAN_STREAMING, "steps": new},
             )
         )
-        await runner.store.note_progress(runner.sid, PLAN_STREAMING, steps=new)
-        await runner.scheduling.dispatch_ready()
-        runner._checkpoint()
+        await ports.store.note_progress(ports.sid, PLAN_STREAMING, steps=new)
+        await ports.scheduling.dispatch_ready()
+        ports.checkpoint()
 
     async def finish(self, first: FirstPlan) -> None:
         """Install the whole plan as the next version and clear the flag."""
-        runner, state = self.runner, self.state
+        ports, state = self.ports, self.state
         plan = first.plan
         if first.fallback_error and self.installed:
             # Planning failed after steps were installed: they stay (they may be running
@@ -153,12 +156,12 @@ class StreamedPlanning:
         # Always a version of its own, even when the last prefix has every step: the
         # session's final first plan is recorded as the whole reply's plan, with the
         # planner's reason (a rebuild from SQL reads the flag from the last reason).
-        await runner.changes.install_plan(plan, reason=first.reason, replan=False)
+        await ports.changes.install_plan(plan, reason=first.reason, replan=False)
         if self.installed:
-            await runner.io.write_session(PLANNING_FIELD, "")
+            await ports.io.write_session(PLANNING_FIELD, "")
             log.info(
                 "session=%s streamed plan whole: %d of %d step(s) installed early",
-                runner.sid,
+                ports.sid,
                 self.installed,
                 len(plan.steps),
             )
@@ -167,16 +170,16 @@ class StreamedPlanning:
         """Taken over while the first plan streamed: the planner writes the rest, the
         installed steps kept unchanged (or an agent step beside them if planning fails;
         an endpoint that cannot be reached fails the session, as for a first plan)."""
-        runner, state = self.runner, self.state
-        chat, info = runner.ctx.chat, state.info
+        ports, state = self.ports, self.state
+        chat, info = ports.ctx.chat, state.info
         installed = list(state.plan.steps)
         self.installed = len(installed)
         if chat is None:
-            log.warning("session=%s plan was streaming; no LLM here: running its steps", runner.sid)
-            await runner.io.write_session(PLANNING_FIELD, "")
+            log.warning("session=%s plan was streaming; no LLM here: running its steps", ports.sid)
+            await ports.io.write_session(PLANNING_FIELD, "")
             return
         tools = (
-            runner.ctx.tools.subset(info.options.tools) if info.options.tools else runner.ctx.tools
+            ports.ctx.tools.subset(info.options.tools) if info.options.tools else ports.ctx.tools
         )
         goal = info.goal or state.plan.goal
         try:
@@ -187,22 +190,22 @@ class StreamedPlanning:
                 goal,
                 list(state.plan.constraints),
                 installed,
-                max_repairs=runner.settings.plan_max_repairs,
+                max_repairs=ports.settings.plan_max_repairs,
             )
         except LLMUnavailableError as exc:
             state.outcome = (SessionStatus.FAILED, f"planning failed: {exc}")
             return
         except (PlanError, LLMError) as exc:
-            log.warning("session=%s rest of the streamed plan failed: %s", runner.sid, exc)
+            log.warning("session=%s rest of the streamed plan failed: %s", ports.sid, exc)
             fallback = agent_plan(goal, tools, constraints=list(state.plan.constraints))
             first = FirstPlan(fallback, "planning failed: one agent step instead", [], str(exc))
-            await runner._announce_fallback(str(exc))
+            await ports.announce_fallback(str(exc))
         record_usage(state.batch, first.usages)
         text = (
             f"taken over while the first plan streamed ({len(installed)} step(s) installed): "
             "the planner wrote the rest, the installed steps unchanged"
         )
-        await runner.store.note_progress(runner.sid, PLAN_RESUMED, reason=text)
+        await ports.store.note_progress(ports.sid, PLAN_RESUMED, reason=text)
         await self.finish(
             FirstPlan(first.plan, f"{first.reason}; {text}", first.usages, first.fallback_error)
         )
