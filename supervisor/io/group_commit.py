@@ -54,7 +54,7 @@ class GroupRecord(Protocol):
 
 
 class GroupStore(Protocol):
-    """The part of :class:`supervisor.state.SessionStore` the writer uses."""
+    """The part of :class:`supervisor.io.redis_store.SessionStore` the writer uses."""
 
     async def blobs(self, refs: Sequence[str], *, ttl_s: float = 0.0) -> list[str | None]: ...
 

@@ -41,7 +41,7 @@ UNSERVED_FAILED = "unserved_failed"  # ... or: the wait ended, the step failed
 
 class TaskQueue(Protocol):
     """Routes steps and turns attempts into the ops that queue them
-    (``supervisor.dispatch.Dispatcher``)."""
+    (``supervisor.io.step_queue.Dispatcher``)."""
 
     def route(self, step: Step) -> str | None: ...
 
