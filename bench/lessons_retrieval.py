@@ -24,7 +24,7 @@ from planloop.config.settings import Settings
 from planloop.core.lessons import LessonStore, NewLesson, Query
 from planloop.core.record import make_engine
 from planloop.planner.embedding import Embedder
-from planloop.supervisor.lessons import thresholds_for
+from planloop.supervisor.session.lessons import thresholds_for
 
 
 @dataclass(frozen=True)

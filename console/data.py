@@ -16,7 +16,7 @@ from planloop.producer.client import Producer
 from planloop.producer.history import session_history
 from planloop.producer.views import gather_session, llm_budget, masked_report, sensitive_params
 
-AWAITING_APPROVAL = "awaiting approval"  # the note supervisor/session.py writes
+AWAITING_APPROVAL = "awaiting approval"  # the note supervisor/session/loop.py writes
 
 
 def step_view(state: StepState) -> dict[str, Any]:

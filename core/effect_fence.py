@@ -22,7 +22,7 @@ An effect already applying cannot be stopped halfway: it is let through and comm
 the step's own idempotency key, its row naming the step and attempt. That keeps "each
 write applied once": the next attempt of the step finds the receipt instead of writing
 again, and a session that ends before another attempt compensates the step from that row
-like a completed write (supervisor/agent_undo.py). So that the row is there before the
+like a completed write (supervisor/session/agent_undo.py). So that the row is there before the
 attempt's outcome is (an ending compensates from what the ledger holds then),
 :meth:`AttemptFence.close` waits a bounded while for an effect applying to finish, and says
 whether one is still on its way, so the executor can log it.

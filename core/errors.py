@@ -66,7 +66,7 @@ here, and their ``__module__`` (what a traceback or a pickle names) is this modu
     ├── WaitTimeoutError            [planloop.client] Client.wait ran out of time; the session
     │                               goes on
     ├── DispatchError               a step message the supervisor cannot build from its
-    │                               template (supervisor/step_message.py: Celery or kombu
+    │                               template (supervisor/io/step_message.py: Celery or kombu
     │                               changed it, or a queue kombu would publish to otherwise)
     └── LLMError                    the model endpoint failed or answered garbage
         ├── LLMUnavailableError     unreachable, refused, or still failing after the retries

@@ -1,6 +1,7 @@
 """Synchronous access to a session's hot state in Redis, for producers, workers and tests.
 
-The supervisor has its own asyncio twin (``supervisor/state.py``); both use the key names in
+The supervisor has its own asyncio twin (``supervisor/io/redis_store.py``);
+both use the key names in
 :mod:`core.keys` and the scripts in :mod:`core.lua`.
 """
 

@@ -215,7 +215,7 @@ class StepTaskArgs(BaseModel):
 
     def retried_after(self, error_kind: str) -> bool:
         """Whether the supervisor retries this attempt when it fails with ``error_kind``
-        (supervisor/policy.py decide_failure, the same rule; store faults: outside the budget)."""
+        (session/policy.py decide_failure, the same rule; store faults: outside the budget)."""
         store = error_kind == ErrorKind.STORE
         return store or (error_kind in RETRYABLE and self.attempt <= self.max_retries)
 

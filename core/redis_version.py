@@ -3,7 +3,7 @@
 6.2 brought what the supervisor and the broker rely on: XAUTOCLAIM (taking over a dead
 owner's events), XTRIM MINID (trimming never past a pending event), and kombu's ZADD GT and
 ZRANGE BYSCORE REV. Replies that differ between 6.2 and 7 are read in either shape where
-they are used (XAUTOCLAIM in ``supervisor/state.py``).
+they are used (XAUTOCLAIM in ``supervisor/io/redis_store.py``).
 """
 
 from __future__ import annotations

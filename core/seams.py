@@ -83,7 +83,7 @@ SEAMS: tuple[Seam, ...] = (
         "kombu",
         "the queue layout (a queue is the Redis list named after it: LPUSH in, BRPOP out; "
         "an envelope's headers plain JSON in kombu's spelling)",
-        "supervisor/state.py (queue_length, queued), core/lua/attempts.py (Queued), "
+        "supervisor/io/redis_store.py (queue_length, queued), core/lua/attempts.py (Queued), "
         "core/metrics.py and core/routing.py (planloop_queue_depth)",
         "a message without a priority goes to the list named after its queue; a task id "
         'reads \'"id": "<id>"\' in the queued text (a step message kombu would push '
@@ -109,7 +109,7 @@ SEAMS: tuple[Seam, ...] = (
     Seam(
         "kombu",
         "Channel.basic_publish(..., _publish_batch=collector) (the publish-batch protocol)",
-        "supervisor/step_message.py",
+        "supervisor/io/step_message.py",
         "the final LPUSH / PUBLISH of a message is handed to collector.add, not run",
         "tests/unit/test_step_message.py; tests/integration/test_dispatch.py",
     ),
@@ -131,14 +131,14 @@ SEAMS: tuple[Seam, ...] = (
     Seam(
         "celery",
         "Celery.amqp.create_task_message (protocol 2) and celery.events.Event",
-        "supervisor/step_message.py",
+        "supervisor/io/step_message.py",
         "a message whose per-task values sit where the template puts them",
         "tests/unit/test_step_message.py; tests/integration/test_dispatch.py",
     ),
     Seam(
         "celery",
         "Celery.thread_oid",
-        "supervisor/dispatch.py",
+        "supervisor/io/step_queue.py",
         "what send_task puts in a message's reply_to",
         f"{UNIT}::test_send_task_replies_to_the_apps_thread_oid",
     ),
@@ -179,7 +179,7 @@ SEAMS: tuple[Seam, ...] = (
     Seam(
         "redis",
         "Pipeline.execute(raise_on_error=False) with EVALSHA, and Script.sha",
-        "supervisor/state.py (_evalsha)",
+        "supervisor/io/redis_store.py (_evalsha)",
         "a script Redis lost comes back as a NoScriptError in its place, the others run",
         f"{INTEGRATION}::test_a_pipeline_returns_noscript_in_place_of_a_lost_script",
     ),

@@ -76,7 +76,7 @@ class Situation:
     # Outputs whose JSON is longer are shown as a preview with their size (the setting
     # inline_value_max_bytes).
     preview_above_bytes: int = ValueLimits().inline_max_bytes
-    # The scope rule's pick for the failure at hand (supervisor/replan_scope.py), e.g.
+    # The scope rule's pick for the failure at hand (supervisor/session/replan_scope.py), e.g.
     # "REPLAN_REMAINING (1 of 4 steps downstream of b, ...)"; empty when no step failed.
     scope_pick: str = ""
     # The compressor's notes on the completed steps' outputs (planner/context.py), shown

@@ -18,7 +18,7 @@ from planloop.core.hot_state import connect
 from planloop.core.keys import Keys
 from planloop.core.redis_client import redis_address
 
-SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/service.py)
+SUPERVISOR_STALE_S = 15.0  # a serving supervisor beats every 2 s (supervisor/process/service.py)
 
 
 @dataclass(frozen=True)

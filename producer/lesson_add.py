@@ -31,7 +31,7 @@ from planloop.planner.embedding import build_embedder
 from planloop.planner.reflection import FIELD_CHARS, LESSON_CHARS, sanitize_lesson
 from planloop.planner.safe_yaml import YamlLimitError, load_yaml
 
-GOAL_PATTERN_CHARS = 2000  # as the lessons tables keep a goal (supervisor/lessons.py)
+GOAL_PATTERN_CHARS = 2000  # as the lessons tables keep a goal (supervisor/session/lessons.py)
 MANUAL_EVIDENCE = "added by hand (planloop lessons add)"
 _TOOLSET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 READ_TIMEOUT_S = 5.0

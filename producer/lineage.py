@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from planloop.core.record import SqlRecord
 
 # What ended a session that `continue` may resume: its deadline, or a spent budget (re-plan,
-# token or cost; core/llm_budget.py and supervisor/replan_budget.py word them so).
+# token or cost; core/llm_budget.py and supervisor/session/replan_budget.py word them so).
 CONTINUABLE = {
     SessionStatus.FAILED: ("session deadline of", "budget spent"),
     SessionStatus.ABORTED: ("budget spent",),

@@ -41,14 +41,14 @@ class SessionSettings(BaseModel):
         200,
         ge=1,
         description="Sessions a supervisor starts at once (load, claim, first dispatch); "
-        "the others wait, first come, first served (supervisor/admission.py).",
+        "the others wait, first come, first served (supervisor/process/admission.py).",
     )
     admission_max_defer_s: float = Field(
         2.0,
         ge=0,
         description="Longest a running session's bookkeeping (or a checkpoint commit) waits, "
         "per turn, for sessions that are starting; also the longest stretch a burst of submits "
-        "is read as one before the running sessions get a turn (supervisor/admission.py).",
+        "is read as one before the running sessions get a turn (supervisor/process/admission.py).",
     )
     checkpoint_linger_s: float = Field(
         0.02,

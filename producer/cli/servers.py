@@ -133,7 +133,7 @@ def _worker_queues(settings: Settings) -> list[str]:
 @click.option("--loglevel", type=log_level(), default="INFO", show_default=True)
 def supervisor(loglevel: str) -> None:
     """Start a supervisor (run as many as you like)."""
-    from planloop.supervisor.service import serve
+    from planloop.supervisor.process.serve import serve
 
     settings = command_settings(record=True)
     start_logging(loglevel, settings)

@@ -7,7 +7,10 @@ from collections.abc import Iterable, Mapping
 
 from planloop.producer.views.cells import clock
 
-NO_CONSUMER_NOTES = ("no_consumer", "consumer_back")  # supervisor/consumers.py's notes
+NO_CONSUMER_NOTES = (
+    "no_consumer",
+    "consumer_back",
+)  # supervisor/process/no_consumer_watch.py's notes
 
 
 def consumer_warning(notes: Iterable[Mapping[str, str]]) -> str | None:
@@ -25,7 +28,7 @@ def consumer_warning(notes: Iterable[Mapping[str, str]]) -> str | None:
     )
 
 
-# supervisor/scheduling.py's notes: a step no live worker serves waits; a worker serves it
+# supervisor/session/sending.py's notes: a step no live worker serves waits; a worker serves it
 # now; the wait ended and the step failed.
 UNSERVED_NOTES = ("unserved", "served", "unserved_failed")
 

@@ -8,7 +8,7 @@ import pytest
 from planloop.core.effects import SqlEffectLedger
 from planloop.core.models import EventType, SessionOptions, SessionRecord, SessionStatus, StepStatus
 from planloop.planner.plan import parse_plan
-from planloop.supervisor.ending import COMPENSATE_SUFFIX
+from planloop.supervisor.session.ending import COMPENSATE_SUFFIX
 from planloop.workers.toolsets import bench, supply_chain  # noqa: F401  (registers the tools here)
 from tests.conftest import wait_for
 from tests.integration.conftest import (

@@ -20,9 +20,9 @@ from planloop.core.errors import FencedOutError
 from planloop.core.keys import Keys
 from planloop.core.models import StepTaskArgs
 from planloop.core.tools import load_tools
-from planloop.supervisor.dispatch import Dispatcher
-from planloop.supervisor.state import SessionStore
-from planloop.supervisor.step_message import Op
+from planloop.supervisor.io.redis_store import SessionStore
+from planloop.supervisor.io.step_message import Op
+from planloop.supervisor.io.step_queue import Dispatcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
@@ -196,7 +196,7 @@ def test_only_the_owner_queues_attempts(
 def test_fenced_writes_sent_together_are_fenced_each(
     settings: Settings, redis_client: redis.Redis, run_id: str
 ) -> None:
-    """Writes of many sessions in one loop turn share a pipeline (supervisor/write_batch.py);
+    """Writes of many sessions in one loop turn share a pipeline (supervisor/io/write_batch.py);
     each is still fenced by its own session's epoch: a stale one among them writes nothing
     and raises, the others land with their messages."""
     keys = Keys(settings.key_prefix)

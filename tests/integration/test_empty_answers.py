@@ -39,7 +39,7 @@ from tests.llm_server import ScriptedLLMServer, count_prompt_tokens
 pytestmark = pytest.mark.integration
 
 EMPTY: dict[str, Any] = {"steps": [], "reasoning": "nothing to add"}
-# What a supervisor logs when a session's loop crashes (supervisor/service.py).
+# What a supervisor logs when a session's loop crashes (supervisor/process/service.py).
 CRASHED = "loop crashed"
 
 

@@ -18,8 +18,8 @@ import pytest
 from planloop.core.errors import SessionEndedError
 from planloop.core.models import SessionOptions, SessionStatus, StepStatus
 from planloop.planner.plan import parse_plan
-from planloop.supervisor.rebuild import rebuild_lost_sessions, rebuild_session
-from planloop.supervisor.service import Supervisor
+from planloop.supervisor.io.rebuild import rebuild_lost_sessions, rebuild_session
+from planloop.supervisor.process.service import Supervisor
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the tools here)
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, wait_ended
@@ -133,10 +133,10 @@ def test_no_path_reopens_or_rewrites_an_ended_session(private_stack: MakeStack) 
     async def rebuild() -> tuple[list[bool], list[str]]:
         sup = Supervisor(ps.settings, name="test-rebuild")
         try:
-            direct = [await rebuild_session(sup.ctx, sid) for sid in sids.values()]
+            direct = [await rebuild_session(sup.ctx, sup.store, sid) for sid in sids.values()]
             for sid in sids.values():
                 await sup.store.r.rename(ps.keys.session(sid), f"{ps.keys.session(sid)}:kept")
-            lost = await rebuild_lost_sessions(sup.ctx)
+            lost = await rebuild_lost_sessions(sup.ctx, sup.store)
             for sid in sids.values():
                 assert not await sup.store.r.exists(ps.keys.session(sid))
                 await sup.store.r.rename(f"{ps.keys.session(sid)}:kept", ps.keys.session(sid))

@@ -11,8 +11,8 @@ import redis
 from planloop.config.settings import Settings
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.models import Event, EventType
-from planloop.supervisor.event_hub import EventHub
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.event_hub import EventHub
+from planloop.supervisor.io.redis_store import SessionStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 CONSUMER = "hub-test"

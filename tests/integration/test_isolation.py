@@ -15,7 +15,7 @@ from planloop.core.models import EventType, SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.redis_store import SessionStore
 from tests.integration.conftest import report_steps, wait_ended
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,8 @@ from planloop.core.models import StepState, StepStatus
 from planloop.core.values import ValueLimits, ValueRef, encode
 from planloop.planner.plan import Plan
 from planloop.planner.references import resolve_params
-from planloop.supervisor.big_params import SentParams, send_params
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.big_params import SentParams, send_params
+from planloop.supervisor.io.redis_store import SessionStore
 from tests.conftest import MakeRedis, wait_for
 from tests.integration.conftest import MakeStack, report_steps
 

@@ -24,7 +24,7 @@ from planloop.core.record import SqlRecord, make_engine
 from planloop.planner.embedding import OpenAIEmbedder
 from planloop.producer.cli import cli
 from planloop.producer.client import Producer
-from planloop.supervisor.lessons import ADVICE_PREFIX, LessonMemory
+from planloop.supervisor.session.lessons import ADVICE_PREFIX, LessonMemory
 from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import decision, echo, prompts, run, subgraph

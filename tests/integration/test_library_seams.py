@@ -3,7 +3,7 @@ of the shipped processes.
 
 The contracts use *stock* kombu (its own Redis transport) and redis-py: each fails when a
 release changes what Planloop's transport (workers/transport.py) or scripts (core/lua/,
-supervisor/state.py) assume of them.
+supervisor/io/redis_store.py) assume of them.
 """
 
 from __future__ import annotations

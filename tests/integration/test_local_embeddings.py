@@ -36,7 +36,7 @@ from planloop.config.settings import Settings
 from planloop.core.lessons import LessonStore, Query
 from planloop.core.record import make_engine
 from planloop.planner.embedding import build_embedder
-from planloop.supervisor.lessons import thresholds_for
+from planloop.supervisor.session.lessons import thresholds_for
 settings = Settings()
 embedder = build_embedder(settings)
 store = LessonStore(make_engine(settings.database_url))

@@ -24,7 +24,7 @@ from planloop.core.hot_state import HotState
 from planloop.core.models import Event, EventType, StepStatus, StepTaskArgs
 from planloop.core.receipts import Receipt, receipts
 from planloop.core.tools import load_tools
-from planloop.supervisor.dispatch import Dispatcher
+from planloop.supervisor.io.step_queue import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import RunPlan
 

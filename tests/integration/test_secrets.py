@@ -31,7 +31,7 @@ from planloop.planner.plan import Plan
 from planloop.planner.situation import EventView, Situation, StepView, render_situation
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack
-from planloop.supervisor.dispatch import Dispatcher
+from planloop.supervisor.io.step_queue import Dispatcher
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, PrivateStack
 from tests.shipped import shipped

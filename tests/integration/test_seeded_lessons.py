@@ -24,7 +24,7 @@ from planloop.core.lessons import LessonStore
 from planloop.core.models import SessionOptions, SessionStatus
 from planloop.core.record import LessonRow, SqlRecord
 from planloop.producer.client import Producer
-from planloop.supervisor.lessons import ADVICE_PREFIX
+from planloop.supervisor.session.lessons import ADVICE_PREFIX
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import prompts
 from tests.llm_server import ScriptedLLMServer

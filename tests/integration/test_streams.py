@@ -11,7 +11,7 @@ import redis
 from planloop.config.settings import Settings
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.models import Event, EventType
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.redis_store import SessionStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 

@@ -18,7 +18,7 @@ from planloop.config.settings import Settings
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import parse_plan
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.redis_store import SessionStore
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps
 

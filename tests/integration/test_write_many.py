@@ -11,7 +11,7 @@ import pytest
 
 from planloop.core.errors import FencedOutError
 from planloop.core.keys import Keys
-from planloop.supervisor.state import SessionStore
+from planloop.supervisor.io.redis_store import SessionStore
 from tests.conftest import MakeRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]

@@ -1,9 +1,10 @@
-"""A session's state and ports built without Redis, for the session-loop unit tests."""
+"""A session's loop built without Redis, through the supervisor's composition root, for the
+session-loop unit tests."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -11,13 +12,13 @@ from pydantic import BaseModel
 from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import StepState, StepStatus, StepTaskArgs
+from planloop.core.record import Checkpoint
 from planloop.core.tools import ToolContext, ToolRegistry, tool
 from planloop.planner.plan import Plan, Step
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.plan_changes import PlanChanges
-from planloop.supervisor.session_base import SessionIO
-from planloop.supervisor.session_state import SessionState
-from planloop.supervisor.thinking import Deliberation
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.process.compose import compose
+from planloop.supervisor.process.context import SupervisorContext
+from planloop.supervisor.session.loop import SessionRunner
 
 T = TypeVar("T")
 SID, EPOCH = "s1", 3
@@ -63,15 +64,54 @@ class Queue:
         self.revoked += list(task_ids)
 
 
+class Dispatcher(Queue):
+    """The dispatcher's ports: task commands, revocation, sensitive names."""
+
+    def __init__(self, store: MemorySessionStore) -> None:
+        super().__init__(store)
+        self.sensitive = SensitiveNames(registry())
+
+
+class Record:
+    """The SQL record's part the loop uses, keeping each committed batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[Checkpoint] = []
+
+    def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
+        self.batches.append(batch)
+
+    def checkpoint_many(self, batches: Sequence[tuple[str, int, Checkpoint]]) -> set[str]:
+        self.batches += [batch for _, _, batch in batches]
+        return set()
+
+    def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
+        return {}
+
+
+def context(settings: Settings, store: MemorySessionStore) -> SupervisorContext:
+    """The supervisor's composition root over the in-memory store and stand-ins."""
+    return compose(
+        settings,
+        store=store,
+        record=Record(),  # type: ignore[arg-type]
+        dispatcher=Dispatcher(store),  # type: ignore[arg-type]
+        tools=registry(),
+        name="sup",
+    )
+
+
 class Loop:
-    """One session's state with the in-memory store behind it, and its collaborators."""
+    """One session's loop, composed as the supervisor composes it, over the in-memory store."""
 
     def __init__(self, plan: Plan, settings: Settings | None = None, **states: StepStatus):
         self.settings = settings or Settings(retry_backoff_s=1.0, retry_backoff_max_s=8.0)
-        self.tools = registry()
         self.store = MemorySessionStore()
         self.store.own(SID, EPOCH, status="running", plan_version=1)
-        self.state = SessionState(SID, EPOCH)
+        self.ctx = context(self.settings, self.store)
+        self.tools = self.ctx.tools
+        self.runner = SessionRunner(self.ctx, SID, EPOCH)
+        self.state = self.runner.state
         self.state.info = self.state.info.model_copy(update={"plan_version": 1})
         self.state.use_plan(plan)
         self.state.states = {
@@ -81,12 +121,23 @@ class Loop:
             if st.status != StepStatus.PENDING:
                 st.attempt = 1
         self.state.reindex()
-        self.io = SessionIO(self.state, self.store, self.settings, self.tools, consumer="sup")
-        self.queue = Queue(self.store)
-        self.changes = PlanChanges(self.io, self.queue.revoke)
-        self.brain = Deliberation(
-            self.state, self.settings, None, self.tools, SensitiveNames(self.tools)
-        )
+        self.io = self.runner.io
+        self.queue: Dispatcher = self.ctx.dispatcher  # type: ignore[assignment]
+        self.changes = self.runner.changes
+        self.deliberation = self.runner.deliberation
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """The loop's decisions: those committed to the record before they were carried out
+        (as the supervisor's loop commits them), then those in the next checkpoint."""
+        record: Record = self.ctx.record  # type: ignore[assignment]
+        committed = [d for batch in record.batches for d in batch.decisions]
+        return [*committed, *self.state.batch.decisions]
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        """The LLM calls recorded, committed with the decisions or in the next checkpoint."""
+        record: Record = self.ctx.record  # type: ignore[assignment]
+        committed = [c for batch in record.batches for c in batch.llm_calls]
+        return [*committed, *self.state.batch.llm_calls]
 
     def step_hash(self, step_id: str) -> dict[str, str]:
         return self.store.hashes.get(self.store.keys.step(SID, step_id), {})

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from planloop.supervisor.admission import BURST_MIN, Admission
+from planloop.supervisor.process.admission import BURST_MIN, Admission
 
 
 def test_starts_take_their_slots_in_arrival_order() -> None:

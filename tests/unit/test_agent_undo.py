@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from planloop.core.tools import load_tools
 from planloop.planner.plan import Step
-from planloop.supervisor.agent_undo import agent_effects, effect_undos
+from planloop.supervisor.session.agent_undo import agent_effects, effect_undos
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools)
 
 TOOLS = load_tools()

@@ -12,11 +12,11 @@ import pytest
 
 from planloop.core.models import StepStatus
 from planloop.planner.plan import Plan
-from planloop.supervisor.admission import Admission
-from planloop.supervisor.batch_start import can_begin, first_replies, send_first_writes
-from planloop.supervisor.scheduling import Scheduling
-from planloop.supervisor.state import Taken
-from planloop.supervisor.store_port import WriteOp
+from planloop.supervisor.io.redis_store import Taken
+from planloop.supervisor.io.store_port import WriteOp
+from planloop.supervisor.process.admission import Admission
+from planloop.supervisor.process.batch_start import can_begin, first_replies, send_first_writes
+from planloop.supervisor.session.sending import Scheduling
 from tests.unit.loop_fixtures import EPOCH, SID, Loop, run, step
 
 FRESH = {"status": "pending", "plan_version": "1", "goal": "g"}

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from planloop.core.hot_state import blob_digest, dumps
 from planloop.core.record import BlobRow, Checkpoint, SqlRecord
-from planloop.supervisor.dispatch import ARGSREPR_CHARS, _preview
+from planloop.supervisor.io.step_queue import ARGSREPR_CHARS, _preview
 
 
 def test_a_big_argsrepr_becomes_a_preview_that_says_so() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from planloop.supervisor.candidates import Candidates
+from planloop.supervisor.session.candidates import Candidates
 
 ORDER = {step: i for i, step in enumerate("abcdef")}
 

@@ -27,7 +27,7 @@ KEYS = Keys("pl")
 SIDS = ("20260101-120000-0a1b2c3d", "s", "S1", "20261231-235959-ffffffff", "x:y")
 
 # How the callers build each KEYS field of one session's call (core/hot_state.py,
-# supervisor/state.py, supervisor/lease_keeper.py).
+# supervisor/io/redis_store.py, supervisor/process/lease_keeper.py).
 SESSION_KEYS: dict[str, Callable[[str], str]] = {
     "session_key": KEYS.session,
     "lease_key": KEYS.lease,

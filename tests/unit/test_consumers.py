@@ -9,7 +9,7 @@ from rich.console import Console
 from planloop.core.models import SessionRecord, SessionStatus
 from planloop.producer.views import consumer_warning
 from planloop.producer.watch import WatchState, note_line, render
-from planloop.supervisor.consumers import ConsumerNews, ConsumerWatch
+from planloop.supervisor.process.no_consumer_watch import ConsumerNews, ConsumerWatch
 
 
 def test_a_queue_that_does_not_shrink_is_due_after_the_warning_delay() -> None:

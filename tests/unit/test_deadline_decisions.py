@@ -20,9 +20,9 @@ from planloop.core.models import (
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.deadline import DEADLINE_NEAR, short_of_time
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.session import SessionRunner
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.session.deadline import DEADLINE_NEAR, short_of_time
+from planloop.supervisor.session.loop import SessionRunner
 from tests.unit.loop_fixtures import SID, run, step
 from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
@@ -52,7 +52,7 @@ def session(plan: Plan, deadline_s: float, chat: Chat) -> tuple[SessionRunner, M
     loop.state.info = loop.state.info.model_copy(
         update={"options": SessionOptions(deadline_s=deadline_s), "started_at": time.time()}
     )
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     return loop, store
 
 

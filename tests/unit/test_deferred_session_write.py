@@ -7,7 +7,7 @@ from typing import Any
 
 from planloop.core.models import StepStatus
 from planloop.planner.plan import Plan
-from planloop.supervisor.scheduling import Scheduling
+from planloop.supervisor.session.sending import Scheduling
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
 

@@ -12,7 +12,7 @@ from planloop.core.models import ErrorKind, Event, EventType, Severity, StepStat
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.session import SessionRunner
+from planloop.supervisor.session.loop import SessionRunner
 from tests.unit.loop_fixtures import run, step
 from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
@@ -42,7 +42,7 @@ def with_llm(plan: Plan, **settings: Any) -> tuple[SessionRunner, Any, Decides]:
     loop, store = runner(plan, **settings)
     chat = Decides()
     chat.loop = loop
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     return loop, store, chat
 
 
@@ -53,7 +53,7 @@ def test_a_broken_critical_dependency_reaches_the_decider_before_the_skip() -> N
     loop, store, chat = with_llm(BRANCH, batch_react_size=5)
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    broken = [e for e in loop.brain.pending if e.type == EventType.DEPENDENCY_BROKEN]
+    broken = [e for e in loop.deliberation.pending if e.type == EventType.DEPENDENCY_BROKEN]
     assert [(e.severity, e.step_id, e.payload["critical"]) for e in broken] == [
         (Severity.CRITICAL, "a", ["b"])
     ]
@@ -70,7 +70,7 @@ def test_a_failure_with_nothing_critical_downstream_raises_no_trigger() -> None:
     loop, store, _chat = with_llm(Plan(steps=[step("a"), step("b", "a"), step("c")]))
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    assert [e.type for e in loop.brain.pending] == [EventType.TASK_FAILED]
+    assert [e.type for e in loop.deliberation.pending] == [EventType.TASK_FAILED]
 
 
 def test_an_unresolvable_reference_is_a_critical_dependency_broken() -> None:
@@ -80,7 +80,7 @@ def test_an_unresolvable_reference_is_a_critical_dependency_broken() -> None:
     outcome(loop, store, "a", value=1)
     run(loop.scheduling.dispatch_ready())  # b's reference cannot resolve: b fails at dispatch
     assert loop.state.states["b"].status == StepStatus.FAILED
-    broken = [e for e in loop.brain.pending if e.type == EventType.DEPENDENCY_BROKEN]
+    broken = [e for e in loop.deliberation.pending if e.type == EventType.DEPENDENCY_BROKEN]
     assert [(e.severity, e.payload["unresolved"]) for e in broken] == [(Severity.CRITICAL, True)]
     run(loop._think())
     assert len(chat.prompts) == 1
@@ -91,7 +91,7 @@ def test_the_rule_path_skips_the_branch_and_reports_it_after() -> None:
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    assert [e.type for e in loop.brain.pending] == [EventType.TASK_FAILED]
+    assert [e.type for e in loop.deliberation.pending] == [EventType.TASK_FAILED]
     run(loop._think())
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     stream = store.streams[store.keys.events(loop.sid)]

@@ -15,9 +15,9 @@ from planloop.core.errors import LateEffectRefused, StoreWriteError, TransientTo
 from planloop.core.models import ErrorKind, EventType, SessionStatus, StepStatus
 from planloop.core.tools import MemoryEffectLedger, ToolContext
 from planloop.planner.plan import Plan
-from planloop.supervisor.failures import settle_failure
-from planloop.supervisor.policy import RuleAction, decide_failure
-from planloop.supervisor.session_state import FINAL, session_end
+from planloop.supervisor.session.failures import settle_failure
+from planloop.supervisor.session.policy import RuleAction, decide_failure
+from planloop.supervisor.session.state import FINAL, session_end
 from planloop.workers.outcomes import Outcome, classify_error, failed, tool_health
 from planloop.workers.react import call_text
 from tests.unit.loop_fixtures import Loop, step

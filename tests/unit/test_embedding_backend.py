@@ -9,7 +9,7 @@ from planloop.core.errors import ConfigError
 from planloop.planner import local_embedding
 from planloop.planner.embedding import NoEmbedder, OpenAIEmbedder, build_embedder
 from planloop.planner.local_embedding import EXTRA_COMMAND, LOCAL_MODEL, LocalEmbedder
-from planloop.supervisor.lessons import thresholds_for
+from planloop.supervisor.session.lessons import thresholds_for
 
 ENDPOINT = {"llm_base_url": "http://127.0.0.1:9/v1", "llm_api_key": "k"}
 

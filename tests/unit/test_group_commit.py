@@ -13,7 +13,7 @@ import pytest
 from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError, SessionError
 from planloop.core.record import Checkpoint, Claim
-from planloop.supervisor.group_commit import CheckpointWriter, ClaimBatcher
+from planloop.supervisor.io.group_commit import CheckpointWriter, ClaimBatcher
 
 T = TypeVar("T")
 GENEROUS_S = 20.0  # only a writer that ignores flush() or MAX_LINGER_S takes this long

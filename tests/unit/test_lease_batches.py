@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planloop.core.keys import Keys
-from planloop.supervisor.lease_keeper import LeaseKeeper, renewal_wait
+from planloop.supervisor.process.lease_keeper import LeaseKeeper, renewal_wait
 
 Lease = tuple[str, str]
 

@@ -23,7 +23,7 @@ from planloop.core.lessons import LessonStore, NewLesson, Query, Thresholds
 from planloop.core.record import make_engine
 from planloop.core.tools import load_tools
 from planloop.producer.lesson_add import BadLessonError, parse_seeded, read_lesson_file
-from planloop.supervisor.lessons import LessonMemory
+from planloop.supervisor.session.lessons import LessonMemory
 
 NOW = 1_800_000_000.0
 SCHEMA = {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}

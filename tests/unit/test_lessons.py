@@ -18,7 +18,13 @@ from planloop.core.record import make_engine
 from planloop.core.similarity import cosine, cosine_many, lexical_similarity
 from planloop.planner.llm import Role, Usage
 from planloop.planner.reflection import OUTPUT_MARK, Reflector, SessionStory, sanitize_lesson
-from planloop.supervisor.lessons import ADVICE_PREFIX, Ended, LessonMemory, advice, known_values
+from planloop.supervisor.session.lessons import (
+    ADVICE_PREFIX,
+    Ended,
+    LessonMemory,
+    advice,
+    known_values,
+)
 from tests.llm_server import hashed_embedding
 
 T = TypeVar("T", bound=BaseModel)

@@ -25,8 +25,9 @@ from planloop.core.models import (
 from planloop.planner.decision import ReplanAction
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.session_state import FINAL
-from planloop.supervisor.thinking import Deliberation, record_decision, record_usage
+from planloop.supervisor.session.decision_log import record_decision, record_usage
+from planloop.supervisor.session.deliberate import Deliberation
+from planloop.supervisor.session.state import FINAL
 from tests.unit.loop_fixtures import Loop, run, step
 from tests.unit.test_session_loop_turns import decisions, runner
 
@@ -57,7 +58,9 @@ def usage(prompt: int, completion: int, model: str = "m-a") -> Usage:
 
 def loop_with(settings: Settings, chat: ScriptedChat | None = None) -> Loop:
     loop = Loop(Plan(steps=[step("a"), step("b", "a")]), settings)
-    loop.brain = Deliberation(loop.state, settings, chat, loop.tools, SensitiveNames(loop.tools))
+    loop.deliberation = Deliberation(
+        loop.state, settings, chat, loop.tools, SensitiveNames(loop.tools)
+    )
     return loop
 
 
@@ -128,15 +131,15 @@ def test_a_spent_token_budget_forces_an_abort_without_calling_the_model() -> Non
     chat = ScriptedChat(tokens=50)
     loop = loop_with(Settings(session_max_tokens=100), chat)
     loop.state.llm_usage = {"m-a": [90, 10]}
-    loop.brain.note(failure(loop, "a"))
-    decision = run(loop.brain.maybe_decide(idle=True))
+    loop.deliberation.note(failure(loop, "a"))
+    decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
     verdict = decision.verdict
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "budget")
-    assert verdict.decision.reasoning == "token budget spent (100 of 100 tokens): forced ABORT"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "budget")
+    assert verdict.choice.reasoning == "token budget spent (100 of 100 tokens): forced ABORT"
     assert chat.calls == []
-    run(loop.changes.execute(decision, loop.brain))
-    assert loop.state.outcome == (SessionStatus.ABORTED, verdict.decision.reasoning)
+    run(loop.changes.execute(decision, loop.deliberation))
+    assert loop.state.outcome == (SessionStatus.ABORTED, verdict.choice.reasoning)
 
 
 def test_a_spent_budget_waits_for_a_person_when_approval_on_budget() -> None:
@@ -144,12 +147,12 @@ def test_a_spent_budget_waits_for_a_person_when_approval_on_budget() -> None:
     chat = ScriptedChat(tokens=50)
     loop = loop_with(settings, chat)
     loop.state.llm_usage = {"m-a": [1000, 0]}  # $0.001
-    loop.brain.note(failure(loop, "a"))
-    decision = run(loop.brain.maybe_decide(idle=True))
+    loop.deliberation.note(failure(loop, "a"))
+    decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
     assert decision.verdict.source == "await_human"
-    assert decision.verdict.decision.reasoning.startswith("cost budget spent ($0.001000 of")
-    run(loop.changes.execute(decision, loop.brain))
+    assert decision.verdict.choice.reasoning.startswith("cost budget spent ($0.001000 of")
+    run(loop.changes.execute(decision, loop.deliberation))
     assert loop.state.outcome is None
     assert loop.session_hash()["awaiting"] == "approval"
     assert chat.calls == []
@@ -159,18 +162,18 @@ def test_the_decision_call_that_spends_the_budget_starts_no_replan() -> None:
     chat = ScriptedChat(tokens=600)
     loop = loop_with(Settings(), chat)
     loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions(max_tokens=500)})
-    loop.brain.note(failure(loop, "a"))
-    decision = run(loop.brain.maybe_decide(idle=True))
+    loop.deliberation.note(failure(loop, "a"))
+    decision = run(loop.deliberation.maybe_decide(idle=True))
     assert decision is not None
-    assert decision.verdict.decision.action == ReplanAction.REPLAN_REMAINING  # the LLM's
+    assert decision.verdict.choice.action == ReplanAction.REPLAN_REMAINING  # the LLM's
     record_decision(loop.state.batch, "s1", decision)  # as the loop does before carrying out
-    run(loop.changes.execute(decision, loop.brain))
+    run(loop.changes.execute(decision, loop.deliberation))
     assert chat.calls == [Role.DECIDER]  # the re-planner was never asked
     assert loop.state.outcome == (
         SessionStatus.ABORTED,
         "token budget spent (600 of 500 tokens): forced ABORT",
     )
-    assert [d["source"] for d in loop.state.batch.decisions] == ["llm", "budget"]
+    assert [d["source"] for d in loop.decisions()] == ["llm", "budget"]
 
 
 # --- the loop after LLM calls -----------------------------------------------------------------

@@ -16,9 +16,13 @@ from planloop.core.record import Checkpoint
 from planloop.planner import llm_metering
 from planloop.planner.llm import Role, Usage
 from planloop.planner.react import ReactResult, ReactStopped, usage_payload, usages_of
-from planloop.supervisor.session_state import SessionState
-from planloop.supervisor.thinking import record_usage
-from planloop.supervisor.usage_ledger import count_reported, reconcile_recorded, session_meter
+from planloop.supervisor.session.decision_log import record_usage
+from planloop.supervisor.session.state import SessionState
+from planloop.supervisor.session.usage_ledger import (
+    count_reported,
+    reconcile_recorded,
+    session_meter,
+)
 
 PRICES = {"m": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)}
 

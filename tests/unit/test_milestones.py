@@ -11,8 +11,8 @@ from planloop.core.models import Event, EventType, SessionOptions, SessionStatus
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.session import SessionRunner
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.session.loop import SessionRunner
 from tests.unit.loop_fixtures import SID, run, step
 from tests.unit.test_session_loop_turns import decisions, outcome, runner
 
@@ -62,7 +62,7 @@ def test_a_finished_phase_is_announced_and_the_session_ends_without_reviews() ->
     run_all(loop, store)
     assert [e.payload["phase"] for e in milestones(store)] == ["gather", "decide"]
     assert milestones(store)[0].payload["steps"] == ["a1", "a2"]
-    assert loop.brain.pending == []  # nothing to decide about: no review without an LLM
+    assert loop.deliberation.pending == []  # nothing to decide about: no review without an LLM
     assert loop.state.outcome == (SessionStatus.COMPLETED, "")
     assert decisions(loop) == []
 
@@ -70,7 +70,7 @@ def test_a_finished_phase_is_announced_and_the_session_ends_without_reviews() ->
 def test_with_reviews_on_each_finished_phase_is_reviewed_by_the_decider() -> None:
     loop, store = runner(PHASES)
     reviewer = Reviewer()
-    loop.brain.chat = reviewer
+    loop.deliberation.chat = reviewer
     loop.state.info = loop.state.info.model_copy(
         update={"options": SessionOptions(milestone_reviews=True)}
     )
@@ -85,10 +85,10 @@ def test_with_reviews_on_each_finished_phase_is_reviewed_by_the_decider() -> Non
 
 def test_reviews_need_an_llm_and_can_be_turned_off_per_session() -> None:
     loop, _ = runner(PHASES, milestone_reviews=True)
-    assert not loop.brain.reviews_milestones  # no LLM: the rules have nothing to review
-    loop.brain.chat = Reviewer()
-    assert loop.brain.reviews_milestones
+    assert not loop.deliberation.reviews_milestones  # no LLM: the rules have nothing to review
+    loop.deliberation.chat = Reviewer()
+    assert loop.deliberation.reviews_milestones
     loop.state.info = loop.state.info.model_copy(
         update={"options": SessionOptions(milestone_reviews=False)}
     )
-    assert not loop.brain.reviews_milestones
+    assert not loop.deliberation.reviews_milestones

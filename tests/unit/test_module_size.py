@@ -17,12 +17,7 @@ MAX_LINES = 400
 # package).
 STILL_BEING_SPLIT = frozenset(
     {
-        "supervisor/ending.py",
-        "supervisor/rounds.py",
-        "supervisor/service.py",
-        "supervisor/session.py",
-        "supervisor/state.py",
-        "supervisor/thinking.py",
+        "supervisor/session/loop.py",
     }
 )
 

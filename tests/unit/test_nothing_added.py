@@ -15,14 +15,14 @@ from planloop.planner.plan import Plan
 from planloop.planner.plan_repairs import ask_until_accepted, judged
 from planloop.planner.replans import Replanner
 from planloop.planner.situation import Situation
-from planloop.supervisor.nothing_added import (
+from planloop.supervisor.session.nothing_added import (
     DROPPED_NOTE,
     dropped_steps,
     nothing_added_verdict,
     unreplaced_critical,
 )
-from planloop.supervisor.session_state import FINAL
-from planloop.supervisor.verdict import Decision, Verdict
+from planloop.supervisor.session.state import FINAL
+from planloop.supervisor.session.verdict import Decision, Verdict
 from tests.unit.loop_fixtures import SID, Loop, registry, run, step
 from tests.unit.test_rounds import ScriptedChat, critique, ended_round
 from tests.unit.test_session_loop_turns import decisions, runner
@@ -65,10 +65,10 @@ def test_a_critical_step_left_failed_fails_the_session_by_the_rule_policy() -> N
     assert nothing_added_verdict(asked, []) is None  # the session goes on
     verdict = nothing_added_verdict(asked, ["b"])
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "rule")
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "rule")
     assert verdict.fail_session is True
-    assert "critical step b failed" in verdict.decision.reasoning
-    assert "REPLAN_REMAINING" in verdict.decision.reasoning
+    assert "critical step b failed" in verdict.choice.reasoning
+    assert "REPLAN_REMAINING" in verdict.choice.reasoning
 
 
 # --- the planner ----------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def failed_b(loop: Loop) -> list[Event]:
 
 
 def replan_decision(loop: Loop, chat: ScriptedChat, cancel: list[str]) -> Decision:
-    loop.brain.chat = chat  # type: ignore[assignment]
+    loop.deliberation.chat = chat  # type: ignore[assignment]
     asked = ReplanDecision(
         action=ReplanAction.REPLAN_REMAINING, reasoning="b cannot work", steps_to_cancel=cancel
     )
@@ -169,7 +169,7 @@ def test_a_remaining_replan_that_adds_nothing_after_a_critical_failure_fails() -
     loop = Loop(CHAIN, a=StepStatus.COMPLETED, b=StepStatus.FAILED)
     decision = replan_decision(loop, ScriptedChat(replanner=[EMPTY]), ["d"])
 
-    run(loop.changes.execute(decision, loop.brain))
+    run(loop.changes.execute(decision, loop.deliberation))
 
     assert loop.state.outcome is not None
     status, reason = loop.state.outcome
@@ -184,8 +184,8 @@ def test_a_remaining_replan_that_adds_nothing_after_a_critical_failure_fails() -
     assert loop.state.states["c"].note == DROPPED_NOTE
     assert loop.state.info.replans == 1  # the re-planner was asked: a re-plan is counted
     assert loop.state.info.plan_version == 1  # nothing installed
-    assert [(d["action"], d["source"]) for d in loop.state.batch.decisions] == [("ABORT", "rule")]
-    assert [c["role"] for c in loop.state.batch.llm_calls] == ["replanner"]
+    assert [(d["action"], d["source"]) for d in loop.decisions()] == [("ABORT", "rule")]
+    assert [c["role"] for c in loop.llm_calls()] == ["replanner"]
     assert (SID, "nothing_added", {"dropped": "c,d"}) in loop.store.progress
 
 
@@ -194,7 +194,7 @@ def test_a_remaining_replan_that_adds_nothing_after_a_minor_failure_goes_on() ->
     loop = Loop(plan, a=StepStatus.COMPLETED, b=StepStatus.FAILED)
     decision = replan_decision(loop, ScriptedChat(replanner=[EMPTY]), [])
 
-    run(loop.changes.execute(decision, loop.brain))
+    run(loop.changes.execute(decision, loop.deliberation))
 
     assert loop.state.outcome is None  # d still runs
     assert loop.state.states["c"].status == StepStatus.CANCELLED
@@ -211,7 +211,7 @@ def test_a_decision_is_committed_with_its_calls_before_it_is_carried_out() -> No
     class BoomError(Exception):
         pass
 
-    async def crash(decision: Decision, brain: object) -> None:
+    async def crash(decision: Decision, deliberation: object) -> None:
         raise BoomError("the carrying out crashed")
 
     loop.changes.execute = crash  # type: ignore[method-assign]
@@ -255,7 +255,7 @@ def test_the_rules_escalation_is_committed_before_the_session_ends_too() -> None
     loop, _store = runner(CHAIN)
     loop.state.states["a"].status = StepStatus.COMPLETED
     loop.state.states["b"].status, loop.state.states["b"].note = StepStatus.FAILED, FINAL
-    loop.brain.chat = ScriptedChat(replanner=[EMPTY])  # type: ignore[assignment]
+    loop.deliberation.chat = ScriptedChat(replanner=[EMPTY])  # type: ignore[assignment]
     asked = ReplanDecision(action=ReplanAction.REPLAN_REMAINING, reasoning="b cannot work")
     failed = [Event(type=EventType.TASK_FAILED, step_id="b", attempt=1, description="boom")]
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ValidationError
 
 from planloop.core.models import Event, EventType
 from planloop.core.record.engine import without_nul
-from planloop.supervisor.session_base import describe_error, read_event
+from planloop.supervisor.session.ports import describe_error, read_event
 
 
 class Secretive(BaseModel):

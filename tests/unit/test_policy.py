@@ -6,7 +6,7 @@ import pytest
 
 from planloop.core.models import ErrorKind
 from planloop.planner.plan import Step
-from planloop.supervisor.policy import RETRYABLE, RuleAction, backoff_s, decide_failure
+from planloop.supervisor.session.policy import RETRYABLE, RuleAction, backoff_s, decide_failure
 
 PLAIN = Step(id="s", tool="bench.sleep")
 CRITICAL = Step(id="s", tool="bench.sleep", critical=True)

@@ -27,7 +27,7 @@ from planloop.planner.react import (
 from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.routing import AGENT_STEP_ID
 from planloop.planner.validation import all_errors, validate_plan
-from planloop.supervisor.goal_routing import first_plan, route_goal
+from planloop.supervisor.session.goal_routing import first_plan, route_goal
 
 T = TypeVar("T", bound=BaseModel)
 TOOLS = load_tools()

@@ -16,7 +16,7 @@ from planloop.planner.llm import Usage
 from planloop.planner.plan import Step
 from planloop.planner.react import Iteration, Observation, ReactAgent, ReactStopped
 from planloop.planner.react_stall import StallRules, find_stall
-from planloop.supervisor.policy import RuleAction, decide_failure
+from planloop.supervisor.session.policy import RuleAction, decide_failure
 from planloop.workers.outcomes import classify_error
 from tests.unit.test_react import TOOLS, ScriptedChat, task
 

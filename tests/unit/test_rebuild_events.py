@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planloop.core.models import EventType
 from planloop.core.record import EventRow, StepAttemptRow
-from planloop.supervisor.rebuild import completions_without_event
+from planloop.supervisor.io.rebuild import completions_without_event
 
 
 def attempt(step_id: str, n: int, status: str = "completed") -> StepAttemptRow:

@@ -13,7 +13,7 @@ from planloop.core.models import Event, EventType, Severity, StepStatus
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.llm import Role, Usage
 from planloop.planner.plan import Plan
-from planloop.supervisor.replan_budget import ReplanBudget, spent_budget_verdict
+from planloop.supervisor.session.replan_budget import ReplanBudget, spent_budget_verdict
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -55,11 +55,11 @@ def test_what_the_rules_would_continue_is_continued_without_a_re_plan(
         budget = ReplanBudget(replans=1, max_replans=1, approval=approval)
         verdict = spent_budget_verdict(budget, changes, STEPS, planned_by_llm=True)
         assert verdict is not None
-        assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
-        assert verdict.decision.reasoning.startswith(
+        assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
+        assert verdict.choice.reasoning.startswith(
             "re-plan budget spent (1/1), decided by the rule policy without a re-plan: continue"
         )
-        assert "no LLM configured" not in verdict.decision.reasoning
+        assert "no LLM configured" not in verdict.choice.reasoning
 
 
 @pytest.mark.parametrize(
@@ -76,19 +76,19 @@ def test_a_change_that_needs_a_new_plan_escalates(
 ) -> None:
     verdict = spent_budget_verdict(SPENT, changes, STEPS, planned_by_llm=planned_by_llm)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.ABORT, "budget")
-    assert verdict.decision.reasoning == "re-plan budget spent (0/0): forced ABORT"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.ABORT, "budget")
+    assert verdict.choice.reasoning == "re-plan budget spent (0/0): forced ABORT"
     waiting = ReplanBudget(replans=0, max_replans=0, approval=True)
     verdict = spent_budget_verdict(waiting, changes, STEPS, planned_by_llm=planned_by_llm)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "await_human")
-    assert verdict.decision.reasoning == "re-plan budget spent (0/0): waiting for a person"
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "await_human")
+    assert verdict.choice.reasoning == "re-plan budget spent (0/0): waiting for a person"
 
 
 def test_a_constraint_under_the_rule_policy_is_noted_and_the_session_goes_on() -> None:
     verdict = spent_budget_verdict(SPENT, [CONSTRAINT], STEPS, planned_by_llm=False)
     assert verdict is not None
-    assert (verdict.decision.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
+    assert (verdict.choice.action, verdict.source) == (ReplanAction.CONTINUE, "rule")
 
 
 def test_a_budget_with_re_plans_left_decides_nothing() -> None:
@@ -114,24 +114,24 @@ class Chat:
 def loop_with_model(max_replans: int) -> tuple[Loop, Chat]:
     loop = Loop(PLAN, Settings(max_replans=max_replans), plain=StepStatus.RUNNING)
     chat = Chat()
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     return loop, chat
 
 
 def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
     loop, chat = loop_with_model(max_replans=0)
-    loop.brain.note(NOTE)
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(NOTE)
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.decision.action, decision.verdict.source) == (
+    assert (decision.verdict.choice.action, decision.verdict.source) == (
         ReplanAction.CONTINUE,
         "rule",
     )
     loop.state.states["fb"].status = StepStatus.FAILED
-    loop.brain.note(event(EventType.TASK_FAILED, "fb", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(event(EventType.TASK_FAILED, "fb", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.decision.action, decision.verdict.source) == (
+    assert (decision.verdict.choice.action, decision.verdict.source) == (
         ReplanAction.ABORT,
         "budget",
     )
@@ -141,8 +141,8 @@ def test_past_the_budget_the_decision_agent_is_not_asked() -> None:
 def test_with_re_plans_left_the_decision_agent_is_told_the_scope_rules_pick() -> None:
     loop, chat = loop_with_model(max_replans=1)
     loop.state.states["plain"].status = StepStatus.FAILED
-    loop.brain.note(event(EventType.TASK_FAILED, "plain", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(event(EventType.TASK_FAILED, "plain", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert decision.verdict.source == "llm"
     [(role, prompt)] = chat.prompts

@@ -9,8 +9,8 @@ from planloop.core.models import Event, EventType, Severity, StepState, StepStat
 from planloop.planner.decision import ReplanAction
 from planloop.planner.plan import Plan, Step
 from planloop.planner.situation import Situation, render_situation
-from planloop.supervisor.policy import rule_verdict
-from planloop.supervisor.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
+from planloop.supervisor.session.policy import rule_verdict
+from planloop.supervisor.session.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
 
 FULL, REMAINING = ReplanAction.REPLAN_FULL, ReplanAction.REPLAN_REMAINING
 
@@ -105,12 +105,12 @@ def test_the_rule_policy_re_plans_a_fallback_with_the_scope_rules_pick() -> None
         return lambda step_id: pick_replan_scope(plan, step_id, st, replans)
 
     first = rule_verdict(failed, plan.by_id, scope(0))  # type: ignore[arg-type]
-    assert first.decision.action == REMAINING
-    assert "scope rule: REPLAN_REMAINING (1 of 2 steps downstream of a" in first.decision.reasoning
+    assert first.choice.action == REMAINING
+    assert "scope rule: REPLAN_REMAINING (1 of 2 steps downstream of a" in first.choice.reasoning
     third = rule_verdict(failed, plan.by_id, scope(2))  # type: ignore[arg-type]
-    assert third.decision.action == FULL
-    assert "2 re-plans so far" in third.decision.reasoning
-    assert rule_verdict(failed, plan.by_id).decision.action == REMAINING  # no rule given
+    assert third.choice.action == FULL
+    assert "2 re-plans so far" in third.choice.reasoning
+    assert rule_verdict(failed, plan.by_id).choice.action == REMAINING  # no rule given
 
 
 def test_the_situation_report_tells_the_decider_the_scope_rules_pick() -> None:

@@ -8,7 +8,7 @@ from planloop.core.hot_state import dumps
 from planloop.core.models import SessionStatus, StepState, StepStatus
 from planloop.core.values import PREVIEW_CHARS as OUTPUT_PREVIEW_CHARS
 from planloop.planner.plan import Plan
-from planloop.supervisor.report import build_report
+from planloop.supervisor.session.report import build_report
 
 PLAN = Plan.model_validate(
     {

@@ -22,8 +22,9 @@ from planloop.planner.plan import Plan
 from planloop.planner.summarizer import schema_problem
 from planloop.producer.cli import read_answer_schema
 from planloop.producer.views import print_conclusion
-from planloop.supervisor.rounds import Rounds, next_round, results_text
-from planloop.supervisor.session_state import FINAL, SessionState
+from planloop.supervisor.session.answer_text import results_text
+from planloop.supervisor.session.rounds import Rounds, next_round
+from planloop.supervisor.session.state import FINAL, SessionState
 from tests.unit.loop_fixtures import Loop, run, step
 
 T = TypeVar("T", bound=BaseModel)
@@ -54,9 +55,9 @@ def ended_round(chat: ScriptedChat | None, **options: Any) -> tuple[Loop, Rounds
     """A one-step session whose step completed, about to end completed."""
     loop = Loop(Plan(goal="get a and b", steps=[step("a")]), a=StepStatus.COMPLETED)
     loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions(**options)})
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     loop.state.outcome = (SessionStatus.COMPLETED, "")
-    return loop, Rounds(loop.io, loop.changes, loop.brain)
+    return loop, Rounds(loop.io, loop.changes, loop.deliberation)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +112,7 @@ def test_out_of_rounds_the_session_ends_completed_with_the_verdict_not_passed() 
     status, note = loop.state.outcome or (None, "")
     assert status == SessionStatus.COMPLETED
     assert "did not pass the results after 1 round(s)" in note
-    rounds.brain.chat = ScriptedChat(summarizer=[{"text": "a done, b not", "data": None}])
+    rounds.deliberation.chat = ScriptedChat(summarizer=[{"text": "a done, b not", "data": None}])
     conclusion = run(rounds.conclusion(SessionStatus.ABORTED, "decider chose to abort"))
     assert conclusion["critique"]["passed"] is False
     assert conclusion["answer"]["partial"] is True  # an aborted session gets an answer too
@@ -236,7 +237,7 @@ def test_a_new_owner_reports_the_verdict_its_predecessor_stored() -> None:
     chat = ScriptedChat(critic=[critique(False, "b")], summarizer=[{"text": "t", "data": None}])
     loop, rounds = ended_round(chat, max_rounds=1)
     run(rounds.review())
-    taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover: nothing in memory
+    taken = Rounds(loop.io, loop.changes, loop.deliberation)  # a takeover: nothing in memory
 
     conclusion = run(taken.conclusion(SessionStatus.FAILED))
 
@@ -248,7 +249,7 @@ def test_a_new_owner_after_the_critics_answer_asks_neither_critic_nor_summarizer
     chat = ScriptedChat(critic=[passed])
     loop, rounds = ended_round(chat)
     run(rounds.review())
-    taken = Rounds(loop.io, loop.changes, loop.brain)  # a takeover before the session ended
+    taken = Rounds(loop.io, loop.changes, loop.deliberation)  # a takeover before the session ended
 
     run(taken.review())
     conclusion = run(taken.conclusion(SessionStatus.COMPLETED))
@@ -266,7 +267,7 @@ def test_a_new_owner_applies_a_stored_failed_verdict_by_planning_the_next_round(
     loop, rounds = ended_round(chat)
     judged = loop.state.info.plan_version
     run(rounds._judge(0))  # the former owner got the verdict, then died before planning
-    taken = Rounds(loop.io, loop.changes, loop.brain)
+    taken = Rounds(loop.io, loop.changes, loop.deliberation)
 
     run(taken.review())
 
@@ -282,7 +283,7 @@ def test_a_verdict_on_an_older_plan_version_is_not_reused() -> None:
     loop.state.info = loop.state.info.model_copy(
         update={"plan_version": loop.state.info.plan_version + 1}
     )
-    taken = Rounds(loop.io, loop.changes, loop.brain)
+    taken = Rounds(loop.io, loop.changes, loop.deliberation)
 
     run(taken.review())
 
@@ -295,9 +296,9 @@ def test_a_goal_that_needs_no_tool_is_answered_with_no_plan() -> None:
     loop.state = SessionState(loop.state.sid, loop.state.epoch)  # a goal, no plan loaded
     loop.state.info = loop.state.info.model_copy(update={"goal": "capital of France?"})
     loop.io.state = loop.state
-    loop.brain.state = loop.state
-    loop.brain.chat = chat
-    rounds = Rounds(loop.io, loop.changes, loop.brain)
+    loop.deliberation.state = loop.state
+    loop.deliberation.chat = chat
+    rounds = Rounds(loop.io, loop.changes, loop.deliberation)
 
     rounds.answer_directly("the router found no tool needed")
     conclusion = run(rounds.conclusion(SessionStatus.COMPLETED))
@@ -320,9 +321,9 @@ def test_a_round_replaces_a_step_that_failed_for_good() -> None:
         b=StepStatus.FAILED,
     )
     loop.state.states["b"].note = FINAL
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     loop.state.outcome = (SessionStatus.COMPLETED, "completed around failed steps: b")
-    rounds = Rounds(loop.io, loop.changes, loop.brain)
+    rounds = Rounds(loop.io, loop.changes, loop.deliberation)
 
     run(rounds.review())
 
@@ -343,9 +344,9 @@ def answered_plan(chat: ScriptedChat, answer: dict[str, Any], **options: Any) ->
     loop = Loop(plan, a=StepStatus.COMPLETED, answer=StepStatus.COMPLETED)
     loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions(**options)})
     loop.state.outputs.update({"a": {"n": 7}, "answer": answer})
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     loop.state.outcome = (SessionStatus.COMPLETED, "")
-    return Rounds(loop.io, loop.changes, loop.brain)
+    return Rounds(loop.io, loop.changes, loop.deliberation)
 
 
 def test_an_answer_step_is_the_answer_and_the_summarizer_is_not_asked() -> None:
@@ -383,8 +384,8 @@ def test_a_failed_session_gets_a_partial_answer_saying_what_failed() -> None:
     loop.state.info = loop.state.info.model_copy(
         update={"options": SessionOptions(answer_schema=SCHEMA)}
     )
-    loop.brain.chat = chat
-    rounds = Rounds(loop.io, loop.changes, loop.brain)
+    loop.deliberation.chat = chat
+    rounds = Rounds(loop.io, loop.changes, loop.deliberation)
 
     undone = [{"step": "a", "status": "completed"}, {"step": "r", "iteration": 2, "status": "x"}]
     answer = run(rounds.conclusion(SessionStatus.FAILED, "critical step b failed", undone))[
@@ -409,8 +410,8 @@ def test_without_a_model_call_planloop_writes_its_own_account() -> None:
 
     loop = Loop(Plan(goal="g", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
     loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
-    loop.brain.chat = Down()
-    rounds = Rounds(loop.io, loop.changes, loop.brain)
+    loop.deliberation.chat = Down()
+    rounds = Rounds(loop.io, loop.changes, loop.deliberation)
 
     failed = run(rounds.conclusion(SessionStatus.FAILED, "b failed"))["answer"]
 
@@ -420,7 +421,7 @@ def test_without_a_model_call_planloop_writes_its_own_account() -> None:
     assert "Errors: b: boom." in failed["text"]
 
     cancelled_chat = ScriptedChat()
-    loop.brain.chat = cancelled_chat
+    loop.deliberation.chat = cancelled_chat
     cancelled = run(rounds.conclusion(SessionStatus.CANCELLED, "stop"))["answer"]
     assert cancelled["source"] == "planloop"  # a cancel spends no more tokens
     assert cancelled_chat.asked == []
@@ -491,9 +492,9 @@ def test_a_round_with_a_failed_step_is_judged_without_asking_for_the_answer() ->
     chat = ScriptedChat(critic=[critique(True)], summarizer=[{"text": "t", "data": None}])
     loop = Loop(Plan(goal="g", steps=[step("a"), step("b")]), a=StepStatus.COMPLETED)
     loop.state.states["b"] = StepState(status=StepStatus.FAILED, error="boom")
-    loop.brain.chat = chat
+    loop.deliberation.chat = chat
     loop.state.outcome = (SessionStatus.COMPLETED, "")
-    rounds = Rounds(loop.io, loop.changes, loop.brain)
+    rounds = Rounds(loop.io, loop.changes, loop.deliberation)
 
     run(rounds.review())
     run(rounds.conclusion(SessionStatus.COMPLETED))

@@ -10,7 +10,7 @@ from planloop.core.errors import PlanLoadError
 from planloop.core.heartbeat import Heartbeat
 from planloop.core.routing import Pool, live_pools, pool_queue, route_step, worker_queues
 from planloop.planner.plan import Step, parse_plan
-from planloop.supervisor.dispatch import step_needs
+from planloop.supervisor.io.step_queue import step_needs
 
 NOW = 1_000.0
 BENCH = ["bench.echo", "bench.sleep"]

@@ -8,7 +8,8 @@ import json
 from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import SessionStatus, StepStatus
 from planloop.planner.plan import Plan
-from planloop.supervisor.ending import Ending, finish_session, undoes
+from planloop.supervisor.session.ending import Ending
+from planloop.supervisor.session.finish import finish_session, undoes
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from planloop.core.models import ErrorKind, EventType, SessionStatus, Severity, StepStatus
 from planloop.planner.plan import Plan
-from planloop.supervisor.failures import settle_failure
-from planloop.supervisor.scheduler import ready_steps, wait_ms
-from planloop.supervisor.session_state import FINAL, session_end
+from planloop.supervisor.session.failures import settle_failure
+from planloop.supervisor.session.schedule import ready_steps, wait_ms
+from planloop.supervisor.session.state import FINAL, session_end
 from tests.unit.loop_fixtures import Loop, step
 
 NOW = 1_000.0

@@ -12,10 +12,10 @@ from planloop.core.errors import FencedOutError
 from planloop.core.models import Event, EventType, SessionStatus, Severity, StepStatus
 from planloop.planner.decision import ReplanAction, ReplanDecision
 from planloop.planner.plan import Plan
-from planloop.supervisor.policy import rule_verdict
-from planloop.supervisor.session_state import FINAL
-from planloop.supervisor.state import stream_id
-from planloop.supervisor.verdict import Decision, Verdict
+from planloop.supervisor.io.redis_streams import stream_id
+from planloop.supervisor.session.policy import rule_verdict
+from planloop.supervisor.session.state import FINAL
+from planloop.supervisor.session.verdict import Decision, Verdict
 from tests.unit.loop_fixtures import EPOCH, SID, Loop, run, step
 
 
@@ -68,11 +68,11 @@ def test_the_rule_policy_injects_a_fallback_before_failing_a_critical_step() -> 
     )
     changes = [failed_for_good(loop, "c"), failed_for_good(loop, "b")]
     verdict = rule_verdict(changes, loop.state.steps)
-    assert verdict.decision.action == ReplanAction.REPLAN_REMAINING
+    assert verdict.choice.action == ReplanAction.REPLAN_REMAINING
     critical = rule_verdict([failed_for_good(loop, "a")], loop.state.steps)
-    assert (critical.decision.action, critical.fail_session) == (ReplanAction.ABORT, True)
+    assert (critical.choice.action, critical.fail_session) == (ReplanAction.ABORT, True)
     plain = rule_verdict([failed_for_good(loop, "c")], loop.state.steps)
-    assert plain.decision.action == ReplanAction.CONTINUE
+    assert plain.choice.action == ReplanAction.CONTINUE
     assert plain.source == "rule"
 
 
@@ -83,17 +83,17 @@ def test_warnings_are_decided_in_batches_and_a_critical_event_at_once() -> None:
         settings=Settings(batch_react_size=3),
     )
     for step_id in "ab":
-        loop.brain.note(failed_for_good(loop, step_id))
-        assert run(loop.brain.maybe_decide(idle=False)) is None
-    assert run(loop.brain.maybe_decide(idle=True)) is not None  # nothing else can run
+        loop.deliberation.note(failed_for_good(loop, step_id))
+        assert run(loop.deliberation.maybe_decide(idle=False)) is None
+    assert run(loop.deliberation.maybe_decide(idle=True)) is not None  # nothing else can run
     for step_id in "abc":
-        loop.brain.note(failed_for_good(loop, step_id))
-    decision = run(loop.brain.maybe_decide(idle=False))
+        loop.deliberation.note(failed_for_good(loop, step_id))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert "3 WARNING events" in decision.reason
     assert [e.step_id for e in decision.changes] == ["a", "b", "c"]
-    loop.brain.note(failed_for_good(loop, "x", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(failed_for_good(loop, "x", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
     assert decision.verdict.fail_session
     assert loop.state.outcome is None  # the deliberation decides; the loop carries it out
@@ -104,10 +104,10 @@ def test_a_spent_re_plan_budget_forces_an_abort() -> None:
     # (a failure the rules would continue past is decided without one: test_replan_budget.py)
     loop = Loop(Plan(steps=[step("a", critical=True)]), settings=Settings(max_replans=1))
     loop.state.info = loop.state.info.model_copy(update={"replans": 1})
-    loop.brain.note(failed_for_good(loop, "a", Severity.CRITICAL))
-    decision = run(loop.brain.maybe_decide(idle=False))
+    loop.deliberation.note(failed_for_good(loop, "a", Severity.CRITICAL))
+    decision = run(loop.deliberation.maybe_decide(idle=False))
     assert decision is not None
-    assert (decision.verdict.source, decision.verdict.decision.action) == (
+    assert (decision.verdict.source, decision.verdict.choice.action) == (
         "budget",
         ReplanAction.ABORT,
     )
@@ -120,7 +120,7 @@ def decide(loop: Loop, *changes: Event) -> Decision:
 
 def test_continue_skips_the_failed_steps_descendants_and_says_so() -> None:
     loop = Loop(Plan(steps=[step("a"), step("b", "a"), step("c", "b"), step("d")]))
-    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.brain))
+    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.deliberation))
     assert {i: st.status for i, st in loop.state.states.items() if i != "a"} == {
         "b": StepStatus.SKIPPED,
         "c": StepStatus.SKIPPED,
@@ -135,7 +135,7 @@ def test_continue_skips_the_failed_steps_descendants_and_says_so() -> None:
 
 def test_a_critical_failure_ends_the_session_failed() -> None:
     loop = Loop(Plan(steps=[step("a", critical=True), step("b")]))
-    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.brain))
+    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.deliberation))
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.FAILED
     assert "critical step a failed" in loop.state.outcome[1]
@@ -143,7 +143,7 @@ def test_a_critical_failure_ends_the_session_failed() -> None:
 
 def test_a_declared_fallback_is_injected_as_the_next_plan_version() -> None:
     loop = Loop(Plan(steps=[step("a", fallback=[step("alt", tool="t.alt")]), step("b", "a")]))
-    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.brain))
+    run(loop.changes.execute(decide(loop, failed_for_good(loop, "a")), loop.deliberation))
     state = loop.state
     assert state.info.plan_version == 2
     assert state.info.replans == 1
@@ -159,15 +159,15 @@ def test_a_verdict_awaiting_a_person_parks_the_changes_until_approved() -> None:
     loop = Loop(Plan(steps=[step("a"), step("b", "a")]))
     change = failed_for_good(loop, "a")
     wait = Verdict(ReplanDecision(action=ReplanAction.CONTINUE, reasoning="budget"), "await_human")
-    run(loop.changes.execute(Decision(wait, [change], "test"), loop.brain))
-    assert loop.brain.awaiting == [change]
+    run(loop.changes.execute(Decision(wait, [change], "test"), loop.deliberation))
+    assert loop.deliberation.awaiting == [change]
     assert loop.session_hash()["awaiting"] == "approval"
     assert loop.state.states["b"].status == StepStatus.PENDING  # nothing done yet
     approve = Event(type=EventType.EXTERNAL_SIGNAL, payload={"action": "abort"})
-    decision = loop.brain.approve(approve)
+    decision = loop.deliberation.approve(approve)
     assert decision is not None
     assert decision.changes == [change]
-    run(loop.changes.execute(decision, loop.brain))
+    run(loop.changes.execute(decision, loop.deliberation))
     assert loop.state.outcome == (SessionStatus.ABORTED, "approved by a person: ABORT")
 
 

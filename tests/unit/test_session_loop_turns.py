@@ -3,57 +3,20 @@ workers' outcomes, settle failures, deliberate, end. No Redis, no workers, no SQ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from planloop.config.settings import Settings
-from planloop.core.catalogue import SensitiveNames
 from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
-from planloop.core.record import Checkpoint
 from planloop.planner.plan import Plan
-from planloop.supervisor.context import SupervisorContext
-from planloop.supervisor.memory_store import MemorySessionStore
-from planloop.supervisor.session import SessionRunner
-from tests.unit.loop_fixtures import EPOCH, SID, Queue, registry, run, step
-
-
-class Dispatcher(Queue):
-    """The dispatcher's ports: task commands, revocation, sensitive names."""
-
-    def __init__(self, store: MemorySessionStore) -> None:
-        super().__init__(store)
-        self.sensitive = SensitiveNames(registry())
-
-
-class Record:
-    """The SQL record's part the checkpoint writer uses, keeping each committed batch."""
-
-    def __init__(self) -> None:
-        self.batches: list[Checkpoint] = []
-
-    def checkpoint(self, sid: str, epoch: int, batch: Checkpoint) -> None:
-        self.batches.append(batch)
-
-    def checkpoint_many(self, batches: Sequence[tuple[str, int, Checkpoint]]) -> set[str]:
-        self.batches += [batch for _, _, batch in batches]
-        return set()
-
-    def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
-        return {}
+from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.session.loop import SessionRunner
+from tests.unit.loop_fixtures import EPOCH, SID, Dispatcher, Record, context, run, step
 
 
 def runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionStore]:
     store = MemorySessionStore()
     store.own(SID, EPOCH, status="running", plan_version=1)
-    ctx = SupervisorContext(
-        settings=Settings(retry_backoff_s=0.0, **settings),
-        store=store,  # type: ignore[arg-type]
-        record=Record(),  # type: ignore[arg-type]
-        dispatcher=Dispatcher(store),  # type: ignore[arg-type]
-        tools=registry(),
-        name="sup",
-    )
-    loop = SessionRunner(ctx, SID, EPOCH)
+    loop = SessionRunner(context(Settings(retry_backoff_s=0.0, **settings), store), SID, EPOCH)
     loop.state.use_plan(plan)
     loop.state.states = {s.id: StepState() for s in plan.steps}
     loop.state.reindex()
@@ -114,7 +77,7 @@ def test_a_final_failure_skips_its_branch_and_the_session_completes_around_it() 
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    assert [e.step_id for e in loop.brain.pending] == ["a"]
+    assert [e.step_id for e in loop.deliberation.pending] == ["a"]
     run(loop._think())  # nothing else can run: the rule policy decides now
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     loop._check_end()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from planloop.supervisor.service import FULL_GC_AFTER, settle_heap
+from planloop.supervisor.process.serve import FULL_GC_AFTER, settle_heap
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from celery import Celery
 from planloop.config.celery import STEP_TASK, celery_config
 from planloop.config.settings import Settings
 from planloop.core.errors import DispatchError
-from planloop.supervisor.step_message import (
+from planloop.supervisor.io.step_message import (
     ARGS,
     ARGSREPR,
     ID,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from planloop.core.models import Event, EventType, Severity
-from planloop.supervisor.triggers import TriggerConfig, trigger_reason
+from planloop.supervisor.session.triggers import TriggerConfig, trigger_reason
 
 
 def ev(kind: EventType, severity: Severity, step: str = "s", text: str = "x") -> Event:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from planloop.supervisor.write_batch import WriteBatch
+from planloop.supervisor.io.write_batch import WriteBatch
 
 
 class Redis:

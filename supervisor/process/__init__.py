@@ -1,0 +1,1 @@
+"""The supervisor process: leases, intake and admission, reclaim, batched starts, monitors."""

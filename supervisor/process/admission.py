@@ -1,0 +1,108 @@
+"""Admission: a session just taken gets its first dispatch before older sessions' bookkeeping.
+
+One event loop drives every session a supervisor holds, and it is fair: each ready session
+gets a turn in each lap. When a thousand sessions arrive at once, every one of them starts
+at the same time, each start waits a whole lap per round trip, and the first dispatch of
+all of them comes seconds later, at about the same moment. Admission turns that into a
+queue with a short lap:
+
+- at most ``slots`` sessions start at once (loading, claiming, their first dispatch), in
+  the order they were taken; the others wait for a slot (``PLANLOOP_ADMISSION_SLOTS``: a
+  burst starts in waves of that many, each wave's first dispatches waiting for the whole
+  wave's loads; more slots make fewer, longer waves: bench/README.md);
+- while sessions wait to start or are starting, the loops of sessions already running
+  wait (at most ``max_defer_s`` per turn, so they are never starved) before they apply
+  what they read and before they end: the laps are made of starts
+  (``PLANLOOP_ADMISSION_MAX_DEFER_S``);
+- while the inbox reader is behind (a read finds a backlog of ``BURST_MIN`` sessions or
+  more), the whole burst counts as starting, not only the batch being begun: between two
+  batches the loops of the sessions just begun would otherwise all wake to apply what they
+  read, and the next batch would wait for them. A burst lasts until a read finds less
+  than that, or ``max_defer_s`` at a stretch (then the loops already running get a turn).
+
+Pure asyncio bookkeeping, unit-tested without Redis (tests/unit/test_admission.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+DEFAULT_SLOTS = 200  # the settings' defaults (config/settings.py)
+DEFAULT_MAX_DEFER_S = 2.0
+BURST_MIN = 8  # sessions found waiting in one inbox read: the reader is behind
+
+
+class Admission:
+    """The process's start queue and the gate older sessions wait at."""
+
+    def __init__(self, slots: int = DEFAULT_SLOTS, max_defer_s: float = DEFAULT_MAX_DEFER_S):
+        if slots < 1:
+            raise ValueError(f"admission needs at least one slot (got {slots})")
+        self.max_defer_s = max_defer_s
+        self._slots = asyncio.Semaphore(slots)
+        self._starting = 0  # sessions waiting for a slot or holding one
+        self._quiet = asyncio.Event()  # set while nothing starts
+        self._quiet.set()
+        self._burst_since: float | None = None  # when the inbox reader fell behind
+
+    @property
+    def starting(self) -> int:
+        """Sessions that wait to start or are starting."""
+        return self._starting
+
+    @contextlib.asynccontextmanager
+    async def start(self) -> AsyncIterator[None]:
+        """Hold a start slot (first come, first served) for the block: a session's start up
+        to its first dispatch."""
+        self._enter()
+        try:
+            async with self._slots:
+                yield
+        finally:
+            self._leave()
+
+    @contextlib.contextmanager
+    def starting_batch(self) -> Iterator[None]:
+        """Sessions start for the block without holding slots (a batch begun in one
+        pass, process/batch_start.py): the loops of sessions already running defer meanwhile."""
+        self._enter()
+        try:
+            yield
+        finally:
+            self._leave()
+
+    @property
+    def in_burst(self) -> bool:
+        """The inbox reader is behind: it reads again at once, and older loops defer."""
+        return self._burst_since is not None
+
+    def intake(self, found: int, now: float) -> None:
+        """What the inbox reader's last read found (``now``: a monotonic clock): a backlog
+        opens or continues a burst; less than that, or a burst ``max_defer_s`` old, ends it."""
+        behind = found >= BURST_MIN
+        if behind and self._burst_since is None:
+            self._burst_since = now
+            self._enter()
+        elif self._burst_since is not None and (
+            not behind or now - self._burst_since >= self.max_defer_s
+        ):
+            self._burst_since = None
+            self._leave()
+
+    def _enter(self) -> None:
+        self._starting += 1
+        self._quiet.clear()
+
+    def _leave(self) -> None:
+        self._starting -= 1
+        if not self._starting:
+            self._quiet.set()
+
+    async def defer(self) -> None:
+        """Let sessions that start go first: wait until none does, or ``max_defer_s``."""
+        if not self._starting:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._quiet.wait(), self.max_defer_s)

@@ -1,0 +1,400 @@
+"""The supervisor process: takes sessions through leases and runs one loop per session."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+
+import redis
+
+from planloop.config.settings import Settings
+from planloop.core.catalogue import catalogue_client
+from planloop.core.key_layout import upgrade_key_layout
+from planloop.core.keys import Keys
+from planloop.core.live_tools import LiveTools
+from planloop.core.logs import bind
+from planloop.core.record import SqlRecord
+from planloop.core.redis_client import redis_address
+from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault, redact_url
+from planloop.core.redis_version import require_supported_redis
+from planloop.core.tools import load_tools
+from planloop.planner.openai_chat import build_chat_model
+from planloop.supervisor.io.rebuild import rebuild_lost_sessions
+from planloop.supervisor.io.redis_store import SessionStore, Taken
+from planloop.supervisor.io.step_queue import Dispatcher
+from planloop.supervisor.io.store_port import WriteOp
+from planloop.supervisor.process.batch_start import (
+    FirstWrite,
+    first_replies,
+    retrieve_error,
+    send_first_writes,
+)
+from planloop.supervisor.process.compose import compose
+from planloop.supervisor.process.crashes import settle_crash
+from planloop.supervisor.process.lease_keeper import LeaseKeeper
+from planloop.supervisor.session.lessons import build_lesson_memory
+from planloop.supervisor.session.loop import SessionRunner
+from planloop.supervisor.session.ports import describe_error
+
+log = logging.getLogger(__name__)
+
+REBUILD_INTERVAL_S = 2.0
+OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
+INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
+BEGIN_CHUNK = 50  # sessions begun before their first writes leave (a few tens of ms)
+BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
+HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
+
+
+@dataclass
+class Owned:
+    """A session this process holds the lease of, and the task driving it."""
+
+    token: str
+    epoch: int
+    task: asyncio.Task[None]
+    # False once the loop lets its lease go (released, or held for a crash's cool-off):
+    # the keeper neither renews it nor takes its end for a loss.
+    renewing: bool = True
+
+
+class Supervisor:
+    """Owns sessions through leases; any number of supervisors may run side by side."""
+
+    def __init__(self, settings: Settings, name: str | None = None) -> None:
+        self.settings = settings
+        self.name = name or f"sup-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        # The planner's prompt lists what live workers serve (core/live_tools.py), read on the
+        # event loop with a short socket timeout; the tools imported here are the fallback.
+        tools = LiveTools.from_redis(
+            load_tools(settings.tool_modules),
+            catalogue_client(redis_address(settings)),
+            Keys(settings.key_prefix),
+            max_age_s=settings.worker_heartbeat_s,
+            on_local=lambda note: log.info("supervisor: %s", note),
+        )
+        self._tools = tools
+        record = SqlRecord.from_url(settings.database_url, auto_migrate=settings.db_auto_migrate)
+        chat = build_chat_model(settings) if settings.llm_base_url else None
+        # The process keeps its Redis store (leases, inbox, rebuild); the loops get the port.
+        self.store = SessionStore.from_url(redis_address(settings), Keys(settings.key_prefix))
+        self.ctx = compose(
+            settings,
+            store=self.store,
+            record=record,
+            dispatcher=Dispatcher(settings, tools),
+            tools=tools,
+            name=self.name,
+            chat=chat,
+            lessons=build_lesson_memory(settings, chat, record.engine),
+        )
+        self.owned: dict[str, Owned] = {}
+        self._next_rebuild = 0.0
+        self._next_reclaim = 0.0
+        self._rebuilding: asyncio.Task[list[str]] | None = None
+        self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
+        self._inbox_ready = False
+        self._keeper: LeaseKeeper | None = None
+        self._next_heartbeat = 0.0
+        self._sending: set[asyncio.Future[None]] = set()  # first writes of a chunk in flight
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set.
+
+        0. Wait for Redis to answer (a supervisor started during an outage waits it out)
+           and refuse a Redis older than 6.2.
+        1. Keep the leases of owned sessions alive (a thread of its own, so a busy event
+           loop never delays a renewal: supervisor/process/lease_keeper.py; a lease that cannot
+           be renewed stops its session loop at once, and so does Redis staying out of
+           reach for longer than the lease TTL: the leases are taken as lost).
+        2. Until told to stop: make sure the inbox consumer group exists (again after Redis
+           lost its data), take sessions announced on the inbox, and every reclaim
+           interval take over active sessions whose lease expired.
+        3. A Redis fault in step 2 is waited out with a back-off and logged once per
+           outage; sessions whose leases were lost come back through the reclaim of step 2.
+           Any other error, or the lease keeper dying, ends the process (exit code 1).
+        4. On stop: cancel the session loops and release their leases, so a peer resumes
+           them without waiting for the leases to expire.
+        """
+        log.info(
+            "supervisor %s starting (redis at %s)", self.name, redact_url(self.settings.redis_url)
+        )
+        if not await self._until_redis_answers(stop):
+            await self.store.r.aclose()
+            return
+        keeper = LeaseKeeper(
+            redis_address(self.settings),
+            self.store.keys,
+            self.settings.lease_ttl_s,
+            owned=self._leases,
+            lost=self._lease_lost,
+            all_lost=self._stop_loops,
+        )
+        keeper.start()
+        self._keeper = keeper
+        log.info("supervisor %s serving (prefix=%s)", self.name, self.settings.key_prefix)
+        try:
+            while not stop.is_set():
+                if not keeper.alive():  # it never ends by itself: raise why it did
+                    raise keeper.error or RuntimeError("the lease keeper stopped")
+                try:
+                    await self._serve_once()
+                except redis.RedisError as exc:
+                    if is_missing_group(exc) and self._inbox_ready:
+                        log.warning("inbox group gone (redis lost its data): creating it again")
+                        self._inbox_ready = False
+                        continue
+                    await self._wait_out(exc, stop)
+                else:
+                    self.outage.over()
+        finally:
+            if self._rebuilding is not None:
+                self._rebuilding.cancel()
+            await asyncio.to_thread(keeper.stop)
+            await self._let_go()
+            await self.ctx.checkpoints.close()
+            if self.ctx.events is not None:
+                await self.ctx.events.close()
+            self.ctx.dispatcher.close()
+            self._tools.close()
+            await self.store.r.aclose()
+
+    async def _wait_out(self, exc: redis.RedisError, stop: asyncio.Event) -> None:
+        """Back off from a Redis fault (logged once per outage); re-raise any other error."""
+        if not is_redis_fault(exc):
+            raise exc
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), self.outage.failed(exc))
+
+    async def _until_redis_answers(self, stop: asyncio.Event) -> bool:
+        """Check the Redis version and bring its keys to the current layout (renamed once
+        after an upgrade: core/key_layout.py), waiting out an unreachable Redis (a
+        supervisor started, or restarted, while Redis is down waits for it instead of
+        dying). False: stopped."""
+        while not stop.is_set():
+            try:
+                await require_supported_redis(self.store.r, self.settings.redis_url)
+                await upgrade_key_layout(self.store.r, self.store.keys)
+            except redis.RedisError as exc:
+                await self._wait_out(exc, stop)
+            else:
+                self.outage.over()
+                return True
+        return False
+
+    async def _serve_once(self) -> None:
+        """One turn: (re)create the inbox group if needed, reclaim, take what was announced.
+
+        While the inbox holds a backlog (a burst of submits), the turns read it at once and
+        in order, without the reclaim's look at every active session in between (which
+        would take the same sessions by session id: in submit order to the second only).
+        See admission.py."""
+        if not self._inbox_ready:
+            await self.store.ensure_inbox()
+            self._inbox_ready = True
+        admission = self.ctx.admission
+        if not admission.in_burst:
+            await self._reclaim()
+        else:
+            self._forget_finished()
+        await self._heartbeat()
+        block_ms = (
+            BURST_READ_MS if admission.in_burst else int(self.settings.reclaim_interval_s * 1000)
+        )
+        entries = await self.store.read_inbox(self.name, block_ms, count=INBOX_BATCH)
+        admission.intake(len(entries), time.monotonic())
+        await self._take([sid for _entry, sid in entries])
+        await self.store.ack_inbox([entry for entry, _ in entries])
+
+    async def _heartbeat(self) -> None:
+        """Say when this supervisor last served (a healthcheck reads it), every few seconds."""
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
+        await self.store.r.zadd(self.store.keys.supervisors, {self.name: time.time()})
+
+    async def _reclaim(self) -> None:
+        """Take over active sessions nobody holds (their owner died or never came), once
+        per reclaim interval: a burst on the inbox is read turn after turn, without a look
+        at every active session in between."""
+        self._forget_finished()
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + self.settings.reclaim_interval_s
+        rebuilding = self._rebuilding
+        if rebuilding is not None and rebuilding.done():
+            self._rebuilding = None
+            rebuilding.result()  # its failure is handled as if it had happened here
+        if now >= self._next_rebuild and self._rebuilding is None:
+            # Rare and comparatively costly (a SQL query): Redis lost its data. In the
+            # background: the SQL thread may be busy with checkpoints, and new sessions
+            # on the inbox must not wait for it.
+            self._next_rebuild = now + REBUILD_INTERVAL_S
+            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx, self.store))
+        candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
+        await self._take(await self.store.unowned(candidates))
+
+    async def _take(self, sids: list[str]) -> None:
+        """Take the leases of ``sids`` and start their loops (two round trips for all,
+        which also read what each loop starts from: LeaseKeeper.take, then
+        SessionStore.load_plans); the fresh sessions among them are begun here, a chunk at
+        a time, each chunk's first dispatches sent in one more round trip before the next
+        chunk is begun."""
+        wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
+        if not wanted:
+            return
+        takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted]
+        keeper = self._keeper
+        assert keeper is not None, "sessions are taken only while the lease keeper runs"
+        # In the keeper's thread: the leases are renewed from the moment they are taken,
+        # however long this loop takes to get round to the reply.
+        replies = await asyncio.to_thread(
+            keeper.take, takes, self.settings.lease_ttl_s, self.name, self.store.keys.session
+        )
+        taken = [
+            Taken(sid, epoch, fields)
+            for (sid, _), (epoch, fields) in zip(takes, replies, strict=True)
+        ]
+        # The plans of the whole batch in one more round trip (the keeper renews the new
+        # leases meanwhile); a loop whose batch could not read them raises why itself.
+        loaded = asyncio.ensure_future(self.store.load_plans(taken))
+        # A failed load: each loop awaiting it raises (and handles) the error itself.
+        loaded.add_done_callback(retrieve_error)
+        try:
+            with self.ctx.admission.starting_batch():  # older loops wait meanwhile
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loaded)
+                for start in range(0, len(takes), BEGIN_CHUNK):
+                    end = start + BEGIN_CHUNK
+                    runners, writes, first = self._begin(takes[start:end], taken[start:end], loaded)
+                    for runner, token in runners:
+                        task = asyncio.create_task(
+                            self._drive(runner, token), name=f"session:{runner.sid}"
+                        )
+                        self.owned[runner.sid] = Owned(token, runner.epoch, task)
+                    if writes:  # these first dispatches leave before more are begun
+                        sending = asyncio.ensure_future(
+                            send_first_writes(self.store.write_many, writes, first)
+                        )
+                        self._sending.add(sending)
+                        sending.add_done_callback(self._sending.discard)
+                        await asyncio.sleep(0)  # one lap: the pipeline is written
+        finally:  # registered (renewed through `owned`), or left to expire
+            keeper.settle(takes)
+        ended = [t.sid for t in taken if not t.epoch and t.ended]
+        if ended:  # ended is final: never taken again
+            await self.store.r.srem(self.store.keys.active, *ended)
+
+    def _begin(
+        self, takes: list[tuple[str, str]], taken: list[Taken], loaded: asyncio.Future[None]
+    ) -> tuple[list[tuple[SessionRunner, str]], list[FirstWrite], list[asyncio.Future[None]]]:
+        """The loops of the sessions taken; those that can start from what the batch read
+        are begun: their first writes, and the future of each one's reply (which its loop
+        awaits; batch_start.py)."""
+        runners: list[tuple[SessionRunner, str]] = []
+        first: list[tuple[SessionRunner, list[WriteOp]]] = []
+        for (sid, token), took in zip(takes, taken, strict=True):
+            if not took.epoch:
+                continue
+            took.loaded = loaded
+            runner = SessionRunner(self.ctx, sid, took.epoch, took)
+            runners.append((runner, token))
+            if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
+                continue
+            try:
+                ops = runner.begin()
+            except Exception as exc:  # its loop starts it instead, and handles the error
+                log.info("session=%s not begun with its batch: %s", sid, describe_error(exc))
+                continue
+            if ops:
+                first.append((runner, ops))
+        replies = first_replies(len(first))
+        for (runner, _), reply in zip(first, replies, strict=True):
+            runner.first_write(reply)
+        return runners, [(r.sid, r.epoch, ops) for r, ops in first], replies
+
+    async def _drive(self, runner: SessionRunner, token: str) -> None:
+        bind(runner.sid)  # this task's own context: its log lines name the session
+        try:
+            await self._drive_loop(runner, token)
+        finally:
+            if self.ctx.events is not None:
+                self.ctx.events.leave(runner.sid)
+
+    async def _drive_loop(self, runner: SessionRunner, token: str) -> None:
+        sid = runner.sid
+        try:
+            await runner.run()
+        except asyncio.CancelledError:
+            self._stop_renewing(sid)
+            await self.store.release_lease(sid, token)
+            raise
+        except Exception as exc:
+            try:
+                await self._after_crash(runner, token, exc)
+            except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
+                log.exception("session=%s loop crashed and could not be counted", sid)
+        else:
+            self._stop_renewing(sid)
+            await self.store.release_lease(sid, token)
+
+    async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
+        """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
+        sid = runner.sid
+        cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, runner.applying, exc)
+        self._stop_renewing(sid)  # the keeper must not shorten a cool-off
+        if cool_off is None:
+            await self.store.release_lease(sid, token)
+        else:
+            await self.store.renew_leases([(sid, token)], cool_off)
+
+    def _forget_finished(self) -> None:
+        for sid in [s for s, o in self.owned.items() if o.task.done()]:
+            del self.owned[sid]
+
+    def _leases(self) -> list[tuple[str, str]]:
+        """The leases to renew (read by the keeper's thread: a copy, never a mutation)."""
+        return [
+            (sid, o.token)
+            for sid, o in dict(self.owned).items()
+            if o.renewing and not o.task.done() and not o.task.cancelling()
+        ]
+
+    def _stop_renewing(self, sid: str) -> None:
+        held = self.owned.get(sid)
+        if held is not None:
+            held.renewing = False
+
+    def _lease_lost(self, lease: tuple[str, str]) -> None:
+        """A renewal found the lease gone: stop the session's loop at once."""
+        sid, token = lease
+        held = self.owned.get(sid)
+        # A loop that ended meanwhile released its lease (and may be forgotten).
+        if held is not None and held.token == token and held.renewing and not held.task.done():
+            log.error("session=%s lease lost; stopping its loop at once", sid)
+            held.task.cancel()
+
+    def _stop_loops(self, why: str) -> None:
+        """Stop every session loop: their leases are taken as lost (reclaimed later)."""
+        for sid, owned in self.owned.items():
+            if not owned.task.done() and not owned.task.cancelling():
+                log.warning("session=%s leases taken as lost (%s); stopping its loop", sid, why)
+                owned.task.cancel()
+
+    async def _let_go(self) -> None:
+        if self._sending:  # a chunk's first writes in flight: let them land (briefly)
+            await asyncio.wait(self._sending, timeout=OUTAGE_BACKOFF_MAX_S)
+        for owned in self.owned.values():
+            owned.task.cancel()
+        for owned in self.owned.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await owned.task
+        self.owned.clear()
