@@ -310,7 +310,7 @@ class Supervisor:
             if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
                 continue
             try:
-                ops = runner.begin()
+                ops = runner.start.begin()
             except Exception as exc:  # its loop starts it instead, and handles the error
                 log.info("session=%s not begun with its batch: %s", sid, describe_error(exc))
                 continue
@@ -318,7 +318,7 @@ class Supervisor:
                 first.append((runner, ops))
         replies = first_replies(len(first))
         for (runner, _), reply in zip(first, replies, strict=True):
-            runner.first_write(reply)
+            runner.start.first_write(reply)
         return runners, [(r.sid, r.epoch, ops) for r, ops in first], replies
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:

@@ -110,7 +110,7 @@ def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None
     store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, description="late"))
     run(store.read_events(SID, "old", count=10, block_ms=1))  # a former owner read it
     run(store.claim_pending(SID, "older"))  # and another before that: delivered twice
-    assert run(loop.take_over_pending()) == []
+    assert run(loop.start.take_over_pending()) == []
     assert [cause for _, _, cause in store.dead] == ["delivered more than 2 times"]
     assert [e.description for _, e in loop.state.batch.events] == ["late"]
 
