@@ -5,7 +5,7 @@ used to be its own task: awaiting the batch's load, then its first fenced write,
 the event loop per await, behind every other session starting or running. The batch does
 it instead (supervisor/process/service.py ``_take``): one round trip reads every session hash,
 plan and pending count, the fresh sessions are begun from that a chunk at a time without
-an await (``SessionRunner.begin``: ready steps marked running, their messages built), and
+an await (``SessionStart.begin``: ready steps marked running, their messages built), and
 each chunk's first writes leave in one pipeline before the next chunk is begun; each loop
 awaits only its own write's reply.
 

@@ -310,7 +310,7 @@ class Supervisor:
             if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
                 continue
             try:
-                ops = runner.begin()
+                ops = runner.start.begin()
             except Exception as exc:  # its loop starts it instead, and handles the error
                 log.info("session=%s not begun with its batch: %s", sid, describe_error(exc))
                 continue
@@ -318,7 +318,7 @@ class Supervisor:
                 first.append((runner, ops))
         replies = first_replies(len(first))
         for (runner, _), reply in zip(first, replies, strict=True):
-            runner.first_write(reply)
+            runner.start.first_write(reply)
         return runners, [(r.sid, r.epoch, ops) for r, ops in first], replies
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
@@ -348,8 +348,8 @@ class Supervisor:
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
         """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
-        sid = runner.sid
-        cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, runner.applying, exc)
+        sid, applying = runner.sid, runner.events.applying
+        cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, applying, exc)
         self._stop_renewing(sid)  # the keeper must not shorten a cool-off
         if cool_off is None:
             await self.store.release_lease(sid, token)

@@ -16,9 +16,10 @@ from planloop.planner.decision import ReplanAction
 from planloop.planner.merge import inject_fallback
 from planloop.planner.plan import Plan
 from planloop.planner.validation import validate_plan
-from planloop.supervisor.session.deadline import DEADLINE_NEAR, short_of_time
+from planloop.supervisor.session.deadline import DEADLINE_NEAR
 from planloop.supervisor.session.decision_log import record_decision, record_usage
 from planloop.supervisor.session.deliberate import Deliberation
+from planloop.supervisor.session.limits import past_limits
 from planloop.supervisor.session.nothing_added import (
     DROPPED_NOTE,
     NOTHING_ADDED,
@@ -249,18 +250,19 @@ class PlanChanges:
             for step_id in failed:
                 await self.skip_descendants(step_id)
             return None
-        short = "" if rules else short_of_time(state, self.io.settings, time.time())
-        if short:  # the decision took the time a re-plan needs: the rules decide instead
-            ruled = Decision(deliberation.rules_for_time(changes, short), changes, decision.reason)
-            record_decision(state.batch, sid, ruled)
+        # The decision took the time a re-plan needs (the rules decide instead), or its own
+        # call spent the LLM budget: no re-planner call starts.
+        limited = None
+        if not rules:
+            limited = past_limits(
+                deliberation, changes, replanning=True, budget=verdict.source != "human"
+            )
+        if limited is not None:
+            reason = decision.reason if limited.deadline_note else "budget"
+            instead = Decision(limited, changes, reason)
+            record_decision(state.batch, sid, instead)
             await self.commit_decisions()
-            return ruled
-        spent = None if rules or verdict.source == "human" else deliberation.llm_budget_spent()
-        if spent is not None:  # the decision's own call spent it: no re-planner call starts
-            budget = Decision(deliberation.budget_verdict(spent), changes, "budget")
-            record_decision(state.batch, sid, budget)
-            await self.commit_decisions()
-            return budget
+            return instead
         await self.store.note_progress(
             sid,
             "replan_required",

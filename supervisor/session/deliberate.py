@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,8 +27,8 @@ from planloop.planner.llm import ChatModel, Usage
 from planloop.planner.plan import Plan
 from planloop.planner.replans import Replanner
 from planloop.planner.situation import EventView, Situation, StepView
-from planloop.supervisor.session.deadline import short_of_time
 from planloop.supervisor.session.decision_log import record_usage
+from planloop.supervisor.session.limits import past_limits
 from planloop.supervisor.session.policy import FAILURES, rule_verdict
 from planloop.supervisor.session.replan_budget import ReplanBudget, spent_budget_verdict
 from planloop.supervisor.session.replan_scope import ScopePick, pick_for_failures, pick_replan_scope
@@ -188,14 +187,11 @@ class Deliberation:
         )
         if spent is not None:
             return spent
-        llm_spent = self.llm_budget_spent()
-        if llm_spent is not None:
-            return self.budget_verdict(llm_spent)
+        limited = past_limits(self, changes)
+        if limited is not None:
+            return limited
         if self.chat is None:
             return self.rules(changes)
-        short = short_of_time(self.state, self.settings, time.time())
-        if short:
-            return self.rules_for_time(changes, short)
         await self.load_outputs(sorted(self.state.completed()))
         situation = await self.fitted_situation(reason)
         try:

@@ -38,7 +38,8 @@ from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.answer_text import account_text, compensations_text, ended_text
 from planloop.supervisor.session.claim import claim_session
 from planloop.supervisor.session.finish import finish_session
-from planloop.supervisor.session.loop import SessionRunner, record_events
+from planloop.supervisor.session.loop import SessionRunner
+from planloop.supervisor.session.start import record_events
 from planloop.supervisor.session.state import SessionState
 
 log = logging.getLogger(__name__)

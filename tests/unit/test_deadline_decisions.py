@@ -71,10 +71,10 @@ CRITICAL = Plan(steps=[step("a", critical=True), step("b", "a")])
 def test_short_of_time_only_under_a_deadline_closer_than_one_llm_call() -> None:
     loop, _ = session(CRITICAL, 600.0, Chat(ReplanAction.CONTINUE))
     now = loop.state.info.started_at
-    assert short_of_time(loop.state, loop.settings, now) == ""
-    assert short_of_time(loop.state, loop.settings, now + 590) != ""
+    assert short_of_time(loop.state, loop.ctx.settings, now) == ""
+    assert short_of_time(loop.state, loop.ctx.settings, now + 590) != ""
     loop.state.info = loop.state.info.model_copy(update={"options": SessionOptions()})
-    assert short_of_time(loop.state, loop.settings, now + 10_000) == ""  # no deadline
+    assert short_of_time(loop.state, loop.ctx.settings, now + 10_000) == ""  # no deadline
 
 
 def test_too_little_time_left_the_rules_decide_without_asking_the_llm() -> None:
@@ -82,7 +82,7 @@ def test_too_little_time_left_the_rules_decide_without_asking_the_llm() -> None:
     loop, store = session(CRITICAL, 30.0, chat)  # 30 s left < the 60 s an LLM call may take
     run(loop.scheduling.dispatch_ready())
     fail(loop, store, "a")
-    run(loop._think())
+    run(loop.decisions.think())
     assert chat.roles == []
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.FAILED  # the rule policy's answer
@@ -107,7 +107,7 @@ def test_a_replan_is_not_started_when_the_decision_used_up_the_time() -> None:
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")
     fail(loop, store, "a")
-    run(loop._think())
+    run(loop.decisions.think())
     assert chat.roles == [Role.DECIDER]  # asked in time; the re-planner never
     rows = [(d["action"], d["source"]) for d in decisions(loop)]
     assert rows == [("REPLAN_REMAINING", "llm"), ("CONTINUE", "rule")]
@@ -121,7 +121,7 @@ def test_plenty_of_time_the_llm_decides() -> None:
     loop, store = session(CRITICAL, 3600.0, chat)
     run(loop.scheduling.dispatch_ready())
     fail(loop, store, "a")
-    run(loop._think())
+    run(loop.decisions.think())
     assert chat.roles == [Role.DECIDER]
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.ABORTED

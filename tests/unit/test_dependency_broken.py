@@ -57,7 +57,7 @@ def test_a_broken_critical_dependency_reaches_the_decider_before_the_skip() -> N
     assert [(e.severity, e.step_id, e.payload["critical"]) for e in broken] == [
         (Severity.CRITICAL, "a", ["b"])
     ]
-    run(loop._think())  # c still runs: only the CRITICAL trigger decides now
+    run(loop.decisions.think())  # c still runs: only the CRITICAL trigger decides now
     assert len(chat.prompts) == 1
     assert "DEPENDENCY_BROKEN" in chat.prompts[0]
     assert chat.seen_states[0]["b"] == StepStatus.PENDING  # not skipped before the decision
@@ -82,7 +82,7 @@ def test_an_unresolvable_reference_is_a_critical_dependency_broken() -> None:
     assert loop.state.states["b"].status == StepStatus.FAILED
     broken = [e for e in loop.deliberation.pending if e.type == EventType.DEPENDENCY_BROKEN]
     assert [(e.severity, e.payload["unresolved"]) for e in broken] == [(Severity.CRITICAL, True)]
-    run(loop._think())
+    run(loop.decisions.think())
     assert len(chat.prompts) == 1
 
 
@@ -92,7 +92,7 @@ def test_the_rule_path_skips_the_branch_and_reports_it_after() -> None:
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
     assert [e.type for e in loop.deliberation.pending] == [EventType.TASK_FAILED]
-    run(loop._think())
+    run(loop.decisions.think())
     assert loop.state.states["b"].status == StepStatus.SKIPPED
     stream = store.streams[store.keys.events(loop.sid)]
     broken = [

@@ -181,12 +181,12 @@ def test_the_loop_keeps_the_totals_in_the_hash_and_aborts_once_a_call_spends_the
     loop, store = runner(Plan(steps=[step("a")]), session_max_tokens=100)
     session_key = store.keys.session(loop.sid)
     record_usage(loop.state.batch, [usage(40, 10)])
-    run(loop._check_llm_budget())
+    run(loop.usage.check())
     assert json.loads(store.hashes[session_key]["llm_usage"]) == {"m-a": [40, 10]}
     assert loop.state.outcome is None
     loop.state.take_checkpoint()  # the calls went to SQL; the totals stay
     record_usage(loop.state.batch, [usage(45, 5)])
-    run(loop._check_llm_budget())
+    run(loop.usage.check())
     assert json.loads(store.hashes[session_key]["llm_usage"]) == {"m-a": [85, 15]}
     assert loop.state.outcome == (
         SessionStatus.ABORTED,

@@ -53,8 +53,8 @@ def run_all(loop: SessionRunner, store: MemorySessionStore) -> None:
         run(loop.scheduling.dispatch_ready())
         for step_id in wave:
             outcome(loop, store, step_id)
-            run(loop._think())
-    loop._check_end()
+            run(loop.decisions.think())
+    loop.decisions.check_end()
 
 
 def test_a_finished_phase_is_announced_and_the_session_ends_without_reviews() -> None:

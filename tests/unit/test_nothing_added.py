@@ -216,7 +216,7 @@ def test_a_decision_is_committed_with_its_calls_before_it_is_carried_out() -> No
 
     loop.changes.execute = crash  # type: ignore[method-assign]
     with pytest.raises(BoomError):
-        run(loop._carry_out(Decision(usage_verdict, [], "CRITICAL")))
+        run(loop.decisions.carry_out(Decision(usage_verdict, [], "CRITICAL")))
 
     (row,) = decisions(loop)
     assert (row["action"], row["source"]) == ("ABORT", "llm")
@@ -259,7 +259,7 @@ def test_the_rules_escalation_is_committed_before_the_session_ends_too() -> None
     asked = ReplanDecision(action=ReplanAction.REPLAN_REMAINING, reasoning="b cannot work")
     failed = [Event(type=EventType.TASK_FAILED, step_id="b", attempt=1, description="boom")]
 
-    run(loop._carry_out(Decision(Verdict(asked, "llm"), failed, "CRITICAL")))
+    run(loop.decisions.carry_out(Decision(Verdict(asked, "llm"), failed, "CRITICAL")))
 
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.FAILED

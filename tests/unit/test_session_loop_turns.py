@@ -37,7 +37,7 @@ def outcome(loop: SessionRunner, store: MemorySessionStore, step_id: str, **kw: 
     attempt = loop.state.states[step_id].attempt
     store.add_event(SID, Event(type=kind, step_id=step_id, attempt=attempt, payload=kw))
 
-    run(loop._apply(run(loop._wait_for_events())))
+    run(loop.events.apply(run(loop.events.wait())))
 
 
 def queued(store: MemorySessionStore) -> int:
@@ -78,9 +78,9 @@ def test_a_final_failure_skips_its_branch_and_the_session_completes_around_it() 
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
     assert [e.step_id for e in loop.deliberation.pending] == ["a"]
-    run(loop._think())  # nothing else can run: the rule policy decides now
+    run(loop.decisions.think())  # nothing else can run: the rule policy decides now
     assert loop.state.states["b"].status == StepStatus.SKIPPED
-    loop._check_end()
+    loop.decisions.check_end()
     assert loop.state.outcome == (SessionStatus.COMPLETED, "completed around failed steps: a")
     made = decisions(loop)
     assert [(d["action"], d["source"]) for d in made] == [("CONTINUE", "rule")]
@@ -90,7 +90,7 @@ def test_a_critical_failure_fails_the_session() -> None:
     loop, store = runner(Plan(steps=[step("a", critical=True), step("b")]))
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.PERMANENT)
-    run(loop._think())
+    run(loop.decisions.think())
     assert loop.state.outcome is not None
     assert loop.state.outcome[0] == SessionStatus.FAILED
 
@@ -101,7 +101,7 @@ def test_a_cancel_command_ends_the_session_cancelled() -> None:
         SID,
         Event(type=EventType.EXTERNAL_SIGNAL, description="stop", payload={"command": "cancel"}),
     )
-    run(loop._apply(run(loop._wait_for_events())))
+    run(loop.events.apply(run(loop.events.wait())))
     assert loop.state.outcome == (SessionStatus.CANCELLED, "stop")
 
 
@@ -110,7 +110,7 @@ def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None
     store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, description="late"))
     run(store.read_events(SID, "old", count=10, block_ms=1))  # a former owner read it
     run(store.claim_pending(SID, "older"))  # and another before that: delivered twice
-    assert run(loop.take_over_pending()) == []
+    assert run(loop.start.take_over_pending()) == []
     assert [cause for _, _, cause in store.dead] == ["delivered more than 2 times"]
     assert [e.description for _, e in loop.state.batch.events] == ["late"]
 
@@ -121,8 +121,8 @@ def test_a_step_whose_worker_lacks_the_tool_fails_the_session() -> None:
     run(loop.scheduling.dispatch_ready())
     outcome(loop, store, "c")
     outcome(loop, store, "a", type=EventType.TASK_FAILED, error_kind=ErrorKind.UNSERVED)
-    run(loop._think())
-    loop._check_end()
+    run(loop.decisions.think())
+    loop.decisions.check_end()
     assert loop.state.outcome is not None
     status, error = loop.state.outcome
     assert status == SessionStatus.FAILED
@@ -134,7 +134,7 @@ def command(loop: SessionRunner, store: MemorySessionStore, **payload: str) -> N
     """A person's command, appended straight to the stream (as if the producer's check
     passed and the step moved on before the owner read it), read and applied."""
     store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, payload=payload))
-    run(loop._apply(run(loop._wait_for_events())))
+    run(loop.events.apply(run(loop.events.wait())))
 
 
 def test_the_owner_ignores_step_commands_the_state_no_longer_allows() -> None:
@@ -214,8 +214,8 @@ def test_a_step_no_live_worker_serves_fails_unserved_when_its_wait_ends() -> Non
     assert b.status == StepStatus.FAILED
     assert b.error_kind == ErrorKind.UNSERVED
     assert "no live worker serves t.b" in b.error
-    run(loop._think())
-    loop._check_end()
+    run(loop.decisions.think())
+    loop.decisions.check_end()
     assert loop.state.outcome is not None
     status, error = loop.state.outcome
     assert status == SessionStatus.FAILED
