@@ -76,7 +76,8 @@ class Planner:
         on_plan: Callable[[Plan], None],
     ) -> tuple[Plan, list[Usage]]:
         """:meth:`plan` with the reply streamed: ``on_plan`` gets the growing valid prefix
-        of the plan each time a step of it is whole (early dispatch).
+        of the plan each time a step of it is whole while the steps array is still open
+        (early dispatch).
 
         A step is handed over once it is whole, fits the step schema, calls a known tool
         with valid params and depends only on steps before it; the first that does not
@@ -100,7 +101,9 @@ class Planner:
             grown = False
             for raw in reader.feed(piece):
                 grown = early.accept(raw) or grown
-            if grown and early.plan is not None:
+            # Once the steps array has closed, the whole plan follows at once (a reply that
+            # came whole, from an endpoint that does not stream, is one piece): no prefix.
+            if grown and early.plan is not None and not reader.ended:
                 on_plan(early.plan)
 
         raw, usage = streaming.stream_text(Role.PLANNER, messages, CompactPlan, on_text)
