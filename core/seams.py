@@ -191,6 +191,26 @@ SEAMS: tuple[Seam, ...] = (
         "UnixDomainSocketConnection for unix://); ValueError for a URL it cannot read",
         f"{UNIT}::test_redis_parse_url_returns_the_fields_same_redis_reads",
     ),
+    Seam(
+        "redis",
+        "Sentinel connections and pools, sync and asyncio (SentinelManagedConnection, "
+        "SentinelConnectionPool: send_packed_command, get_connection, get_master_address, "
+        "release, master_address, is_master, sentinel_manager.sentinels, _sock, is_connected)",
+        "core/redis_client.py (_MasterConnection, _MasterPool, _AsyncMasterPool)",
+        "subclasses may override those methods and read those attributes; get_master_address "
+        "asks the sentinels and updates master_address; a sync connection's socket is _sock",
+        f"{UNIT}::test_redis_sentinel_classes_keep_what_our_subclasses_override_and_read; "
+        "tests/integration/test_sentinel_failover.py",
+    ),
+    Seam(
+        "kombu",
+        "kombu.transport.redis.SentinelTransport and its Channel (subclassed)",
+        "workers/transport.py (SentinelTransport, SentinelChannel)",
+        "the Channel class attribute is what the transport opens; master_name and "
+        "sentinel_kwargs come from the broker's transport options",
+        f"{UNIT}::test_kombus_sentinel_transport_opens_its_channel_class; "
+        "tests/integration/test_sentinel_failover.py",
+    ),
 )
 
 

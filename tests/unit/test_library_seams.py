@@ -386,3 +386,37 @@ def test_redis_parse_url_returns_the_fields_same_redis_reads(
 def test_redis_parse_url_refuses_a_url_it_cannot_read_with_value_error() -> None:
     with pytest.raises(ValueError, match="Redis URL must specify"):
         parse_url("http://127.0.0.1:6379")
+
+
+def test_redis_sentinel_classes_keep_what_our_subclasses_override_and_read() -> None:
+    from redis import sentinel as sync_sentinel
+    from redis.asyncio import sentinel as async_sentinel
+
+    for module in (sync_sentinel, async_sentinel):
+        for name in ("send_packed_command", "connect"):
+            assert callable(getattr(module.SentinelManagedConnection, name)), (module, name)
+        for name in ("get_connection", "get_master_address", "release"):
+            assert callable(getattr(module.SentinelConnectionPool, name)), (module, name)
+        params = inspect.signature(module.SentinelManagedConnection.send_packed_command)
+        assert list(params.parameters)[:3] == ["self", "command", "check_health"], module
+    manager = sync_sentinel.Sentinel([("127.0.0.1", 1)])
+    pool = sync_sentinel.SentinelConnectionPool("m", manager)
+    assert pool.is_master
+    assert pool.master_address is None
+    assert pool.sentinel_manager is manager
+    assert manager.sentinels
+    connection = sync_sentinel.SentinelManagedConnection(connection_pool=pool)
+    assert connection._sock is None  # the socket our reconnect checks
+    async_manager = async_sentinel.Sentinel([("127.0.0.1", 1)])
+    async_pool = async_sentinel.SentinelConnectionPool("m", async_manager)
+    assert async_pool.is_master
+    assert async_pool.master_address is None
+    assert not async_sentinel.SentinelManagedConnection(connection_pool=async_pool).is_connected
+
+
+def test_kombus_sentinel_transport_opens_its_channel_class() -> None:
+    assert issubclass(transport.SentinelTransport, kombu_redis.SentinelTransport)
+    assert issubclass(transport.SentinelChannel, kombu_redis.SentinelChannel)
+    assert transport.SentinelTransport.Channel is transport.SentinelChannel
+    options = kombu_redis.SentinelChannel.from_transport_options
+    assert {"master_name", "sentinel_kwargs"} <= set(options)
