@@ -82,7 +82,7 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
         except DBAPIError:
             if revision != "head" or current_revision(engine) != head_revision():
                 raise
-    return current_revision(engine)
+        return current_revision(engine)
 
 
 def check_revision(revision: str) -> None:
@@ -111,7 +111,8 @@ def _sqlite_turn(engine: Engine) -> Iterator[None]:
     upgraded: a supervisor, a worker and a producer that start together on a new file would
     otherwise each see no schema and run the first revision at once ("table sessions
     already exists"), and SQLite's DDL is not transactional enough to let one of them lose
-    cleanly. Other databases pass through."""
+    cleanly; and a new file's first connections, each switching it to WAL, would meet
+    "database is locked". Other databases pass through."""
     database = engine.url.database if engine.dialect.name == "sqlite" else None
     if not database or database == ":memory:" or database.startswith("file:"):
         yield
@@ -139,7 +140,6 @@ def prepare(engine: Engine, *, auto_migrate: bool) -> None:
         SchemaBehindError: not ``auto_migrate`` and the schema is behind.
     """
     if auto_migrate:
-        if current_revision(engine) != head_revision():
-            upgrade(engine)
+        upgrade(engine)  # it reads the revision in its turn: a first connection (WAL) too
         return
     check(engine)
