@@ -20,7 +20,7 @@ from planloop.core.models import (
     idempotency_key,
     task_id,
 )
-from planloop.core.values import ValueLimits, encode
+from planloop.core.values import ValueLimits
 from planloop.planner.plan import Step
 from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.references import find_references, resolve_params
@@ -107,27 +107,6 @@ class Scheduling:
             return
         # Marked running and queued in one fenced call: both happen, or neither does.
         await self.io.write(self._mark_sent(batch, now))
-
-    def dispatch_now(self) -> list[Op] | None:
-        """:meth:`dispatch_ready` without its write: the ready steps marked running, and
-        the ops that queue them (for the caller to send in one fenced write), when none of
-        them needs a round trip first (no reference to resolve, no param big enough to go
-        out of line); None, with nothing marked, when one does (then dispatch_ready)."""
-        state, now = self.state, time.time()
-        limit = self.io.settings.inline_value_max_bytes
-        batch: list[StepTaskArgs] = []
-        if self.waiting:
-            return None
-        for step_id in ready_steps(state, now, self.io.concurrency()):
-            params = state.steps[step_id].params
-            if find_references(params) or any(len(encode(v)) > limit for v in params.values()):
-                return None
-            queue = self.queue.route(state.steps[step_id])
-            if queue is None:  # it waits for a worker: dispatch_ready says so
-                return None
-            inline = SentParams(dict(params))
-            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, inline, queue))
-        return self._mark_sent(batch, now) if batch else []
 
     def _mark_sent(self, batch: list[StepTaskArgs], now: float) -> list[Op]:
         """Mark ``batch``'s steps running; the ops that write them and queue the attempts."""
