@@ -137,9 +137,13 @@ def test_sessions_on_a_full_disk_apply_each_write_once_once_space_is_freed(
     assert kinds <= {ErrorKind.STORE, ""}, kinds
     for record in ended:
         assert_record_complete(built, record)
-    for log in built.stack.log_dir.glob("supervisor-*.log"):  # a full disk crashes no loop
-        crashes = [line for line in log.read_text().splitlines() if "loop crashed" in line]
+    logs = [log.read_text() for log in built.stack.log_dir.glob("supervisor-*.log")]
+    for text in logs:  # a full disk crashes no loop
+        crashes = [line for line in text.splitlines() if "loop crashed" in line]
         assert crashes == [], crashes[:3]
+    # the supervisor's own writes were refused meanwhile, held, and written afterwards
+    assert any("sql store refused" in text for text in logs)
+    assert any("sql store writes" in text and "again after" in text for text in logs)
 
 
 def assert_record_complete(built: Any, record: SessionRecord) -> None:
