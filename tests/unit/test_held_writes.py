@@ -16,6 +16,8 @@ from planloop.core.errors import SessionError
 from planloop.core.record import Checkpoint, Claim
 from planloop.core.record.faults import is_store_fault, store_cause
 from planloop.supervisor.io.group_commit import CheckpointWriter, ClaimBatcher
+from planloop.supervisor.session.decisions import commit_decisions
+from planloop.supervisor.session.state import SessionState
 
 T = TypeVar("T")
 GENEROUS_S = 20.0
@@ -151,3 +153,23 @@ def test_store_faults_are_refusals_to_wait_out_and_other_errors_are_not() -> Non
     assert store_cause(DISK_FULL) == "database or disk is full"
     assert not is_store_fault(IntegrityError("INSERT ...", {}, sqlite3.IntegrityError("dup")))
     assert not is_store_fault(ValueError("a bug"))
+
+
+def test_decisions_the_store_refuses_join_the_checkpoint_ahead_of_later_ones() -> None:
+    @dataclass
+    class _Ctx:
+        record: _FullDisk
+
+        async def sql(self, func: Callable[[], T]) -> T:
+            return func()
+
+    state = SessionState("S", 1)
+    state.batch.decisions.append({"action": "continue", "n": 1})
+    ctx = _Ctx(_FullDisk(refusals=1))
+    asyncio.run(commit_decisions(ctx, state))  # type: ignore[arg-type]
+    state.batch.decisions.append({"action": "abort", "n": 2})
+    assert [d["n"] for d in state.batch.decisions] == [1, 2]  # kept, in order, for the writer
+    asyncio.run(commit_decisions(ctx, state))  # type: ignore[arg-type]
+    written = [d["n"] for commit in ctx.record.commits for _, _, b in commit for d in b.decisions]
+    assert written == [1, 2]
+    assert state.batch.decisions == []
