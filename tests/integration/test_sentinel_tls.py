@@ -2,7 +2,8 @@
 with a self-signed certificate this test makes (openssl). Planloop's redis-py clients (sync
 and asyncio) and its Celery broker (kombu's sentinel transport) reach the master through
 the sentinels with PLANLOOP_REDIS_SENTINEL_TLS and verify the certificate; a plain TCP
-client is refused, so the TLS is real. Skipped where redis-server has no TLS built in.
+client is refused, so the TLS is real; and a session runs end to end on the shipped
+supervisor and worker behind it. Skipped where redis-server has no TLS built in.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import redis
 
 from planloop.config.celery import celery_config
 from planloop.config.settings import Settings
+from planloop.core.models import SessionStatus
 from planloop.core.redis_client import async_client, redis_address, sync_client
+from planloop.planner.plan import parse_plan
 from planloop.producer.stack import free_port, redis_server_binary
 from planloop.workers.runtime import PlanloopCelery, WorkerRuntime
+from tests.integration.conftest import MakeStack, report_steps
 from tests.sentinel_cluster import MASTER_NAME, SentinelCluster, TlsFiles
 
 pytestmark = [pytest.mark.integration]
@@ -145,3 +149,30 @@ def test_the_celery_broker_reaches_the_master_behind_tls_sentinels(
             message.ack()
     assert message.payload == {"over": "tls"}
     assert tls_cluster.master().client().exists(f"_kombu.binding.{queue}")
+
+
+def test_a_session_runs_end_to_end_behind_tls_sentinels(
+    tls_cluster: SentinelCluster, private_stack: MakeStack
+) -> None:
+    """The shipped supervisor and worker, and the producer, all through the TLS cluster."""
+    assert tls_cluster.tls is not None
+    built = private_stack(
+        redis_url=tls_cluster.url,
+        redis_sentinel_master=MASTER_NAME,
+        redis_sentinel_tls=True,
+        redis_sentinel_tls_ca_file=str(tls_cluster.tls.ca),
+    )
+    plan = parse_plan(
+        """
+goal: two writes over TLS
+steps:
+  - {id: w1, tool: bench.write, params: {label: one}}
+  - {id: w2, tool: bench.write, params: {label: two}, dependencies: [w1]}
+"""
+    )
+    sid = built.producer.submit(plan)
+    record = built.finish(sid, ["w1", "w2"], timeout_s=60)
+    assert record.status == SessionStatus.COMPLETED, record.error
+    assert {s["status"] for s in report_steps(record).values()} == {"completed"}
+    master = tls_cluster.master().client()
+    assert master.exists(built.keys.session(sid))  # the hot state is on the TLS master
