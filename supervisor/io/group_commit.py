@@ -242,7 +242,8 @@ class CheckpointWriter:
             except Exception as exc:  # kept for each loop to raise; nothing is acknowledged
                 log.exception("checkpoint of %d session(s) failed", len(taken))
                 for pending in taken:
-                    pending.error = pending.error or exc
+                    if not pending.held:  # a held round is tried again, not failed
+                        pending.error = pending.error or exc
             finally:
                 self._hold([p for p in taken if p.held])
                 for pending in taken:
