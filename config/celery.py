@@ -34,9 +34,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """
     address = redis_address(settings)
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    extra: dict[str, Any] = {}
     if address.sentinel is not None:
         transport_options.update(address.sentinel.transport_options())
+        tls = address.sentinel.broker_ssl()
+        if tls is not None:  # kombu hands it to the connections of the master it finds
+            extra["broker_use_ssl"] = tls
     return {
+        **extra,
         "broker_url": address.broker_url(),
         "broker_transport": TRANSPORT if address.sentinel is None else SENTINEL_TRANSPORT,
         "result_backend": None,

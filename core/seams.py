@@ -196,7 +196,8 @@ SEAMS: tuple[Seam, ...] = (
         "Sentinel connections and pools, sync and asyncio (SentinelManagedConnection, "
         "SentinelConnectionPool: send_packed_command, get_connection, get_master_address, "
         "release, master_address, is_master, sentinel_manager.sentinels, _sock, is_connected)",
-        "core/redis_client.py (_MasterConnection, _MasterPool, _AsyncMasterPool)",
+        "core/redis_client.py (_MasterConnection, _MasterPool, _AsyncMasterPool; the TLS "
+        "twins mix in SentinelManagedSSLConnection)",
         "subclasses may override those methods and read those attributes; get_master_address "
         "asks the sentinels and updates master_address; a sync connection's socket is _sock",
         f"{UNIT}::test_redis_sentinel_classes_keep_what_our_subclasses_override_and_read; "
