@@ -242,7 +242,7 @@ class HotState:
                     started_at=repr(time.time()),
                     cooldown_s=cooldown,
                     delivery_tag=tag,
-                    unacked_entry=receipt.entry if receipt else "",
+                    unacked_entry=receipt.entry if receipt and not receipt.held else "",
                 )
             )
         )
