@@ -230,9 +230,12 @@ class StepMessages:
         argsrepr: str,
         shadow: str,
         extra_headers: Mapping[str, str] | None = None,
+        *,
+        announce: bool = True,
     ) -> list[Op]:
-        """The commands that queue one attempt with argument ``args`` (JSON-ready) and
-        announce it to Flower; ``extra_headers`` are added to the message's headers."""
+        """The commands that queue one attempt with argument ``args`` (JSON-ready) and, with
+        ``announce``, send its task-sent event to Flower; ``extra_headers`` are added to the
+        message's headers."""
         values = {ID: dumps(task_id), ARGSREPR: dumps(argsrepr)}
         body = self._body.render({ARGS: dumps(args)})
         values[SHADOW] = dumps(shadow)
@@ -250,7 +253,7 @@ class StepMessages:
             if self._unacked is not None
             else ("LPUSH", self._key, [message])
         ]
-        if self._event is None or self._event_envelope is None:
+        if not announce or self._event is None or self._event_envelope is None:
             return ops
         values[CLOCK] = dumps(self._events.clock.forward())
         values[TIMESTAMP] = dumps(time.time())
