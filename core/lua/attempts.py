@@ -49,8 +49,9 @@ class StartAttempt(LuaScript):
     """A worker claims the attempt it was handed: only the live attempt of a running step,
     and only once.
 
-    Returns 1 claimed, 2 claimed but the tool's breaker is open (fail fast), 0 stale, -1
-    already started elsewhere (a duplicate delivery). Either way the broker holds the message
+    Returns 1 claimed, 3 claimed as the half-open breaker's trial call, 2 claimed but the
+    tool's breaker is open (fail fast), 0 stale, -1 already started elsewhere (a duplicate
+    delivery). Either way the broker holds the message
     again from here until the outcome (core/receipts.py): ``delivery_tag`` is indexed as
     received now ('' = none), and ``unacked_entry`` goes back under it ('' = the dispatch
     wrote the entry already). ``cooldown_s`` '' = no breaker.
@@ -84,9 +85,13 @@ if cur[4] and tonumber(cur[4]) and tonumber(cur[4]) > 0 then
   return -1
 end
 redis.call('HSET', step_key, 'worker', worker, 'started_at', started_at)
-if cooldown_s ~= '' and
-   breaker_allow(breaker_key, tonumber(started_at), tonumber(cooldown_s)) == 'open' then
-  return 2
+if cooldown_s ~= '' then
+  local allowed = breaker_allow(breaker_key, tonumber(started_at), tonumber(cooldown_s))
+  if allowed == 'open' then
+    return 2
+  elseif allowed == 'probe' then
+    return 3
+  end
 end
 return 1
 """
