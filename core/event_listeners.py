@@ -11,7 +11,8 @@ Worker gossip subscribes to ``worker.*`` topics only, so it never counts as a mo
 
 A monitor that starts listening is seen by the next question asked after ``every_s``: the
 events of that moment's steps may be missing from it, as they are for any monitor started
-late. A probe Redis does not answer counts as a listener (events are sent as before).
+late. A probe Redis does not answer counts as a listener (events are sent as before), and
+the next is tried ``UNANSWERED_S`` later.
 
 No kombu import: the probe's command is made by the caller's kombu channel (``probe``).
 """
@@ -30,6 +31,7 @@ from planloop.core.errors import DispatchError
 log = logging.getLogger(__name__)
 
 EVERY_S = 0.5  # how stale the answer may be
+UNANSWERED_S = 5.0  # after a probe Redis did not answer: each try may wait a client timeout
 PROBE_ROUTING_KEY = "task.multi"  # the routing key of Celery's own batches of task events
 
 
@@ -87,4 +89,5 @@ class EventListeners:
             except redis.RedisError as exc:  # unanswered: counts as a listener
                 log.debug("task-event listener probe failed: %s", exc)
                 self._listening = True
+                self._asked_at = now + UNANSWERED_S - self.every_s
         return self._listening

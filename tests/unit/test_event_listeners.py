@@ -10,7 +10,12 @@ import pytest
 import redis
 
 from planloop.core.errors import DispatchError
-from planloop.core.event_listeners import PROBE_ROUTING_KEY, EventListeners, probe
+from planloop.core.event_listeners import (
+    PROBE_ROUTING_KEY,
+    UNANSWERED_S,
+    EventListeners,
+    probe,
+)
 from planloop.workers.consumer import Consumer
 
 
@@ -34,11 +39,21 @@ def test_the_answer_is_asked_again_only_after_the_period() -> None:
     assert answers == []
 
 
-def test_an_unanswered_probe_counts_as_a_listener() -> None:
+def test_an_unanswered_probe_counts_as_a_listener_and_waits_longer() -> None:
+    tries, clock = [0], Clock()
+
     def fails() -> int:
+        tries[0] += 1
         raise redis.ConnectionError("down")
 
-    assert EventListeners(fails).listening()
+    listeners = EventListeners(fails, every_s=0.5, clock=clock)
+    assert listeners.listening()
+    clock.now += 1.0
+    assert listeners.listening()
+    assert tries == [1]  # not asked again within UNANSWERED_S
+    clock.now += UNANSWERED_S
+    listeners.listening()
+    assert tries == [2]
 
 
 class FakeChannel:
