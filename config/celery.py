@@ -54,7 +54,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "worker_concurrency": settings.worker_concurrency,
         "worker_pool": settings.worker_pool,
-        "worker_send_task_events": True,
+        # Off at start: a worker sends task events while a monitor listens (workers/consumer.py).
+        "worker_send_task_events": False,
         # Celery's consumer, with task events published in batches (workers/consumer.py).
         "worker_consumer": "planloop.workers.consumer:Consumer",
         "task_send_sent_event": True,

@@ -19,6 +19,7 @@ from planloop.core.errors import FencedOutError
 from planloop.core.hot_state import dumps
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import (
+    QUEUE,
     EndAttempt,
     FencedWrite,
     LoadStarts,
@@ -251,7 +252,10 @@ class SessionStore(RedisStreams):
         encoded: list[Op] = []
         for command, key, args in ops:
             index = targets.setdefault(key, len(targets) + 1)
-            encoded.append([command, index, *[arg_text(a) for a in args]])
+            texts = [arg_text(a) for a in args]
+            if command == QUEUE:  # [message, unacked hash, tag, tail]: the hash is a target
+                texts[1] = targets.setdefault(texts[1], len(targets) + 1)  # type: ignore[call-overload]
+            encoded.append([command, index, *texts])
         return FencedWrite(
             session_key=self.keys.session(sid),
             epoch=epoch,

@@ -15,6 +15,7 @@ from planloop.core.models import (
     Event,
     EventType,
     Severity,
+    StepState,
     StepStatus,
     StepTaskArgs,
     idempotency_key,
@@ -37,6 +38,12 @@ WATCHDOG_INTERVAL_S = 0.1
 UNSERVED = "unserved"  # the notice (event payload, progress note) of a step no worker serves
 SERVED = "served"  # ... and of its end: a live worker serves the tool now
 UNSERVED_FAILED = "unserved_failed"  # ... or: the wait ended, the step failed
+# The step fields a dispatch clears (it sets the others it writes).
+CLEARED = (
+    *("worker", "started_at", "finished_at", "not_before"),
+    *("error", "error_kind", "output_ref", "note"),
+)
+SENT = ("status", "attempt", "epoch", "task_id", "dispatched_at", "queue")
 
 
 class TaskQueue(Protocol):
@@ -114,11 +121,15 @@ class Scheduling:
         ops: list[Op] = []
         for args in batch:
             st = state.states[args.step_id]
+            # A first attempt writes by field: no worker has written the step's hash yet, so
+            # of the fields a dispatch clears only those set here need clearing there.
+            stale = [n for n in CLEARED if getattr(st, n)] if args.attempt == 1 else None
             st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.io.epoch
             st.task_id, st.dispatched_at, st.queue = args.task_id, now, args.queue
             st.started_at = st.finished_at = st.not_before = 0.0
             st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
-            ops.append(self.io.store.step_write(self.io.sid, args.step_id, **st.to_fields()))
+            fields = st.to_fields() if stale is None else _sent_fields(st, stale)
+            ops.append(self.io.store.step_write(self.io.sid, args.step_id, **fields))
             state.dirty.add(args.step_id)
             state.candidates.discard(args.step_id)
             state.inflight.add(args.step_id)
@@ -317,3 +328,8 @@ class Scheduling:
                 worker=fresh.worker,
                 started_at=fresh.started_at,
             )
+
+
+def _sent_fields(st: StepState, stale: list[str]) -> dict[str, object]:
+    """The fields a dispatch sets, and the cleared ones that held something."""
+    return {name: getattr(st, name) for name in (*SENT, *stale)}
