@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import time
@@ -98,6 +99,7 @@ class EventHub:
         self._sweeper: asyncio.Task[None] | None = None
         self._claims: set[str] = set()  # sessions the sweep found a former owner's entries for
         self.timers = WakeTimers()
+        self._wait_ids = itertools.count()  # each timed wait's own timer key
         self._side_tasks: set[asyncio.Task[Any]] = set()
 
     async def read(self, sid: str, *, count: int, block_ms: int | None) -> list[Entry]:
@@ -133,7 +135,6 @@ class EventHub:
         self._boxes.pop(sid, None)
         self._waiting.discard(sid)
         self._claims.discard(sid)
-        self.timers.cancel(sid)
 
     def claim_due(self, sid: str) -> bool:
         """True once after the sweep found entries of ``sid`` pending with another consumer."""
@@ -161,13 +162,16 @@ class EventHub:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="event-hub-sweep")
         if self._reading and sid not in self._reading:
             self._unblock()
-        if timeout_s is not None:  # the heap's timer wakes it, as an event would
-            self.timers.wake_in(sid, timeout_s, box.arrived.set)
+        # The heap's timer wakes it, as an event would; keyed by this wait (not the session),
+        # so two waits of one session never cancel each other's timer.
+        timer = f"{sid}#{next(self._wait_ids)}"
+        if timeout_s is not None:
+            self.timers.wake_in(timer, timeout_s, box.arrived.set)
         try:
             await box.arrived.wait()
         finally:
             self._waiting.discard(sid)
-            self.timers.cancel(sid)
+            self.timers.cancel(timer)
 
     async def _take(self, sid: str, box: Mailbox, count: int) -> list[Entry]:
         taken: list[Entry] = []
