@@ -22,8 +22,7 @@ USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
 IDLE_CLAIM_INTERVAL_S = 2.0  # without the event hub; with it, its sweep says when
 
 
-def never() -> bool:
-    return False
+LookAt = Callable[[float], float | None]
 
 
 class SessionEvents:
@@ -36,10 +35,12 @@ class SessionEvents:
         commands: Commands,
         deliberation: Deliberation,
         *,
-        polling: Callable[[], bool] = never,
+        look_at: LookAt | None = None,
     ) -> None:
         self.io = io
-        self.polling = polling  # something of the turn looks at a clock (session/waiting.py)
+        # When the watchdog or the no-consumer watch needs a turn (session/waiting.py);
+        # None: attempts in flight are looked at every second.
+        self.look_at = look_at
         self.state = io.state
         self.outcomes = outcomes
         self.commands = commands
@@ -49,12 +50,13 @@ class SessionEvents:
 
     async def wait(self) -> list[Entry]:
         """The session's next events: wait until one arrives or the next timer is due."""
-        settings = self.io.settings
+        settings, now = self.io.settings, time.time()
         block_ms = wait_ms(
             self.state,
-            time.time(),
+            now,
             default_deadline_s=settings.session_deadline_s,
-            polling=self.polling(),
+            look_at=None if self.look_at is None else self.look_at(now),
+            watched=self.look_at is not None,
         )
         return await self.io.read_events(count=settings.event_batch, block_ms=block_ms)
 

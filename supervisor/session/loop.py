@@ -108,7 +108,7 @@ class SessionRunner:
         )
         self.commands = Commands(io, changes, deliberation, decisions.carry_out)
         self.events = SessionEvents(
-            io, outcomes, self.commands, deliberation, polling=lambda: bool(scheduling.waiting)
+            io, outcomes, self.commands, deliberation, look_at=scheduling.next_look
         )
         # The ending's checkpoints join the next commit round: a thousand sessions ending
         # together are one commit, not a thousand hurried ones.

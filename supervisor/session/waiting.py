@@ -7,8 +7,9 @@ then wakes it through the supervisor's one timer heap, supervisor/io/wake_timers
 
 - a retry's back-off ends (the step is dispatched then);
 - the session's deadline passes (it ends failed then);
-- attempts are in flight, or ready steps wait for a worker that serves their tool: the
-  watchdog and the no-consumer watch look at them every ``POLL_S``.
+- the watchdog or the no-consumer watch is due (``look_at``, from session/sending.py: an
+  attempt in flight may be declared lost, a queue may need a warning, steps held back for a
+  worker are looked at again).
 """
 
 from __future__ import annotations
@@ -16,17 +17,26 @@ from __future__ import annotations
 from planloop.core.models import StepStatus
 from planloop.supervisor.session.state import SessionState
 
-POLL_S = 1.0  # how often a session with attempts in flight (or held back) looks again
+POLL_S = 1.0  # attempts in flight and no ``look_at`` given: the watchdog's plain poll
 DEADLINE_SLACK_S = 0.01  # the end checks "past the deadline": wake just after it
 
 
 def wake_at(
-    state: SessionState, now: float, *, default_deadline_s: float | None, polling: bool
+    state: SessionState,
+    now: float,
+    *,
+    default_deadline_s: float | None,
+    look_at: float | None = None,
+    watched: bool = False,
 ) -> float | None:
     """The wall-clock time the session must look again without an event; None: it parks
-    until one arrives. ``polling``: something of the turn looks at a clock (see above)."""
+    until one arrives. ``look_at``: when the watchdog or the no-consumer watch is due;
+    ``watched``: they gave it (without them, attempts in flight are looked at every
+    ``POLL_S``)."""
     times: list[float] = []
-    if polling or state.running():
+    if look_at is not None:
+        times.append(look_at)
+    elif not watched and state.running():
         times.append(now + POLL_S)
     for step_id in list(state.backing_off):
         st = state.states.get(step_id)
@@ -45,10 +55,13 @@ def wait_ms(
     now: float,
     *,
     default_deadline_s: float | None = None,
-    polling: bool = False,
+    look_at: float | None = None,
+    watched: bool = False,
 ) -> int | None:
     """How long to wait for events, in ms (at least 1); None: without a time (parked)."""
-    wake = wake_at(state, now, default_deadline_s=default_deadline_s, polling=polling)
+    wake = wake_at(
+        state, now, default_deadline_s=default_deadline_s, look_at=look_at, watched=watched
+    )
     if wake is None:
         return None
     return max(1, int((wake - now) * 1000))

@@ -4,9 +4,12 @@ hub's sweep found some (an idle session sends nothing of its own)."""
 
 from __future__ import annotations
 
+import time
+
 from planloop.core.models import Event, EventType, StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.io.store_port import Entry
+from planloop.supervisor.session.sending import HELD_BACK_LOOK_S
 from planloop.supervisor.session.waiting import POLL_S
 from tests.unit.loop_fixtures import SID, Loop, run, step
 
@@ -41,13 +44,24 @@ def test_a_session_waiting_for_an_approval_asks_the_hub_for_no_time() -> None:
     assert hub.asked == [None]
 
 
-def test_steps_held_back_for_a_worker_or_in_flight_make_the_session_look_again() -> None:
+def test_steps_held_back_for_a_worker_make_the_session_look_again() -> None:
     loop, hub = parked(Plan(steps=[step("a", requires_approval=True)]))
     loop.runner.scheduling.waiting["a"] = 0.0  # held back: no live worker serves its tool
     run(loop.runner.events.wait())
-    running, hub2 = parked(Plan(steps=[step("a")]), a=StepStatus.RUNNING)
-    run(running.runner.events.wait())
-    assert hub.asked == hub2.asked == [int(POLL_S * 1000)]
+    assert hub.asked == [int(HELD_BACK_LOOK_S * 1000)]
+
+
+def test_a_long_step_in_flight_wakes_its_session_for_the_watchdog_not_every_second() -> None:
+    loop, hub = parked(Plan(steps=[step("a")]), a=StepStatus.RUNNING)
+    loop.state.states["a"].dispatched_at = time.time()
+    run(loop.runner.scheduling.watchdog())  # the no-consumer watch looked: the queue is empty
+    run(loop.runner.events.wait())
+    settings = loop.settings
+    limit_ms = (loop.io.timeout(loop.state.steps["a"]) + settings.watchdog_grace_s) * 1000
+    watch_ms = (settings.no_consumer_warning_s + 1.0) * 1000
+    (asked,) = hub.asked
+    assert asked is not None
+    assert POLL_S * 1000 < asked <= min(limit_ms, watch_ms)
 
 
 def test_a_former_owners_events_are_claimed_once_the_sweep_found_them() -> None:

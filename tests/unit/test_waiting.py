@@ -13,15 +13,15 @@ NOW = 1_000.0
 
 def test_a_session_waiting_for_an_approval_parks_without_a_time() -> None:
     loop = Loop(Plan(steps=[step("a", requires_approval=True)]))
-    assert wake_at(loop.state, NOW, default_deadline_s=None, polling=False) is None
+    assert wake_at(loop.state, NOW, default_deadline_s=None) is None
     assert wait_ms(loop.state, NOW) is None
 
 
-def test_attempts_in_flight_or_steps_held_back_look_again_within_the_poll() -> None:
+def test_attempts_in_flight_wake_the_session_when_the_watchdog_says_or_every_poll() -> None:
     running = Loop(Plan(steps=[step("a")]), a=StepStatus.RUNNING)
-    assert wait_ms(running.state, NOW) == int(POLL_S * 1000)
-    idle = Loop(Plan(steps=[step("a", requires_approval=True)]))
-    assert wait_ms(idle.state, NOW, polling=True) == int(POLL_S * 1000)
+    assert wait_ms(running.state, NOW) == int(POLL_S * 1000)  # nobody said when: the poll
+    assert wait_ms(running.state, NOW, look_at=NOW + 42.0, watched=True) == 42_000
+    assert wait_ms(running.state, NOW, look_at=None, watched=True) is None
 
 
 def test_a_back_off_wakes_the_session_when_it_ends_then_it_parks_again() -> None:
@@ -35,21 +35,17 @@ def test_a_back_off_wakes_the_session_when_it_ends_then_it_parks_again() -> None
 def test_the_deadline_wakes_a_parked_session_just_after_it_passes() -> None:
     loop = Loop(Plan(steps=[step("a", requires_approval=True)]))
     loop.state.info.started_at = NOW - 10.0
-    due = wake_at(loop.state, NOW, default_deadline_s=60.0, polling=False)
+    due = wake_at(loop.state, NOW, default_deadline_s=60.0)
     assert due == NOW + 50.0 + DEADLINE_SLACK_S
     info = loop.state.info
     options = info.options.model_copy(update={"deadline_s": 20.0})
     loop.state.info = info.model_copy(update={"options": options})  # its own deadline wins
-    assert wake_at(loop.state, NOW, default_deadline_s=60.0, polling=False) == (
-        NOW + 10.0 + DEADLINE_SLACK_S
-    )
+    assert wake_at(loop.state, NOW, default_deadline_s=60.0) == (NOW + 10.0 + DEADLINE_SLACK_S)
 
 
 def test_the_earliest_of_the_times_wins() -> None:
     loop = Loop(Plan(steps=[step("a"), step("b", requires_approval=True)]), a=StepStatus.READY)
     loop.state.states["a"].not_before = NOW + 5.0
     loop.state.info.started_at = NOW
-    assert wake_at(loop.state, NOW, default_deadline_s=3.0, polling=False) == (
-        NOW + 3.0 + DEADLINE_SLACK_S
-    )
-    assert wake_at(loop.state, NOW, default_deadline_s=None, polling=True) == NOW + POLL_S
+    assert wake_at(loop.state, NOW, default_deadline_s=3.0) == NOW + 3.0 + DEADLINE_SLACK_S
+    assert wake_at(loop.state, NOW, default_deadline_s=None, look_at=NOW + 1.0) == NOW + 1.0
