@@ -9,7 +9,8 @@ On a private redis-server, with one supervisor and one worker:
 3. the same window again: supervisor CPU % of a core, Redis commands per second per waiting
    session (the window's rate less the baseline's, over the waiting sessions: the worker's
    own polls and heartbeats are in both windows and cancel out), and the supervisor's RSS
-   growth per waiting session.
+   growth per waiting session; and the Redis server's own CPU (``INFO cpu``), which the
+   event hub's one read over every waiting session's stream costs.
 
 Commands come from ``INFO commandstats`` after ``CONFIG RESETSTAT`` (scripts' inner calls
 included); the bench sends nothing during a window.
@@ -41,6 +42,7 @@ class Window:
     cpu_pct: float
     commands_per_s: float
     by_command: Counter[str] = field(default_factory=Counter)  # calls in the window
+    redis_cpu_pct: float = float("nan")  # the Redis server's CPU, % of a core
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,21 @@ def redis_calls(bench: BenchEnv) -> Counter[str]:
     return calls
 
 
+def redis_cpu_s(bench: BenchEnv) -> float:
+    """CPU seconds the Redis server used so far (user + system, its main thread included)."""
+    info = cast(dict[str, Any], bench.redis.info("cpu"))
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def measure_window(bench: BenchEnv, pid: int, seconds: float) -> Window:
     bench.redis.config_resetstat()
-    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    cpu0, t0, rcpu0 = cpu_seconds(pid), time.monotonic(), redis_cpu_s(bench)
     time.sleep(seconds)
-    cpu1, t1 = cpu_seconds(pid), time.monotonic()
+    cpu1, t1, rcpu1 = cpu_seconds(pid), time.monotonic(), redis_cpu_s(bench)
     calls = redis_calls(bench)
     elapsed = t1 - t0
     cpu = (cpu1 - cpu0) / elapsed * 100 if cpu0 is not None and cpu1 is not None else 0.0
-    return Window(elapsed, cpu, calls.total() / elapsed, calls)
+    return Window(elapsed, cpu, calls.total() / elapsed, calls, (rcpu1 - rcpu0) / elapsed * 100)
 
 
 def count_waiting(bench: BenchEnv, sids: list[str]) -> int:
@@ -150,12 +158,15 @@ def print_idle(result: IdleResult) -> None:
     print_table(
         f"Waiting sessions on one supervisor: {r.waiting:,} of {r.asked:,} waiting for approval "
         f"(submitted in {r.submit_s:.1f}s, {r.waiting:,} waiting after {r.setup_s:.1f}s)",
-        ["window", "seconds", "supervisor CPU % of a core", "Redis commands/s"],
+        ["window", "seconds", "supervisor CPU % of a core", "Redis commands/s",
+         "Redis server CPU %"],
         [
             ["no session (baseline)", f"{r.baseline.seconds:.1f}",
-             f"{r.baseline.cpu_pct:.1f}", f"{r.baseline.commands_per_s:.0f}"],
+             f"{r.baseline.cpu_pct:.1f}", f"{r.baseline.commands_per_s:.0f}",
+             f"{r.baseline.redis_cpu_pct:.1f}"],
             [f"{r.waiting:,} waiting", f"{r.loaded.seconds:.1f}",
-             f"{r.loaded.cpu_pct:.1f}", f"{r.loaded.commands_per_s:.0f}"],
+             f"{r.loaded.cpu_pct:.1f}", f"{r.loaded.commands_per_s:.0f}",
+             f"{r.loaded.redis_cpu_pct:.1f}"],
         ],
     )  # fmt: skip
     if r.waiting < r.asked:
@@ -169,7 +180,8 @@ def print_idle(result: IdleResult) -> None:
         f"({cpu_each_ms:.3f} ms CPU/s per session; target <= {TARGET_CPU_PCT:g}% at 10,000) "
         f"redis={r.commands_per_session_s:.2f} commands/s per waiting session "
         f"(target <= {TARGET_COMMANDS_PER_S:g}) "
-        f"rss={r.rss_kib_per_session:.1f} KiB per parked session"
+        f"rss={r.rss_kib_per_session:.1f} KiB per parked session "
+        f"redis_server_cpu={r.loaded.redis_cpu_pct:.1f}% (baseline {r.baseline.redis_cpu_pct:.1f}%)"
     )
     if r.waiting:
         extra = r.loaded.by_command - r.baseline.by_command

@@ -11,6 +11,14 @@ The read blocks on its own connection. A session that starts waiting while the h
 blocked on a read that does not include its stream unblocks it (``CLIENT UNBLOCK``, as if
 the read timed out), and the hub reads again with the new set of streams.
 
+A session with nothing due parks: it waits on its mailbox without a time. One that must
+look again at a time (a back-off ending, its deadline) gets a timer in the hub's one timer
+heap (io/wake_timers.py), never a wait of its own. A slow sweep (every ``SWEEP_S``, one
+pipelined XPENDING summary and HGET of the cancel field per held session) wakes a parked
+session whose stream has entries pending with another consumer (a former owner read them
+after we took the session over: :meth:`claim_due` says so once) or whose cancel field was
+set without its event (a producer that writes only the field).
+
 Entries reach a mailbox only while their session is held here; one that arrives after its
 session left stays pending under this consumer, and whoever takes the session next claims it
 (XAUTOCLAIM). An entry that waited in a mailbox longer than ``STALE_S`` has its delivery
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import time
@@ -34,6 +43,7 @@ import redis.asyncio as aioredis
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.redis_client import RedisAddress, async_client
 from planloop.core.redis_faults import is_missing_group
+from planloop.supervisor.io.wake_timers import WakeTimers
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,9 @@ READ_BLOCK_MS = 1_000  # the hub's own read; sessions wait as long as they ask t
 FAULT_PAUSE_S = 0.05  # after a failed read, so a fault does not spin the hub
 DIRECT_READ_MS = 50  # a shorter wait reads the stream directly (a look, not a wait)
 STALE_S = 1.0  # a mailbox entry older than this gets its delivery time reset
+SWEEP_S = 60.0  # held sessions' pending entries and cancel field, looked at this often
+SWEEP_BATCH = 1_000  # sessions per pipeline of the sweep
+CANCEL_FIELD = "cancel_requested"  # the session hash field a cancel sets (session/ports.py)
 _NOGROUP_KEY = re.compile(r"No such key '([^']+)'")
 
 
@@ -64,8 +77,13 @@ class EventHub:
         keys: Keys,
         consumer: str,
         count: int,
+        *,
+        cancel_field: str = CANCEL_FIELD,
+        sweep_s: float = SWEEP_S,
     ) -> None:
         self.keys = keys
+        self.cancel_field = cancel_field
+        self.sweep_s = sweep_s
         self.consumer = consumer
         self.count = count  # entries per stream and read
         self._r = store_client  # for the occasional XCLAIM and CLIENT UNBLOCK
@@ -78,17 +96,22 @@ class EventHub:
         self._changed = asyncio.Event()
         self._read_done = asyncio.Event()  # set between reads
         self._task: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._claims: set[str] = set()  # sessions the sweep found a former owner's entries for
+        self.timers = WakeTimers()
+        self._wait_ids = itertools.count()  # each timed wait's own timer key
         self._side_tasks: set[asyncio.Task[Any]] = set()
 
-    async def read(self, sid: str, *, count: int, block_ms: int) -> list[Entry]:
-        """Up to ``count`` new events of ``sid``, waiting up to ``block_ms`` for the first."""
+    async def read(self, sid: str, *, count: int, block_ms: int | None) -> list[Entry]:
+        """Up to ``count`` new events of ``sid``, waiting up to ``block_ms`` for the first
+        (None: parked until one arrives or the sweep wakes it; the reply may be empty)."""
         box = self._boxes.get(sid)
         if box is None:
             box = self._boxes[sid] = Mailbox()
         if not box.entries and box.error is None:
-            if block_ms < DIRECT_READ_MS:
+            if block_ms is not None and block_ms < DIRECT_READ_MS:
                 return await self._read_now(sid, box, count, block_ms)
-            await self._wait(sid, box, block_ms / 1000)
+            await self._wait(sid, box, None if block_ms is None else block_ms / 1000)
         if box.error is not None:
             error, box.error = box.error, None
             raise error
@@ -111,31 +134,44 @@ class EventHub:
         """The session's loop ended here: what was read for it stays pending in Redis."""
         self._boxes.pop(sid, None)
         self._waiting.discard(sid)
+        self._claims.discard(sid)
+
+    def claim_due(self, sid: str) -> bool:
+        """True once after the sweep found entries of ``sid`` pending with another consumer."""
+        if sid not in self._claims:
+            return False
+        self._claims.discard(sid)
+        return True
 
     async def close(self) -> None:
-        for task in [self._task, *self._side_tasks]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *[t for t in [self._task, *self._side_tasks] if t is not None],
-            return_exceptions=True,
-        )
+        self.timers.close()
+        tasks = [t for t in [self._task, self._sweeper, *self._side_tasks] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._reader.aclose()
 
     # --- the session's side ---------------------------------------------------------------
-    async def _wait(self, sid: str, box: Mailbox, timeout_s: float) -> None:
+    async def _wait(self, sid: str, box: Mailbox, timeout_s: float | None) -> None:
         box.arrived.clear()
         self._waiting.add(sid)
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="event-hub")
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="event-hub-sweep")
         if self._reading and sid not in self._reading:
             self._unblock()
+        # The heap's timer wakes it, as an event would; keyed by this wait (not the session),
+        # so two waits of one session never cancel each other's timer.
+        timer = f"{sid}#{next(self._wait_ids)}"
+        if timeout_s is not None:
+            self.timers.wake_in(timer, timeout_s, box.arrived.set)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(box.arrived.wait(), timeout_s)
+            await box.arrived.wait()
         finally:
             self._waiting.discard(sid)
+            self.timers.cancel(timer)
 
     async def _take(self, sid: str, box: Mailbox, count: int) -> list[Entry]:
         taken: list[Entry] = []
@@ -173,7 +209,12 @@ class EventHub:
     # --- the hub's side -------------------------------------------------------------------
     async def _run(self) -> None:
         """Read for the waiting sessions, fan out, again; sleep while nobody waits."""
+        task = asyncio.current_task()
         while True:
+            # redis-py can swallow a cancel that lands as a reply arrives: a hub being
+            # closed must stop here, not wait on for sessions that will never come.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             if not self._waiting:
                 self._changed.clear()
                 await self._changed.wait()
@@ -214,6 +255,49 @@ class EventHub:
         finally:
             self._reading = set()
             self._read_done.set()
+
+    # --- the sweep ---------------------------------------------------------------------------
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a fault: the next sweep looks again
+                log.warning("event hub sweep failed (%s: %s)", type(exc).__name__, exc)
+
+    async def sweep(self) -> list[str]:
+        """Wake each held session whose stream has entries pending with another consumer
+        (noted for :meth:`claim_due`) or whose cancel field is set; the sessions woken."""
+        woken: list[str] = []
+        sids = list(self._boxes)
+        for start in range(0, len(sids), SWEEP_BATCH):
+            batch = sids[start : start + SWEEP_BATCH]
+            pipe = self._r.pipeline(transaction=False)
+            for sid in batch:
+                pipe.xpending(self.keys.events(sid), EVENTS_GROUP)
+                pipe.hget(self.keys.session(sid), self.cancel_field)
+            replies = await pipe.execute(raise_on_error=False)
+            for i, sid in enumerate(batch):
+                pending, cancel = replies[2 * i], replies[2 * i + 1]
+                claim = self._held_elsewhere(pending)
+                if claim:
+                    self._claims.add(sid)
+                box = self._boxes.get(sid)
+                if box is not None and (claim or isinstance(cancel, str)):
+                    box.arrived.set()
+                    woken.append(sid)
+        return woken
+
+    def _held_elsewhere(self, pending: Any) -> bool:
+        """An XPENDING summary naming a consumer other than ours with entries."""
+        if not isinstance(pending, dict) or not pending.get("pending"):
+            return False
+        return any(
+            c.get("name") != self.consumer and int(c.get("pending", 0))
+            for c in pending.get("consumers") or []
+        )
 
     def _fail(self, reading: list[str], exc: Exception) -> None:
         """Hand a failed read to the sessions it was for (their loops decide what it means).

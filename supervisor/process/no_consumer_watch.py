@@ -107,6 +107,17 @@ class ConsumerMonitor:
         """The session was never owned before: no former owner's warning to restore."""
         self._restored = True
 
+    def next_look(self, now: float) -> float:
+        """When :meth:`tick` has something to do while attempts are in flight: every
+        ``LOOK_INTERVAL_S`` while a warning holds (or a former owner's may), otherwise when
+        this episode could become due for a warning. A queue that shrank or an attempt
+        claimed meanwhile is seen then (the length is compared with the last look's, and
+        the attempts are read), so the session need not look every second."""
+        watch = self.watch
+        if watch.warned_at is not None or not self._restored:
+            return now + self.LOOK_INTERVAL_S
+        return max(self._next_look, watch.since + watch.warn_after_s + self.LOOK_INTERVAL_S)
+
     async def tick(self, now: float, running: Callable[[], dict[str, int]]) -> None:
         """Look at the queue if it is time; warn or clear. ``running`` gives step id ->
         attempt of what the session dispatched and has not seen end."""

@@ -1,11 +1,12 @@
-"""A turn's events: read the session's stream (until one arrives or the next timer is due),
-apply each to the state (an outcome, a command, a change to deliberate on), and take over
-events stuck with a former owner."""
+"""A turn's events: read the session's stream (until one arrives or the next timer is due;
+with none due, parked until an event), apply each to the state (an outcome, a command, a
+change to deliberate on), and take over events stuck with a former owner."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from planloop.core.models import Event, EventType
 from planloop.supervisor.io.store_port import Entry
@@ -13,12 +14,15 @@ from planloop.supervisor.session.commands import Commands
 from planloop.supervisor.session.deliberate import Deliberation
 from planloop.supervisor.session.outcomes import OUTCOME_STATUS, Outcomes
 from planloop.supervisor.session.ports import SessionIO, describe_error, read_event
-from planloop.supervisor.session.schedule import wait_ms
+from planloop.supervisor.session.waiting import wait_ms
 
 log = logging.getLogger(__name__)
 
 USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
-IDLE_CLAIM_INTERVAL_S = 2.0
+IDLE_CLAIM_INTERVAL_S = 2.0  # without the event hub; with it, its sweep says when
+
+
+LookAt = Callable[[float], float | None]
 
 
 class SessionEvents:
@@ -30,8 +34,13 @@ class SessionEvents:
         outcomes: Outcomes,
         commands: Commands,
         deliberation: Deliberation,
+        *,
+        look_at: LookAt | None = None,
     ) -> None:
         self.io = io
+        # When the watchdog or the no-consumer watch needs a turn (session/waiting.py);
+        # None: attempts in flight are looked at every second.
+        self.look_at = look_at
         self.state = io.state
         self.outcomes = outcomes
         self.commands = commands
@@ -41,9 +50,15 @@ class SessionEvents:
 
     async def wait(self) -> list[Entry]:
         """The session's next events: wait until one arrives or the next timer is due."""
-        return await self.io.read_events(
-            count=self.io.settings.event_batch, block_ms=wait_ms(self.state, time.time())
+        settings, now = self.io.settings, time.time()
+        block_ms = wait_ms(
+            self.state,
+            now,
+            default_deadline_s=settings.session_deadline_s,
+            look_at=None if self.look_at is None else self.look_at(now),
+            watched=self.look_at is not None,
         )
+        return await self.io.read_events(count=settings.event_batch, block_ms=block_ms)
 
     async def apply(self, entries: list[Entry]) -> None:
         """Apply ``entries`` in order (acknowledged with the next checkpoint); an unreadable
@@ -65,11 +80,20 @@ class SessionEvents:
 
     async def reclaim_idle(self) -> None:
         """Take events stuck in another consumer's pending list (a former owner that woke
-        up and read them before it noticed it had lost the lease)."""
-        now = time.monotonic()
-        if now < self._next_idle_claim:
-            return
-        self._next_idle_claim = now + IDLE_CLAIM_INTERVAL_S
+        up and read them before it noticed it had lost the lease).
+
+        With the event hub, only when its sweep found such entries (an idle session costs
+        nothing); without it, every ``IDLE_CLAIM_INTERVAL_S``.
+        """
+        hub = self.io.events
+        if hub is not None:
+            if not hub.claim_due(self.state.sid):
+                return
+        else:
+            now = time.monotonic()
+            if now < self._next_idle_claim:
+                return
+            self._next_idle_claim = now + IDLE_CLAIM_INTERVAL_S
         idle_ms = int(IDLE_CLAIM_INTERVAL_S * 1000)
         store = self.io.store
         await self.apply(

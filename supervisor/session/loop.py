@@ -110,7 +110,9 @@ class SessionRunner:
             io, ctx.dispatcher, on_failure=outcomes.decide_failure, consumers=consumers
         )
         self.commands = Commands(io, changes, deliberation, decisions.carry_out)
-        self.events = SessionEvents(io, outcomes, self.commands, deliberation)
+        self.events = SessionEvents(
+            io, outcomes, self.commands, deliberation, look_at=scheduling.next_look
+        )
         # The ending's checkpoints join the next commit round: a thousand sessions ending
         # together are one commit, not a thousand hurried ones.
         self.ending = Ending(

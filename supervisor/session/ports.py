@@ -21,6 +21,9 @@ from planloop.supervisor.session.state import SessionState
 # The session hash field `planloop cancel` sets (with the reason): read before anything else.
 CANCEL_FIELD = "cancel_requested"
 
+# A parked wait on a store read directly (no event hub: unit tests), in ms.
+DIRECT_WAIT_MS = 1_000
+
 # Outputs the SQL record holds, by reference (the durable copies of expired hot ones).
 StoredOutputs = Callable[[str, list[str]], Awaitable[dict[str, str]]]
 
@@ -53,7 +56,12 @@ async def none_stored(sid: str, refs: list[str]) -> dict[str, str]:
 class EventSource(Protocol):
     """Where a session's new events come from when not its own XREADGROUP (io/event_hub.py)."""
 
-    async def read(self, sid: str, *, count: int, block_ms: int) -> list[Entry]: ...
+    async def read(self, sid: str, *, count: int, block_ms: int | None) -> list[Entry]: ...
+
+    def claim_due(self, sid: str) -> bool:
+        """Whether a former owner holds entries of ``sid``'s stream (found by the reader's
+        slow sweep): the session then claims them (once per finding)."""
+        ...
 
 
 class SessionIO:
@@ -89,11 +97,14 @@ class SessionIO:
     def epoch(self) -> int:
         return self.state.epoch
 
-    async def read_events(self, *, count: int, block_ms: int) -> list[Entry]:
-        """New events on the session's stream, waiting up to ``block_ms`` for the first."""
+    async def read_events(self, *, count: int, block_ms: int | None) -> list[Entry]:
+        """New events on the session's stream, waiting up to ``block_ms`` for the first
+        (None: until one arrives, parked on the event hub)."""
         if self.events is not None:
             return await self.events.read(self.sid, count=count, block_ms=block_ms)
-        return await self.store.read_events(self.sid, self.consumer, count=count, block_ms=block_ms)
+        # Without the hub the store is read directly: a bounded wait, looked at again.
+        block = DIRECT_WAIT_MS if block_ms is None else block_ms
+        return await self.store.read_events(self.sid, self.consumer, count=count, block_ms=block)
 
     async def end_attempt(
         self,

@@ -1,4 +1,5 @@
-"""The scheduler: given a session's state, which steps to dispatch now and when to look again.
+"""The scheduler: given a session's state, which steps to dispatch now (when to look again:
+session/waiting.py).
 
 Pure functions of :class:`SessionState` (its candidate index is pruned on the way, which is
 bookkeeping, not a decision): the loop sends what they return.
@@ -11,8 +12,6 @@ from contextlib import closing
 
 from planloop.core.models import StepStatus
 from planloop.supervisor.session.state import OPEN, SessionState
-
-MAX_WAIT_S = 1.0  # the loop looks at its timers at least this often
 
 
 def ready_steps(
@@ -51,15 +50,3 @@ def ready_steps(
                 if len(ready) >= slots:
                     break
     return ready
-
-
-def wait_ms(state: SessionState, now: float) -> int:
-    """How long to wait for events: at most ``MAX_WAIT_S``, less when a back-off ends."""
-    wake = now + MAX_WAIT_S
-    for step_id in list(state.backing_off):
-        st = state.states.get(step_id)
-        if st is None or st.status != StepStatus.READY or st.not_before <= now:
-            state.backing_off.discard(step_id)
-        else:
-            wake = min(wake, st.not_before)
-    return max(1, int((wake - now) * 1000))

@@ -35,6 +35,7 @@ from planloop.supervisor.session.state import OPEN
 log = logging.getLogger(__name__)
 
 WATCHDOG_INTERVAL_S = 0.1
+HELD_BACK_LOOK_S = 1.0  # steps waiting for a worker that serves their tool: looked at this often
 UNSERVED = "unserved"  # the notice (event payload, progress note) of a step no worker serves
 SERVED = "served"  # ... and of its end: a live worker serves the tool now
 UNSERVED_FAILED = "unserved_failed"  # ... or: the wait ended, the step failed
@@ -275,6 +276,23 @@ class Scheduling:
         log.info("session=%s %s: %s", self.io.sid, tool, kind)
         await self.io.store.note_progress(self.io.sid, kind, tool=tool)
 
+    def next_look(self, now: float) -> float | None:
+        """When the watchdog or the no-consumer watch needs the session again without an
+        event (None: nothing of theirs is due): the earliest attempt in flight may be
+        declared lost at its dispatch (or start) + timeout + grace; steps held back for a
+        worker are looked at every ``HELD_BACK_LOOK_S``."""
+        state, grace = self.state, self.io.settings.watchdog_grace_s
+        times = [now + HELD_BACK_LOOK_S] if self.waiting else []
+        if state.running():
+            for step_id in state.inflight:
+                st = state.states[step_id]
+                limit = self.io.timeout(state.steps[step_id]) + grace
+                look_at = self._look_again.get((step_id, st.attempt), 0.0)
+                times.append(max(st.dispatched_at + limit, look_at, self._next_sweep))
+            if self.consumers is not None:
+                times.append(self.consumers.next_look(now))
+        return min(times, default=None)
+
     async def watchdog(self) -> None:
         """End attempts whose worker vanished: started, and silent past timeout + grace.
 
@@ -298,6 +316,9 @@ class Scheduling:
                 continue
             fresh = await io.store.step(io.sid, step_id)
             if fresh is None or fresh.status != StepStatus.RUNNING:
+                # Ended: its outcome is on the stream and wakes the session; no need to look
+                # again before another full limit.
+                self._look_again[(step_id, st.attempt)] = now + limit
                 continue
             if not fresh.started_at:
                 # Never claimed: still queued behind others, or taken by a worker that died
@@ -317,6 +338,8 @@ class Scheduling:
                 )
                 continue
             if now < fresh.started_at + limit:
+                # Started after it was sent: lost only a full limit after its start.
+                self._look_again[(step_id, st.attempt)] = fresh.started_at + limit
                 continue
             await io.end_attempt(
                 step_id,

@@ -95,3 +95,81 @@ def test_a_session_whose_group_is_gone_gets_the_error_and_the_others_their_event
     assert isinstance(error, redis.ResponseError)
     assert "NOGROUP" in str(error)
     redis_client.delete(keys.events(good))
+
+
+def test_a_parked_read_waits_without_a_time_and_a_timed_one_is_woken_by_the_heap(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    keys = Keys(test_settings.key_prefix)
+    parked, timed = f"hub-{uuid.uuid4().hex[:6]}", f"hub-{uuid.uuid4().hex[:6]}"
+    for sid in (parked, timed):
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+
+    async def scenario() -> tuple[list[str], bool, int]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, store.r, keys, CONSUMER, count=100)
+        try:
+            waiting = asyncio.create_task(hub.read(parked, count=100, block_ms=None))
+            # The timed read comes back empty when its timer is due, the parked one stays.
+            assert await asyncio.wait_for(hub.read(timed, count=100, block_ms=300), 5.0) == []
+            still_parked = not waiting.done()
+            timers_left = len(hub.timers)
+            await store.r.xadd(keys.events(parked), _event("woken"))  # type: ignore[arg-type]
+            got = await asyncio.wait_for(waiting, 5.0)
+            return [f["step_id"] for _, f in got], still_parked, timers_left
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    got, still_parked, timers_left = asyncio.run(scenario())
+    assert got == ["woken"]
+    assert still_parked
+    assert timers_left == 0  # a parked read holds no timer
+    for sid in (parked, timed):
+        redis_client.delete(keys.events(sid))
+
+
+def test_the_sweep_wakes_a_parked_session_for_a_cancel_field_or_a_former_owners_entries(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    keys = Keys(test_settings.key_prefix)
+    quiet, cancelled, stuck = (f"hub-{uuid.uuid4().hex[:6]}" for _ in range(3))
+    for sid in (quiet, cancelled, stuck):
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+
+    async def scenario() -> tuple[list[str], bool, bool, bool]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, store.r, keys, CONSUMER, count=100, sweep_s=3600)
+        try:
+            reads = {
+                sid: asyncio.create_task(hub.read(sid, count=100, block_ms=None))
+                for sid in (quiet, cancelled, stuck)
+            }
+            await asyncio.sleep(0.2)
+            # An old producer sets only the field; a former owner read an entry of `stuck`.
+            await store.r.hset(keys.session(cancelled), "cancel_requested", "stop")
+            await store.r.xadd(keys.events(stuck), _event("late"))  # type: ignore[arg-type]
+            entries = await asyncio.wait_for(reads.pop(stuck), 5.0)
+            await store.r.xclaim(
+                keys.events(stuck),
+                EVENTS_GROUP,
+                "former",
+                min_idle_time=0,
+                message_ids=[e for e, _ in entries],
+            )  # the hub delivered it to us: hand it to a "former owner"
+            reads[stuck] = asyncio.create_task(hub.read(stuck, count=100, block_ms=None))
+            await asyncio.sleep(0.2)
+            woken = sorted(await hub.sweep())
+            await asyncio.wait_for(asyncio.gather(reads[cancelled], reads[stuck]), 5.0)
+            return woken, reads[quiet].done(), hub.claim_due(stuck), hub.claim_due(stuck)
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    woken, quiet_done, claim_first, claim_again = asyncio.run(scenario())
+    assert woken == sorted([cancelled, stuck])
+    assert not quiet_done  # nothing for it: still parked
+    assert claim_first
+    assert not claim_again  # said once per finding
+    for sid in (quiet, cancelled, stuck):
+        redis_client.delete(keys.events(sid), keys.session(sid))

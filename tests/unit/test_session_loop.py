@@ -8,8 +8,9 @@ import pytest
 from planloop.core.models import ErrorKind, EventType, SessionStatus, Severity, StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.session.failures import settle_failure
-from planloop.supervisor.session.schedule import ready_steps, wait_ms
+from planloop.supervisor.session.schedule import ready_steps
 from planloop.supervisor.session.state import FINAL, session_end
+from planloop.supervisor.session.waiting import wait_ms
 from tests.unit.loop_fixtures import Loop, step
 
 NOW = 1_000.0
@@ -49,7 +50,7 @@ def test_a_retry_is_ready_when_its_back_off_ends_and_the_wait_shortens_to_it() -
     assert ready_steps(loop.state, NOW, concurrency=10) == []
     assert wait_ms(loop.state, NOW) == 250
     assert ready_steps(loop.state, NOW + 0.25, concurrency=10) == ["a"]
-    assert wait_ms(loop.state, NOW + 0.3) == 1000  # back-off over: the plain timer
+    assert wait_ms(loop.state, NOW + 0.3) is None  # back-off over: nothing to wake for
 
 
 # --- failure rules ---------------------------------------------------------------------------
