@@ -34,6 +34,7 @@ from planloop.core.effects import SqlEffectLedger
 from planloop.core.hot_state import HotState
 from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, StepState, StepStatus
+from planloop.core.shards import shard_holder
 from planloop.planner.plan import Plan, Step
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack
@@ -94,9 +95,10 @@ class Failover:
         self.ids = [s.id for s in steps]
 
     def owner(self) -> subprocess.Popen[bytes] | None:
-        if not self.bench.redis.exists(self.keys.lease(self.sid)):
-            return None
         owner = self.hot.session(self.sid).owner
+        shards = self.bench.settings.session_shards
+        if shard_holder(self.bench.redis, self.keys, self.sid, shards) != owner:
+            return None
         return next(
             (p for p in self.supervisors if p.poll() is None and f"-{p.pid}-" in owner), None
         )
