@@ -14,6 +14,7 @@ it takes, and every owner sweeps its shards' active sessions now and then.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,7 +27,8 @@ from planloop.core.shards import shard_of, token_owner
 log = logging.getLogger(__name__)
 
 MAX_HOPS = 4  # forwards of one id before it is left to the sweep (a shard moving meanwhile)
-DIRECT_TTL_S = 86_400  # a dead supervisor's own inbox goes after a day without forwards
+DIRECT_TTL_S = 86_400  # a dead supervisor's own inbox goes after a day
+KEEP_DIRECT_S = 60.0  # how often a live supervisor pushes its own inbox's expiry back
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Intake:
     def __init__(self, client: aioredis.Redis, keys: Keys, name: str, shards: int) -> None:
         self.r, self.keys, self.name, self.shards = client, keys, name, shards
         self.direct = keys.direct_inbox(name)
+        self._next_keep = 0.0
 
     async def ensure(self) -> None:
         """Create the consumer group of both streams (again after Redis lost its data)."""
@@ -56,6 +59,9 @@ class Intake:
                     raise
 
     async def read(self, block_ms: int, count: int) -> list[Announced]:
+        if time.monotonic() >= self._next_keep:  # ours never expires while we read it
+            self._next_keep = time.monotonic() + KEEP_DIRECT_S
+            await self.r.expire(self.direct, DIRECT_TTL_S)
         reply: Any = await self.r.xreadgroup(
             INBOX_GROUP,
             self.name,
