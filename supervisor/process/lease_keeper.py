@@ -1,9 +1,7 @@
 """Renews the leases of every session shard a supervisor owns, from a thread of its own.
 
 A supervisor owns sessions by shard (core/shards.py): it leases whole shards, so one renewal
-round costs one script call for its shards, however many sessions they hold. Each round also
-says the supervisor is alive (``pl:shard-holders``), which is how its peers count who shares
-the shards (process/shard_plan.py).
+round costs one script call for its shards, however many sessions they hold.
 
 A lease must be renewed within ``lease_ttl_s`` (1.5 s by default) whatever the session loops
 are doing. On the event loop, the renewal waits its turn behind every ready session: a
@@ -49,8 +47,6 @@ class LeaseKeeper:
 
     Args:
         owned: the leases to renew now (called from the keeper's thread: it must only read).
-        holder: the supervisor's name, scored with the time of each renewal round in
-            ``pl:shard-holders`` (None: not written).
         lost: called on the event loop with a lease the renewal found lost.
         all_lost: called on the event loop (with the reason) when Redis stayed silent for
             longer than the TTL.
@@ -65,10 +61,8 @@ class LeaseKeeper:
         owned: Callable[[], Sequence[Lease]],
         lost: Callable[[Lease], None],
         all_lost: Callable[[str], None],
-        holder: str | None = None,
     ) -> None:
         self.keys = keys
-        self.holder = holder
         self.ttl_s = ttl_s
         self._owned, self._lost, self._all_lost = owned, lost, all_lost
         # A renewal unanswered within the TTL is as good as failed.
@@ -173,14 +167,10 @@ class LeaseKeeper:
             log.exception("the lease keeper stopped")
 
     def _renew_all(self, leases: list[Lease]) -> list[bool]:
-        """Renew ``leases``: one script call per ``RENEW_BATCH``, all in one pipeline, with
-        the holder's heartbeat."""
-        pipe = self._client.pipeline(transaction=False)
-        if self.holder is not None:
-            pipe.zadd(self.keys.shard_holders, {self.holder: time.time()})
+        """Renew ``leases``: one script call per ``RENEW_BATCH``, all in one pipeline."""
         if not leases:
-            pipe.execute()
             return []
+        pipe = self._client.pipeline(transaction=False)
         ttl_ms = int(self.ttl_s * 1000)
         for start in range(0, len(leases), RENEW_BATCH):
             batch = leases[start : start + RENEW_BATCH]
@@ -190,8 +180,7 @@ class LeaseKeeper:
                 lease_keys=[self.keys.shard_lease(int(shard)) for shard, _ in batch],
             )
             self._renew(call, client=pipe)
-        replies = pipe.execute()[1 if self.holder is not None else 0 :]
-        return [bool(ok) for held in replies for ok in held]
+        return [bool(ok) for held in pipe.execute() for ok in held]
 
     def _explain(self, lost: list[Lease], n: int) -> None:
         """Say, for a few lost leases per round, who holds each now and since when it was

@@ -142,7 +142,6 @@ class Supervisor:
             owned=self.shards.leases,
             lost=self._shard_lost,
             all_lost=self._stop_loops,
-            holder=self.name,
         )
         keeper.start()
         self._keeper = keeper
@@ -207,10 +206,7 @@ class Supervisor:
             await self.intake.ensure()
             self._inbox_ready = True
         admission = self.ctx.admission
-        if not admission.in_burst:
-            await self._reclaim()
-        else:
-            self._forget_finished()
+        await self._reclaim(admission.in_burst)
         await self._heartbeat()
         block_ms = (
             BURST_READ_MS if admission.in_burst else int(self.settings.reclaim_interval_s * 1000)
@@ -229,7 +225,7 @@ class Supervisor:
         self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
         await self.store.r.zadd(self.store.keys.supervisors, {self.name: time.time()})
 
-    async def _reclaim(self) -> None:
+    async def _reclaim(self, in_burst: bool) -> None:
         """Move shards (process/shard_plan.py), then adopt the active sessions of the shards
         held that no loop runs: right after shards were taken, else every sweep interval (a
         cool-off or an old release's lease ran out). Once per reclaim interval: a burst on
@@ -239,6 +235,9 @@ class Supervisor:
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + self.settings.reclaim_interval_s
+        taken_shards = await self._move_shards()  # also in a burst: a new peer gets its share
+        if in_burst and not taken_shards:
+            return
         rebuilding = self._rebuilding
         if rebuilding is not None and rebuilding.done():
             self._rebuilding = None
@@ -249,7 +248,6 @@ class Supervisor:
             # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
             self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx, self.store))
-        taken_shards = await self._move_shards()
         if taken_shards or now >= self._next_sweep:
             self._next_sweep = now + SWEEP_INTERVAL_S
             active = await self.store.active_sessions()

@@ -85,13 +85,17 @@ class ShardOwner:
             self._shard_of.pop(sid, None)
 
     async def look(self, running: Mapping[int, int]) -> ShardMoves:
-        """Read who holds every shard and who is alive; what to take and give back."""
+        """Say this supervisor is alive, read who holds every shard and who else is alive
+        (one round trip); what to take and give back. Alive is said here, by the event loop,
+        not by the lease keeper's thread: a supervisor too busy to come round to its shard
+        moves is not counted as a peer to give shards to."""
         now = time.time()
         pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(self.keys.shard_holders, {self.name: now})
         pipe.mget([self.keys.shard_lease(s) for s in range(self.shards)])
         pipe.zrangebyscore(self.keys.shard_holders, now - self.ttl_s, "+inf")
         pipe.zremrangebyscore(self.keys.shard_holders, "-inf", now - HOLDERS_KEPT_S)
-        tokens, live, _ = await pipe.execute()
+        _, tokens, live, _ = await pipe.execute()
         holders = {s: token_owner(t) for s, t in enumerate(cast(list[str | None], tokens))}
         for shard, held in self.held.items():  # ours until the keeper says otherwise
             holders[shard] = self.name if not held.releasing else holders[shard]

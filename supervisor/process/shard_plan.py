@@ -3,9 +3,10 @@
 Every supervisor looks at the same picture each round (who holds each shard's lease, which
 supervisors renewed lately) and decides for itself, so no coordinator is needed:
 
-1. **Fair share**: ``ceil(shards / live supervisors)``. Live means the supervisor's lease
-   keeper renewed within the lease TTL (``pl:shard-holders``): a supervisor that cannot renew
-   has lost its leases anyway, so a dead one stops counting as soon as its shards free up.
+1. **Fair share**: ``ceil(shards / live supervisors)``. Live means the supervisor looked at
+   the shards within the lease TTL (``pl:shard-holders``, written by each look): a dead one
+   stops counting as its shards' leases run out, and one too busy to look is not counted as
+   a peer to give shards to.
 2. **Take** free shards up to the fair share at once (in an order of its own per supervisor,
    so two newcomers rarely race for the same shard; the lease's SET NX settles a race).
 3. **Take orphans**: a shard free for ``grace_s`` or longer is taken whatever the share: the

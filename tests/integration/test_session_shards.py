@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections import Counter
 
 import pytest
@@ -69,6 +70,7 @@ def test_supervisors_split_the_shards_and_a_dead_ones_move_with_nothing_run_twic
         }
         for sid, plan in zip(sids, plans, strict=True)
     }
+    killed_at = time.time()
     ps.signal(victim, signal.SIGKILL)
     wait_for(lambda: holders(ps).get(name_of(ps, survivor)) == SHARDS, 10, "the takeover")
 
@@ -78,9 +80,10 @@ def test_supervisors_split_the_shards_and_a_dead_ones_move_with_nothing_run_twic
         steps = report_steps(record)
         for step_id, started_at in done_before[sid].items():
             assert steps[step_id]["attempts"] == 1, f"{sid}/{step_id} ran again"
-            # the report's start is the worker's clock, the hot state's Redis's: a re-run
-            # would start seconds later
-            assert abs(steps[step_id]["started_at"] - started_at) < 0.05, f"{sid}/{step_id}"
+            # The step hash has the claim's time until the owner applies the outcome, which
+            # carries the run's start (a little later under load); a re-run starts after
+            # the kill.
+            assert started_at <= steps[step_id]["started_at"] < killed_at, f"{sid}/{step_id}"
         assert_effects_once(ps, sid, step_ids(plan))
 
 
