@@ -155,6 +155,8 @@ class LeaseKeeper:
                         )
                     renewed_at, faulty = sent, False
                     lost = [lease for lease, ok in zip(leases, results, strict=True) if not ok]
+                    if lost:  # not those released meanwhile (a shard given back)
+                        lost = [lease for lease in lost if lease in set(self._to_renew())]
                     if lost:
                         self._explain(lost, len(leases))
                     # when each lease was first renewed (named when one is lost)
