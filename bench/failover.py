@@ -108,8 +108,10 @@ class Failover:
         return len(live) == 2 and all("serving" in _log(self.stack, p) for p in live)
 
     def kill_once(self) -> Kill:
-        self.ensure_session()
+        # The standby first: on a loaded machine it may take longer to start than the
+        # session has steps left.
         wait_for(self.standby_ready, 60, "a standby supervisor")
+        self.ensure_session()
         floor = sum(1 for s in self.states().values() if s.status == StepStatus.COMPLETED)
         wait_for(
             lambda: (
