@@ -30,10 +30,11 @@ from planloop.core.lua.script import (
     key,
     rest,
 )
-from planloop.core.lua.session_writes import CountCrash, FencedWrite
+from planloop.core.lua.session_writes import QUEUE, CountCrash, FencedWrite, as_commands
 from planloop.core.lua.shard_leases import AcquireShard, AdoptSession
 
 __all__ = [
+    "QUEUE",
     "AcquireLease",
     "AcquireShard",
     "AdoptSession",
@@ -55,6 +56,7 @@ __all__ = [
     "Role",
     "StartAttempt",
     "arg",
+    "as_commands",
     "key",
     "rest",
 ]
