@@ -34,6 +34,7 @@ from planloop.core.effects import SqlEffectLedger
 from planloop.core.hot_state import HotState
 from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, StepState, StepStatus
+from planloop.core.shards import shard_holder
 from planloop.planner.plan import Plan, Step
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack
@@ -94,9 +95,10 @@ class Failover:
         self.ids = [s.id for s in steps]
 
     def owner(self) -> subprocess.Popen[bytes] | None:
-        if not self.bench.redis.exists(self.keys.lease(self.sid)):
-            return None
         owner = self.hot.session(self.sid).owner
+        shards = self.bench.settings.session_shards
+        if shard_holder(self.bench.redis, self.keys, self.sid, shards) != owner:
+            return None
         return next(
             (p for p in self.supervisors if p.poll() is None and f"-{p.pid}-" in owner), None
         )
@@ -106,8 +108,10 @@ class Failover:
         return len(live) == 2 and all("serving" in _log(self.stack, p) for p in live)
 
     def kill_once(self) -> Kill:
-        self.ensure_session()
+        # The standby first: on a loaded machine it may take longer to start than the
+        # session has steps left.
         wait_for(self.standby_ready, 60, "a standby supervisor")
+        self.ensure_session()
         floor = sum(1 for s in self.states().values() if s.status == StepStatus.COMPLETED)
         wait_for(
             lambda: (

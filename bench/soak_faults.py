@@ -22,9 +22,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bench.soak_stack import Fleet, SoakRedis
+from planloop.config.settings import Settings
 from planloop.core.keys import Keys
 from planloop.core.models import Event, EventType, Severity
 from planloop.core.record import SessionRow, SqlRecord
+from planloop.core.shards import shard_holder
 
 ENDED = ("completed", "failed", "aborted", "cancelled")
 
@@ -120,6 +122,7 @@ class Faults:
         self.r = redis_server.client
         self.record = record
         self.keys = keys
+        self.shards = Settings().session_shards  # as the fleet reads it (PLANLOOP_*)
         self.ledger = ledger
         self.rng = rng
         self.lease_ttl_s = lease_ttl_s
@@ -175,7 +178,8 @@ class Faults:
             fields = cast(dict[str, str], self.r.hgetall(self.keys.session(sid)))
             pid = owner_pid(fields.get("owner", ""))
             proc = self.fleet.by_pid(pid) if pid else None
-            if proc is not None and self.r.exists(self.keys.lease(sid)):
+            holder = shard_holder(self.r, self.keys, sid, self.shards)
+            if proc is not None and holder == fields.get("owner"):
                 return sid, int(fields.get("epoch") or 0), proc
         return None
 

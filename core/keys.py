@@ -11,7 +11,9 @@ Per session ``<sid>`` (with the default prefix ``pl``):
 ``pl:s:{<sid>}:step:<step_id>``        hash: status, attempt, epoch, worker, timings, ...
 ``pl:s:{<sid>}:plan:<version>``        string: plan version JSON (immutable once written)
 ``pl:s:{<sid>}:events``                stream: context-change events (consumer group ``sup``)
-``pl:s:{<sid>}:lease``                 string: the owning supervisor's lease token
+``pl:s:{<sid>}:lease``                 string: a hold on the session alone: a crashed
+                                       loop's cool-off, or a lease of a release before
+                                       session shards; no shard owner adopts it meanwhile
 ``pl:s:{<sid>}:progress``              stream: progress notes for ``watch`` (replans, ends)
 ``pl:blob:<sha256>``                   string: a step output (or a big param made from
                                        outputs), stored once by content; expires after
@@ -20,6 +22,13 @@ Per session ``<sid>`` (with the default prefix ``pl``):
 ``pl:breaker:{<tool>}``                hash: one tool's circuit breaker (state, opened_at,
                                        probe_at); ``...:failures`` zset beside it, same slot
 ``pl:inbox``                           stream: new session ids for supervisors
+``pl:inbox:to:{<name>}``               stream: session ids forwarded to the supervisor
+                                       ``<name>``, which owns their shard
+``pl:shard:{shard-<n>}:lease``         string: the lease token of session shard ``<n>``
+                                       (``<owner name>:<random>``)
+``pl:shard:{shard-<n>}:epoch``         string: the shard's fencing epoch (INCR per take)
+``pl:shard-holders``                   zset: supervisor name -> when its lease keeper last
+                                       renewed (unix s): the supervisors sharing the shards
 ``pl:sessions``                        zset: every session id, scored by creation time
 ``pl:active``                          set: sessions not yet ended (reclaim looks here)
 ``pl:effects``                         hash: idempotency key -> receipt (a cache of SQL ``effects``)
@@ -78,6 +87,21 @@ class Keys:
     @property
     def inbox(self) -> str:
         return f"{self.prefix}:inbox"
+
+    def direct_inbox(self, supervisor: str) -> str:
+        """Sessions forwarded to ``supervisor`` because it owns their shard."""
+        return f"{self.prefix}:inbox:to:{{{supervisor}}}"
+
+    def shard_lease(self, shard: int) -> str:
+        """The lease of one session shard: tagged by the shard, like :meth:`shard_epoch`."""
+        return f"{self.prefix}:shard:{{shard-{shard}}}:lease"
+
+    def shard_epoch(self, shard: int) -> str:
+        return f"{self.prefix}:shard:{{shard-{shard}}}:epoch"
+
+    @property
+    def shard_holders(self) -> str:
+        return f"{self.prefix}:shard-holders"
 
     @property
     def supervisors(self) -> str:

@@ -32,7 +32,15 @@ class SessionSettings(BaseModel):
     react_severity: Literal["INFO", "WARNING", "CRITICAL"] = Field(
         "WARNING", description="Lowest event severity the trigger policy reacts to."
     )
-    lease_ttl_s: float = Field(1.5, gt=0, description="Session lease time-to-live, seconds.")
+    lease_ttl_s: float = Field(1.5, gt=0, description="Session-shard lease time-to-live, seconds.")
+    session_shards: int = Field(
+        64,
+        ge=1,
+        description="Session shards: each session belongs to one (CRC32 of its id), and a "
+        "supervisor owns sessions by leasing whole shards, so lease traffic is per shard, not "
+        "per session. Every process of a deployment must use the same number; change it only "
+        "with every supervisor stopped.",
+    )
     reclaim_interval_s: float = Field(
         0.25, gt=0, description="How often a supervisor looks for sessions without an owner."
     )

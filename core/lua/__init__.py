@@ -11,8 +11,8 @@ built with keywords and run through a client's registered copy of the script::
 Fields: :func:`key` (one of KEYS), :func:`arg` (one of ARGV), and at most one trailing
 :func:`rest` (the remaining KEYS or ARGV, as a Lua table).
 
-``script`` holds the wrapper; ``leases``, ``session_writes``, ``attempts`` and ``breakers``
-the scripts, all importable from here.
+``script`` holds the wrapper; ``leases``, ``shard_leases``, ``session_writes``, ``attempts``
+and ``breakers`` the scripts, all importable from here.
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ from planloop.core.lua.script import (
     rest,
 )
 from planloop.core.lua.session_writes import QUEUE, CountCrash, FencedWrite, as_commands
+from planloop.core.lua.shard_leases import AcquireShard, AdoptSession
 
 __all__ = [
     "QUEUE",
     "AcquireLease",
+    "AcquireShard",
+    "AdoptSession",
     "Arg",
     "AsyncRegistered",
     "BreakerAllow",

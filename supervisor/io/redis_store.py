@@ -1,4 +1,4 @@
-"""The supervisor's asyncio view of Redis: leases, fenced writes, event consumption."""
+"""The supervisor's asyncio view of Redis: fenced writes, reads, event consumption."""
 
 from __future__ import annotations
 
@@ -24,12 +24,9 @@ from planloop.core.lua import (
     FencedWrite,
     LoadStarts,
     Queued,
-    ReleaseLease,
-    RenewLease,
 )
 from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
 from planloop.core.redis_client import RedisAddress, async_client
-from planloop.core.redis_faults import is_redis_fault
 from planloop.supervisor.io.redis_streams import RedisStreams
 from planloop.supervisor.io.write_batch import WriteBatch
 
@@ -48,8 +45,6 @@ class SessionStore(RedisStreams):
     def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
         self.r = client
         self.keys = keys
-        self._renew = RenewLease.register_async(client)
-        self._release = ReleaseLease.register_async(client)
         self._fenced = FencedWrite.register_async(client)
         self._end_attempt = EndAttempt.register_async(client)
         self._queued = Queued.register_async(client)
@@ -92,38 +87,6 @@ class SessionStore(RedisStreams):
         for t, plan, pending in zip(held, replies[::2], replies[1::2], strict=True):
             t.plan_json = cast(str | None, plan) if t.plan_version else None
             t.pending = int(pending or 0)
-
-    async def renew_leases(self, leases: Sequence[tuple[str, str]], ttl_s: float) -> list[bool]:
-        """Compare-and-extend each ``(sid, token)``; False where the lease was lost."""
-        if not leases:
-            return []
-        pipe = self.r.pipeline(transaction=False)
-        for sid, token in leases:
-            call = RenewLease(lease_key=self.keys.lease(sid), token=token, ttl_ms=int(ttl_s * 1000))
-            await self._renew(call, client=pipe)
-        return [bool(ok) for ok in await pipe.execute()]
-
-    async def release_lease(self, sid: str, token: str) -> bool:
-        """Compare-and-delete; False when not ours, or Redis is unreachable (the lease then
-        expires by itself after its TTL)."""
-        try:
-            return bool(
-                await self._release(ReleaseLease(lease_key=self.keys.lease(sid), token=token))
-            )
-        except aioredis.RedisError as exc:
-            if not is_redis_fault(exc):
-                raise
-            return False
-
-    async def unowned(self, sids: Iterable[str]) -> list[str]:
-        """Those of ``sids`` whose lease is not held by anyone."""
-        ids = list(sids)
-        if not ids:
-            return []
-        pipe = self.r.pipeline(transaction=False)
-        for sid in ids:
-            pipe.exists(self.keys.lease(sid))
-        return [sid for sid, held in zip(ids, await pipe.execute(), strict=True) if not held]
 
     async def active_sessions(self) -> list[str]:
         return sorted(cast(set[str], await self.r.smembers(self.keys.active)))
@@ -336,12 +299,11 @@ class SessionStore(RedisStreams):
 
 @dataclass
 class Taken:
-    """A session whose lease a supervisor tried to take (``LeaseKeeper.take``).
+    """A session a supervisor tried to adopt (``ShardOwner.adopt``).
 
-    ``epoch`` is 0 when the lease was not taken; ``fields`` is the session hash as read
-    right after the lease (empty: no hot state), ``plan_json`` the version it runs, read
-    by ``loaded`` (:meth:`SessionStore.load_plans` of the whole batch, awaited by each loop:
-    the leases are renewed from the moment they are taken, not after a second round trip).
+    ``epoch`` is 0 when it was not adopted; ``fields`` is the session hash as read right
+    after the adoption (empty: no hot state), ``plan_json`` the version it runs, read by
+    ``loaded`` (:meth:`SessionStore.load_plans` of the whole batch, awaited by each loop).
     """
 
     sid: str

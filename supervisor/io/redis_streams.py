@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from planloop.core.hot_state import dumps
-from planloop.core.keys import EVENTS_GROUP, INBOX_GROUP, Keys
+from planloop.core.keys import EVENTS_GROUP, Keys
 
 
 class RedisStreams:
@@ -121,33 +121,6 @@ class RedisStreams:
             count=len(entry_ids) * 2,
         )
         return {row["message_id"]: int(row["times_delivered"]) for row in rows}
-
-    # --- inbox ----------------------------------------------------------------------------
-    async def ensure_inbox(self) -> None:
-        try:
-            await self.r.xgroup_create(self.keys.inbox, INBOX_GROUP, id="0", mkstream=True)
-        except aioredis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-
-    async def read_inbox(
-        self, consumer: str, block_ms: int, *, count: int = 100
-    ) -> list[tuple[str, str]]:
-        reply: Any = await self.r.xreadgroup(
-            INBOX_GROUP, consumer, {self.keys.inbox: ">"}, count=count, block=block_ms
-        )
-        return [
-            (entry_id, fields.get("sid", ""))
-            for _stream, entries in reply or []
-            for entry_id, fields in entries
-        ]
-
-    async def ack_inbox(self, entry_ids: Sequence[str]) -> None:
-        if entry_ids:
-            pipe = self.r.pipeline(transaction=False)
-            pipe.xack(self.keys.inbox, INBOX_GROUP, *entry_ids)
-            pipe.xdel(self.keys.inbox, *entry_ids)
-            await pipe.execute()
 
 
 def stream_id(entry_id: str) -> tuple[int, int]:

@@ -1,12 +1,15 @@
-"""Renews the leases of every session a supervisor owns, from a thread of its own.
+"""Renews the leases of every session shard a supervisor owns, from a thread of its own.
+
+A supervisor owns sessions by shard (core/shards.py): it leases whole shards, so one renewal
+round costs one script call for its shards, however many sessions they hold.
 
 A lease must be renewed within ``lease_ttl_s`` (1.5 s by default) whatever the session loops
 are doing. On the event loop, the renewal waits its turn behind every ready session: a
 supervisor busy with a thousand sessions fell behind its own renewals and lost the leases of
 sessions it was driving perfectly well. So the renewals run in a thread, one pipeline per
-tick for all leases, and only tell the event loop what changed: a lease found lost (its loop
-is cancelled at once), or Redis silent for longer than the TTL (every loop is stopped: their
-leases are taken as lost and come back through the reclaim path).
+tick for all leases, and only tell the event loop what changed: a lease found lost (the loops
+of its sessions are cancelled at once), or Redis silent for longer than the TTL (every loop is
+stopped: their leases are taken as lost and come back through the reclaim path).
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from collections.abc import Callable, Sequence
 import redis
 
 from planloop.core.keys import Keys
-from planloop.core.lua import AcquireLease, RenewLeases
+from planloop.core.lua import AcquireShard, RenewLeases
 from planloop.core.redis_client import RedisAddress, sync_client
 from planloop.core.redis_faults import is_redis_fault
 
 log = logging.getLogger(__name__)
 
-Lease = tuple[str, str]  # (session id, token)
+Lease = tuple[str, str]  # (shard number as text, token)
 RENEW_BATCH = 500  # leases per script call (a script holds Redis for its whole run)
 
 
@@ -70,7 +73,7 @@ class LeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None  # what ended the thread (not a fault)
         self._seen: dict[Lease, float] = {}
-        self._acquire = AcquireLease.register(self._client)
+        self._acquire = AcquireShard.register(self._client)
         # Leases taken by :meth:`take` that the event loop has not registered yet: renewed
         # here from the moment they are taken (a busy loop may need longer than the TTL to
         # get round to the reply), until :meth:`settle`.
@@ -91,36 +94,25 @@ class LeaseKeeper:
             self._thread.join(self.ttl_s * 2)
         self._client.close()
 
-    def take(
-        self, takes: Sequence[Lease], ttl_s: float, owner: str, session_key: Callable[[str], str]
-    ) -> list[tuple[int, dict[str, str]]]:
-        """Take the leases of ``takes`` (called in a worker thread, not on the event loop),
-        each with its session hash as read right after it: one round trip for all.
-
-        Per take: the new epoch (0 when held elsewhere, ended, or without hot state, as
-        AcquireLease says) and the session hash. The taken leases are renewed from now on,
-        until the owner registers them (``owned``) and calls :meth:`settle`.
+    def take(self, takes: Sequence[Lease], ttl_s: float) -> list[int]:
+        """Take the shard leases of ``takes`` (called in a worker thread, not on the event
+        loop): one round trip for all. Per take, the shard's new epoch (0: held elsewhere).
+        The taken leases are renewed from now on, until the owner registers them (``owned``)
+        and calls :meth:`settle`.
         """
         pipe = self._client.pipeline(transaction=False)
-        for sid, token in takes:
-            call = AcquireLease(
-                lease_key=self.keys.lease(sid),
-                session_key=session_key(sid),
+        for shard, token in takes:
+            call = AcquireShard(
+                shard_lease_key=self.keys.shard_lease(int(shard)),
+                shard_epoch_key=self.keys.shard_epoch(int(shard)),
                 token=token,
                 ttl_ms=int(ttl_s * 1000),
-                owner=owner,
             )
             self._acquire(call, client=pipe)
-            pipe.hgetall(session_key(sid))
-        replies = pipe.execute()
-        taken = [
-            (int(epoch), fields) for epoch, fields in zip(replies[::2], replies[1::2], strict=True)
-        ]
+        epochs = [int(epoch) for epoch in pipe.execute()]
         with self._fresh_lock:
-            self._fresh.update(
-                lease for lease, (epoch, _) in zip(takes, taken, strict=True) if epoch
-            )
-        return taken
+            self._fresh.update(lease for lease, epoch in zip(takes, epochs, strict=True) if epoch)
+        return epochs
 
     def settle(self, leases: Sequence[Lease]) -> None:
         """The owner registered ``leases`` (or gave them up): renewed through ``owned``."""
@@ -163,6 +155,8 @@ class LeaseKeeper:
                         )
                     renewed_at, faulty = sent, False
                     lost = [lease for lease, ok in zip(leases, results, strict=True) if not ok]
+                    if lost:  # not those released meanwhile (a shard given back)
+                        lost = [lease for lease in lost if lease in set(self._to_renew())]
                     if lost:
                         self._explain(lost, len(leases))
                     # when each lease was first renewed (named when one is lost)
@@ -185,7 +179,7 @@ class LeaseKeeper:
             call = RenewLeases(
                 ttl_ms=ttl_ms,
                 tokens=json.dumps([token for _, token in batch]),
-                lease_keys=[self.keys.lease(sid) for sid, _ in batch],
+                lease_keys=[self.keys.shard_lease(int(shard)) for shard, _ in batch],
             )
             self._renew(call, client=pipe)
         return [bool(ok) for held in pipe.execute() for ok in held]
@@ -194,17 +188,17 @@ class LeaseKeeper:
         """Say, for a few lost leases per round, who holds each now and since when it was
         ours: a lease never renewed before it was found lost was taken too late to keep."""
         now = time.monotonic()
-        for sid, token in lost[:3]:
-            key = self.keys.lease(sid)
-            first = self._seen.get((sid, token))
+        for shard, token in lost[:3]:
+            key = self.keys.shard_lease(int(shard))
+            first = self._seen.get((shard, token))
             holder: object = "?"
             left: object = "?"
             with contextlib.suppress(redis.RedisError, OSError):  # never the keeper's end
                 holder, left = self._client.get(key), self._client.pttl(key)
             log.warning(
-                "session=%s lease gone at renewal (%d leases this round): held by %r, %s ms "
+                "shard=%s lease gone at renewal (%d leases this round): held by %r, %s ms "
                 "left; renewed by us since %s",
-                sid,
+                shard,
                 n,
                 holder,
                 left,

@@ -1,4 +1,4 @@
-"""The supervisor process: takes sessions through leases and runs one loop per session."""
+"""The supervisor process: owns session shards through leases, one loop per session."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 
 import redis
@@ -31,7 +32,9 @@ from planloop.supervisor.io.step_queue import Dispatcher
 from planloop.supervisor.process.batch_start import retrieve_error
 from planloop.supervisor.process.compose import compose
 from planloop.supervisor.process.crashes import settle_crash
-from planloop.supervisor.process.lease_keeper import LeaseKeeper
+from planloop.supervisor.process.intake import Intake
+from planloop.supervisor.process.lease_keeper import Lease, LeaseKeeper
+from planloop.supervisor.process.shard_owner import ShardOwner
 from planloop.supervisor.session.lessons import build_lesson_memory
 from planloop.supervisor.session.loop import SessionRunner
 
@@ -43,22 +46,21 @@ INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of
 BEGIN_CHUNK = 50  # loops started before their first writes leave (a few tens of ms)
 BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
 HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
+SWEEP_INTERVAL_S = 2.0  # active sessions of the shards held, looked at for any not running
 
 
 @dataclass
 class Owned:
-    """A session this process holds the lease of, and the task driving it."""
+    """A session of a shard this process holds, and the task driving it."""
 
-    token: str
+    token: str  # the session's own hold, should its loop crash and cool off
     epoch: int
     task: asyncio.Task[None]
-    # False once the loop lets its lease go (released, or held for a crash's cool-off):
-    # the keeper neither renews it nor takes its end for a loss.
-    renewing: bool = True
+    shard: int
 
 
 class Supervisor:
-    """Owns sessions through leases; any number of supervisors may run side by side."""
+    """Owns session shards through leases; any number of supervisors may run side by side."""
 
     def __init__(self, settings: Settings, name: str | None = None) -> None:
         self.settings = settings
@@ -88,6 +90,9 @@ class Supervisor:
             lessons=build_lesson_memory(settings, chat, record.engine),
         )
         self.owned: dict[str, Owned] = {}
+        self.shards = ShardOwner(self.store.r, self.store.keys, self.name, settings)
+        self.intake = Intake(self.store.r, self.store.keys, self.name, settings.session_shards)
+        self._next_sweep = 0.0
         self._next_rebuild = 0.0
         self._next_reclaim = 0.0
         self._rebuilding: asyncio.Task[list[str]] | None = None
@@ -101,18 +106,20 @@ class Supervisor:
 
         0. Wait for Redis to answer (a supervisor started during an outage waits it out)
            and refuse a Redis older than 6.2.
-        1. Keep the leases of owned sessions alive (a thread of its own, so a busy event
-           loop never delays a renewal: supervisor/process/lease_keeper.py; a lease that cannot
-           be renewed stops its session loop at once, and so does Redis staying out of
-           reach for longer than the lease TTL: the leases are taken as lost).
-        2. Until told to stop: make sure the inbox consumer group exists (again after Redis
-           lost its data), take sessions announced on the inbox, and every reclaim
-           interval take over active sessions whose lease expired.
+        1. Keep the leases of the shards held alive (a thread of its own, so a busy event
+           loop never delays a renewal: supervisor/process/lease_keeper.py; a shard lease
+           that cannot be renewed stops its sessions' loops at once, and so does Redis
+           staying out of reach for longer than the lease TTL: the leases are taken as lost).
+        2. Until told to stop: make sure the inbox consumer groups exist (again after Redis
+           lost its data); every reclaim interval take free shards up to a fair share (and
+           any left free for a TTL), give back what a new peer needs, and adopt the active
+           sessions of shards just taken; start sessions announced on the inbox whose shard
+           is held here, forward the others to their shard's owner (process/intake.py).
         3. A Redis fault in step 2 is waited out with a back-off and logged once per
-           outage; sessions whose leases were lost come back through the reclaim of step 2.
+           outage; shards whose leases were lost come back through step 2.
            Any other error, or the lease keeper dying, ends the process (exit code 1).
-        4. On stop: cancel the session loops and release their leases, so a peer resumes
-           them without waiting for the leases to expire.
+        4. On stop: cancel the session loops and release the shard leases, so a peer
+           resumes them without waiting for the leases to expire.
         """
         log.info(
             "supervisor %s starting (redis at %s)", self.name, redact_url(self.settings.redis_url)
@@ -124,8 +131,8 @@ class Supervisor:
             redis_address(self.settings),
             self.store.keys,
             self.settings.lease_ttl_s,
-            owned=self._leases,
-            lost=self._lease_lost,
+            owned=self.shards.leases,
+            lost=self._shard_lost,
             all_lost=self._stop_loops,
         )
         keeper.start()
@@ -188,21 +195,19 @@ class Supervisor:
         would take the same sessions by session id: in submit order to the second only).
         See admission.py."""
         if not self._inbox_ready:
-            await self.store.ensure_inbox()
+            await self.intake.ensure()
             self._inbox_ready = True
         admission = self.ctx.admission
-        if not admission.in_burst:
-            await self._reclaim()
-        else:
-            self._forget_finished()
+        await self._reclaim(admission.in_burst)
         await self._heartbeat()
         block_ms = (
             BURST_READ_MS if admission.in_burst else int(self.settings.reclaim_interval_s * 1000)
         )
-        entries = await self.store.read_inbox(self.name, block_ms, count=INBOX_BATCH)
+        entries = await self.intake.read(block_ms, INBOX_BATCH)
         admission.intake(len(entries), time.monotonic())
-        await self._take([sid for _entry, sid in entries])
-        await self.store.ack_inbox([entry for entry, _ in entries])
+        await self.intake.forward(entries, self.shards.owns)
+        await self._take([e.sid for e in entries if self.shards.owns(e.sid)])
+        await self.intake.ack(entries)
 
     async def _heartbeat(self) -> None:
         """Say when this supervisor last served (a healthcheck reads it), every few seconds."""
@@ -212,15 +217,19 @@ class Supervisor:
         self._next_heartbeat = now + HEARTBEAT_INTERVAL_S
         await self.store.r.zadd(self.store.keys.supervisors, {self.name: time.time()})
 
-    async def _reclaim(self) -> None:
-        """Take over active sessions nobody holds (their owner died or never came), once
-        per reclaim interval: a burst on the inbox is read turn after turn, without a look
-        at every active session in between."""
+    async def _reclaim(self, in_burst: bool) -> None:
+        """Move shards (process/shard_plan.py), then adopt the active sessions of the shards
+        held that no loop runs: right after shards were taken, else every sweep interval (a
+        cool-off or an old release's lease ran out). Once per reclaim interval: a burst on
+        the inbox is read turn after turn, without a look at every active session between."""
         self._forget_finished()
         now = time.monotonic()
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + self.settings.reclaim_interval_s
+        taken_shards = await self._move_shards()  # also in a burst: a new peer gets its share
+        if in_burst and not taken_shards:
+            return
         rebuilding = self._rebuilding
         if rebuilding is not None and rebuilding.done():
             self._rebuilding = None
@@ -231,12 +240,26 @@ class Supervisor:
             # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
             self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx, self.store))
-        candidates = [s for s in await self.store.active_sessions() if s not in self.owned]
-        await self._take(await self.store.unowned(candidates))
+        if taken_shards or now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL_S
+            active = await self.store.active_sessions()
+            await self._take([s for s in active if s not in self.owned and self.shards.owns(s)])
+
+    async def _move_shards(self) -> list[int]:
+        """One look at the shards: give back what a peer needs (its loops stopped first),
+        take what is ours to take; the shards taken."""
+        keeper = self._keeper
+        assert keeper is not None, "shards are taken only while the lease keeper runs"
+        moves = await self.shards.look(Counter(o.shard for o in self.owned.values()))
+        if moves.give_back:
+            leaving = set(moves.give_back)
+            tasks = [o.task for o in self.owned.values() if o.shard in leaving]
+            await self.shards.give_back(moves.give_back, tasks)
+        return await self.shards.take(keeper, moves.take)
 
     async def _take(self, sids: list[str]) -> None:
-        """Take the leases of ``sids`` and start their loops (two round trips for all,
-        which also read what each loop starts from: LeaseKeeper.take, then
+        """Adopt ``sids`` (of shards held here) and start their loops (two round trips for
+        all, which also read what each loop starts from: ShardOwner.adopt, then
         SessionStore.load_plans), a chunk at a time: each chunk's loops run to their
         first writes (a fresh session's first dispatch), which the store sends in one
         round trip (batch_start.py), before the next chunk's loops start."""
@@ -244,34 +267,21 @@ class Supervisor:
         if not wanted:
             return
         takes = [(sid, f"{self.name}:{uuid.uuid4().hex}") for sid in wanted]
-        keeper = self._keeper
-        assert keeper is not None, "sessions are taken only while the lease keeper runs"
-        # In the keeper's thread: the leases are renewed from the moment they are taken,
-        # however long this loop takes to get round to the reply.
-        replies = await asyncio.to_thread(
-            keeper.take, takes, self.settings.lease_ttl_s, self.name, self.store.keys.session
-        )
-        taken = [
-            Taken(sid, epoch, fields)
-            for (sid, _), (epoch, fields) in zip(takes, replies, strict=True)
-        ]
-        # The plans of the whole batch in one more round trip (the keeper renews the new
-        # leases meanwhile); a loop whose batch could not read them raises why itself.
+        taken = await self.shards.adopt(wanted)
+        # The plans of the whole batch in one more round trip; a loop whose batch could
+        # not read them raises why itself.
         loaded = asyncio.ensure_future(self.store.load_plans(taken))
         # A failed load: each loop awaiting it raises (and handles) the error itself.
         loaded.add_done_callback(retrieve_error)
-        try:
-            with self.ctx.admission.starting_batch():  # older loops wait meanwhile
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(loaded)
-                for start in range(0, len(takes), BEGIN_CHUNK):
-                    end = start + BEGIN_CHUNK
-                    for (sid, token), took in zip(takes[start:end], taken[start:end], strict=True):
-                        if took.epoch:
-                            self._start_loop(sid, token, took, loaded)
-                    await asyncio.sleep(0)  # one lap: these loops reach their first writes
-        finally:  # registered (renewed through `owned`), or left to expire
-            keeper.settle(takes)
+        with self.ctx.admission.starting_batch():  # older loops wait meanwhile
+            with contextlib.suppress(Exception):
+                await asyncio.shield(loaded)
+            for start in range(0, len(takes), BEGIN_CHUNK):
+                end = start + BEGIN_CHUNK
+                for (sid, token), took in zip(takes[start:end], taken[start:end], strict=True):
+                    if took.epoch:
+                        self._start_loop(sid, token, took, loaded)
+                await asyncio.sleep(0)  # one lap: these loops reach their first writes
         ended = [t.sid for t in taken if not t.epoch and t.ended]
         if ended:  # ended is final: never taken again
             await self.store.r.srem(self.store.keys.active, *ended)
@@ -281,7 +291,7 @@ class Supervisor:
         took.loaded = loaded
         runner = SessionRunner(self.ctx, sid, took.epoch, took)
         task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
-        self.owned[sid] = Owned(token, took.epoch, task)
+        self.owned[sid] = Owned(token, took.epoch, task, self.shards.shard(sid))
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         bind(runner.sid)  # this task's own context: its log lines name the session
@@ -293,59 +303,41 @@ class Supervisor:
 
     async def _drive_loop(self, runner: SessionRunner, token: str) -> None:
         sid = runner.sid
-        try:
+        try:  # a loop stopped (cancelled) or ended holds nothing of its own to release
             await runner.run()
-        except asyncio.CancelledError:
-            self._stop_renewing(sid)
-            await self.store.release_lease(sid, token)
-            raise
         except Exception as exc:
             try:
                 await self._after_crash(runner, token, exc)
-            except Exception:  # Redis or SQL down as well: the lease expires, a peer retries
+            except Exception:  # Redis or SQL down as well: the next sweep retries it
                 log.exception("session=%s loop crashed and could not be counted", sid)
-        else:
-            self._stop_renewing(sid)
-            await self.store.release_lease(sid, token)
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
-        """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
+        """Settle the crash (process/crashes.py); to cool off, hold the session on its own
+        (its lease key: no owner of its shard adopts it until the hold runs out)."""
         sid, applying = runner.sid, runner.events.applying
         cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, applying, exc)
-        self._stop_renewing(sid)  # the keeper must not shorten a cool-off
-        if cool_off is None:
-            await self.store.release_lease(sid, token)
-        else:
-            await self.store.renew_leases([(sid, token)], cool_off)
+        if cool_off is not None:
+            await self.store.r.set(self.store.keys.lease(sid), token, px=int(cool_off * 1000))
 
     def _forget_finished(self) -> None:
-        for sid in [s for s, o in self.owned.items() if o.task.done()]:
+        done = [s for s, o in self.owned.items() if o.task.done()]
+        for sid in done:
             del self.owned[sid]
+        self.shards.forget(done)
 
-    def _leases(self) -> list[tuple[str, str]]:
-        """The leases to renew (read by the keeper's thread: a copy, never a mutation)."""
-        return [
-            (sid, o.token)
-            for sid, o in dict(self.owned).items()
-            if o.renewing and not o.task.done() and not o.task.cancelling()
-        ]
-
-    def _stop_renewing(self, sid: str) -> None:
-        held = self.owned.get(sid)
-        if held is not None:
-            held.renewing = False
-
-    def _lease_lost(self, lease: tuple[str, str]) -> None:
-        """A renewal found the lease gone: stop the session's loop at once."""
-        sid, token = lease
-        held = self.owned.get(sid)
-        # A loop that ended meanwhile released its lease (and may be forgotten).
-        if held is not None and held.token == token and held.renewing and not held.task.done():
-            log.error("session=%s lease lost; stopping its loop at once", sid)
-            held.task.cancel()
+    def _shard_lost(self, lease: Lease) -> None:
+        """A renewal found a shard's lease gone: stop the loops of its sessions at once."""
+        shard = self.shards.lost(lease)
+        if shard is None:  # given back meanwhile
+            return
+        stopping = [o.task for o in self.owned.values() if o.shard == shard and not o.task.done()]
+        log.error("shard=%d lease lost; stopping its %d loops at once", shard, len(stopping))
+        for task in stopping:
+            task.cancel()
 
     def _stop_loops(self, why: str) -> None:
-        """Stop every session loop: their leases are taken as lost (reclaimed later)."""
+        """Stop every session loop: the shard leases are taken as lost (taken again later)."""
+        self.shards.lose_all()
         for sid, owned in self.owned.items():
             if not owned.task.done() and not owned.task.cancelling():
                 log.warning("session=%s leases taken as lost (%s); stopping its loop", sid, why)
@@ -358,3 +350,5 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await owned.task
         self.owned.clear()
+        with contextlib.suppress(redis.RedisError):  # else they expire after their TTL
+            await self.shards.release_all()

@@ -26,6 +26,7 @@ from planloop.core.keys import Keys
 from planloop.core.models import SessionOptions, SessionRecord, StepState, StepStatus
 from planloop.core.record import SqlRecord
 from planloop.core.redis_client import redis_address
+from planloop.core.shards import shard_holder
 from planloop.planner.plan import Plan, parse_plan
 from planloop.producer.client import Producer
 from planloop.producer.stack import Stack, local_stack, redis_answers
@@ -187,10 +188,13 @@ class PrivateStack:
             proc.wait(10)
 
     def owner_process(self, sid: str) -> subprocess.Popen[bytes] | None:
-        """The live supervisor process that holds the session's lease, if any."""
-        if not self.redis.exists(self.keys.lease(sid)):
+        """The live supervisor process that holds the session's shard and adopted the
+        session, if any."""
+        owner = self.hot.session(sid).owner
+        holder = shard_holder(self.redis, self.keys, sid, self.settings.session_shards)
+        if holder is None or holder != owner:
             return None
-        match = OWNER_PID.search(self.hot.session(sid).owner)
+        match = OWNER_PID.search(owner)
         if match is None:
             return None
         pid = int(match.group(1))

@@ -42,6 +42,9 @@ GLOBAL_KEYS = {
     "unacked_key": "unacked",
     "unacked_index_key": "unacked_index",
     "queue_key": "planloop",
+    # a session shard's two keys: tagged by the shard, so one slot per shard
+    "shard_lease_key": KEYS.shard_lease(7),
+    "shard_epoch_key": KEYS.shard_epoch(7),
 }
 # Scripts whose one call spans slots, and why (the note's "Exceptions" table says the same).
 CROSS_SLOT = {
@@ -114,7 +117,7 @@ def test_each_script_is_in_one_slot_or_a_listed_exception(
     rest = next((f.name for f in fields(script) if f.metadata["lua"] == "rest_keys"), "")
     if script is lua.LoadStarts:  # one session's pair: its plan and its events
         keys += [KEYS.plan(sid, 1), KEYS.events(sid)]
-    elif script is lua.RenewLeases:
+    elif script is lua.RenewLeases:  # the leases of sessions, or of session shards
         keys += [KEYS.lease(sid)]
     elif script is lua.FencedWrite:  # the session's own targets
         keys += [KEYS.session(sid), KEYS.step(sid, "a"), KEYS.plan(sid, 2), KEYS.progress(sid)]
