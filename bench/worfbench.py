@@ -98,12 +98,18 @@ class PlanRun:
 
     def released(self, until: dict[str, float]) -> list[float]:
         """Per dependent node: ``until[node]`` minus the latest end of its dependencies."""
-        return [until[s] - max(self.finished[d] for d in deps) for s, deps in self.dag.items() if deps]
+        return [
+            until[s] - max(self.finished[d] for d in deps) for s, deps in self.dag.items() if deps
+        ]
 
 
 # --- (a) Planloop on the real stack ------------------------------------------------------
 def run_planloop(
-    producer: Producer, plans: list[tuple[Dag, int]], node_s: float, in_flight: int, timeout_s: float
+    producer: Producer,
+    plans: list[tuple[Dag, int]],
+    node_s: float,
+    in_flight: int,
+    timeout_s: float,
 ) -> list[PlanRun]:
     """Keep ``in_flight`` sessions running until every plan ran; read their timestamps."""
     r, keys = producer.state.r, producer.state.keys
@@ -276,10 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, object] = {"worker_concurrency": per_worker, "session_concurrency": 16}
     overrides.update(item.split("=", 1) for item in args.set)
     with bench_env("wb", **overrides) as bench:
-        with planloop_stack(bench, concurrency=per_worker, workers=args.workers) as (
-            stack,
-            producer,
-        ):
+        stack_cm = planloop_stack(bench, concurrency=per_worker, workers=args.workers)
+        with stack_cm as (stack, producer):
             run_planloop(producer, warm, args.node_s, args.in_flight, timeout_s=120)
             meter = _meter(stack.processes, redis_pid(bench.redis))
             meter.start()

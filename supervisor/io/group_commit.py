@@ -11,8 +11,12 @@ in one Redis pipeline. Fencing stays per session: the record bumps each session'
 Group commit: the writer waits until no session has submitted anything for
 ``checkpoint_linger_s``, or until ``MAX_LINGER_S`` has passed (a flush skips the wait), so a
 burst of outcomes and dispatches becomes one commit after the burst; under sustained load the
-commits are large and few. Events are acknowledged only after the batch that applied them is
-committed, so a crash before the commit leaves them pending for the next owner.
+commits are large and few. A flush also goes first: the next round commits the batches
+someone waits for (a session's end, a start's claim) and leaves the others, unless they have
+waited ``MAX_LINGER_S``, to the round after, so a waiter pays for a small transaction, not
+for every session's turn since the last commit. Events are acknowledged only after the
+batch that applied them is committed, so a crash before the commit leaves them pending for
+the next owner.
 """
 
 from __future__ import annotations
@@ -86,6 +90,8 @@ class Pending:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     error: BaseException | None = None
+    since: float = field(default_factory=lambda: asyncio.get_running_loop().time())
+    urgent: bool = False  # a flush waits for it: it goes in the next round, before the others
 
 
 class ClaimBatcher:
@@ -157,8 +163,7 @@ class CheckpointWriter:
         self.defer = defer
         self._pending: dict[tuple[str, int], Pending] = {}
         self._wake = asyncio.Event()
-        self._hurry = 0  # flushes waiting: no lingering while any does
-        self._hurried = asyncio.Event()
+        self._hurried = asyncio.Event()  # set while a batch not taken yet is urgent
         self._submitted = 0
         self._acked_since_trim: dict[str, int] = {}
         self._errors: dict[tuple[str, int], BaseException | None] = {}  # open sessions
@@ -203,14 +208,10 @@ class CheckpointWriter:
         if not hurry:
             await asyncio.shield(pending.done)
             return
-        self._hurry += 1
-        self._hurried.set()
-        try:
-            await asyncio.shield(pending.done)
-        finally:
-            self._hurry -= 1
-            if not self._hurry:
-                self._hurried.clear()
+        if self._pending.get((pending.sid, pending.epoch)) is pending:  # not taken yet
+            pending.urgent = True
+            self._hurried.set()
+        await asyncio.shield(pending.done)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -222,7 +223,7 @@ class CheckpointWriter:
             await self._wake.wait()
             await self._linger()
             self._wake.clear()
-            taken, self._pending = list(self._pending.values()), {}
+            taken = self._take()
             try:
                 await self._commit(taken)
             except Exception as exc:  # kept for each loop to raise; nothing is acknowledged
@@ -237,6 +238,21 @@ class CheckpointWriter:
                     if not pending.done.done():
                         pending.done.set_result(None)
 
+    def _take(self) -> list[Pending]:
+        """The round's batches: the urgent ones and those that waited ``MAX_LINGER_S`` when
+        there are urgent ones (the rest wake the writer again), else every one."""
+        pending = list(self._pending.values())
+        self._hurried.clear()  # the urgent batches are taken now
+        if not any(p.urgent for p in pending):
+            self._pending = {}
+            return pending
+        old = asyncio.get_running_loop().time() - MAX_LINGER_S
+        taken = [p for p in pending if p.urgent or p.since <= old]
+        self._pending = {(p.sid, p.epoch): p for p in pending if not (p.urgent or p.since <= old)}
+        if self._pending:
+            self._wake.set()
+        return taken
+
     async def _linger(self) -> None:
         """Wait for a quiet spell of ``checkpoint_linger_s``, at most ``MAX_LINGER_S``."""
         await self._deferred()
@@ -245,7 +261,7 @@ class CheckpointWriter:
             return
         loop = asyncio.get_running_loop()
         give_up = loop.time() + MAX_LINGER_S
-        while not self._hurry:
+        while not self._hurried.is_set():
             left = give_up - loop.time()
             if left <= 0:
                 return
@@ -257,7 +273,7 @@ class CheckpointWriter:
 
     async def _deferred(self) -> None:
         """Wait for ``defer``, unless (or until) a flush hurries the round."""
-        if self._hurry:
+        if self._hurried.is_set():
             return
         deferring = asyncio.ensure_future(self.defer())
         hurried = asyncio.ensure_future(self._hurried.wait())
