@@ -75,12 +75,19 @@ async def drain_events(end: Ending) -> None:
     Pending entries first: a reply lost to a dropped connection, or a former owner's read,
     leaves events delivered but never applied, and the end may come before the idle claim.
     The claim and the first read of new entries go out together (one wait, not two, before
-    the end is written); an entry both return is recorded once.
+    the end is written); an entry both return is recorded once. New entries are read from
+    the stream itself, not through the process's event hub: a hub read still blocked on
+    this stream (the session was woken by it a moment ago) would otherwise be unblocked and
+    waited for. What that read delivered before the claim is pending under this consumer,
+    so the claim takes it (the hub's copy stays in a mailbox nobody reads); what comes later
+    arrives after the drain, as it always could.
     """
     io = end.io
-    pending, entries = await asyncio.gather(
-        io.store.claim_pending(io.sid, io.consumer), io.read_events(count=500, block_ms=1)
-    )
+
+    async def read_new() -> list[tuple[str, dict[str, str]]]:
+        return await io.store.read_events(io.sid, io.consumer, count=500, block_ms=1)
+
+    pending, entries = await asyncio.gather(io.store.claim_pending(io.sid, io.consumer), read_new())
     seen: set[str] = set()
     while True:
         for entry_id, fields in [*pending, *entries]:
@@ -89,7 +96,7 @@ async def drain_events(end: Ending) -> None:
                 await _record_entry(end, entry_id, fields)
         if not entries:
             return
-        pending, entries = [], await io.read_events(count=500, block_ms=1)
+        pending, entries = [], await read_new()
 
 
 async def await_writes_in_flight(end: Ending) -> None:
