@@ -27,8 +27,12 @@ PLANLOOP_CLASSES = ("broker_transport", "worker_consumer")
 
 
 def stock_celery_config(settings: Settings) -> dict[str, Any]:
-    """Planloop's Celery settings on stock Celery and kombu: the baseline is plain Celery."""
-    return {k: v for k, v in celery_config(settings).items() if k not in PLANLOOP_CLASSES}
+    """Planloop's Celery settings on stock Celery and kombu: the baseline is plain Celery.
+
+    With task events on: Planloop's consumer sends them while a monitor listens
+    (workers/consumer.py); stock Celery cannot tell, so it sends them for Flower always."""
+    config = {k: v for k, v in celery_config(settings).items() if k not in PLANLOOP_CLASSES}
+    return {**config, "worker_send_task_events": True}
 
 
 settings = Settings()

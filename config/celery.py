@@ -34,9 +34,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """
     address = redis_address(settings)
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    extra: dict[str, Any] = {}
     if address.sentinel is not None:
         transport_options.update(address.sentinel.transport_options())
+        tls = address.sentinel.broker_ssl()
+        if tls is not None:  # kombu hands it to the connections of the master it finds
+            extra["broker_use_ssl"] = tls
     return {
+        **extra,
         "broker_url": address.broker_url(),
         "broker_transport": TRANSPORT if address.sentinel is None else SENTINEL_TRANSPORT,
         "result_backend": None,
@@ -49,7 +54,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "worker_concurrency": settings.worker_concurrency,
         "worker_pool": settings.worker_pool,
-        "worker_send_task_events": True,
+        # Off at start: a worker sends task events while a monitor listens (workers/consumer.py).
+        "worker_send_task_events": False,
         # Celery's consumer, with task events published in batches (workers/consumer.py).
         "worker_consumer": "planloop.workers.consumer:Consumer",
         "task_send_sent_event": True,

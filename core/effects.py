@@ -19,9 +19,12 @@ Each call passes through the attempt's fence (core/effect_fence.py): an attempt 
 timeout passed is refused before step 1 (recorded as a late effect: a warning, a metric and
 the audit file), and steps 3-4 run inside :meth:`AttemptFence.applying`, so an effect is
 either refused or, already applying, commits under the step's key for the next attempt to
-find and compensation to undo. A database that refuses the write (disk full, locked) raises
-:class:`core.errors.StoreWriteError`: an infrastructure fault the supervisor retries once
-the store recovers, never the tool's failure.
+find and compensation to undo. One that commits after the fence closed is recorded in the
+same transaction as a late effect (:class:`core.record.LateEffectRow`) and handed to
+``on_late``, which settles it once the session has ended (workers/late_effects.py: undone
+after the ending when the ending missed it). A database that refuses the write (disk
+full, locked) raises :class:`core.errors.StoreWriteError`: an infrastructure fault the
+supervisor retries once the store recovers, never the tool's failure.
 
 The remaining window: a worker killed after the external effect happened and before its
 transaction committed (the database rolls the claim back when the connection dies, and the
@@ -57,12 +60,16 @@ from planloop.config.settings import Settings
 from planloop.core.effect_fence import AttemptFence
 from planloop.core.errors import EffectNotRecordedError, LateEffectRefused, StoreWriteError
 from planloop.core.metrics import count_late_effect
-from planloop.core.record import EffectRow, make_engine
+from planloop.core.record import EffectRow, LateEffectRow, make_engine
 from planloop.core.tools import ToolContext
 
 log = logging.getLogger(__name__)
 
 EFFECTS = cast(Table, EffectRow.__table__)
+LATE = cast(Table, LateEffectRow.__table__)
+# Told of each effect that committed after its attempt's fence closed (its ledger row and
+# receipt), once committed.
+OnLate = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 class ReceiptCache(Protocol):
@@ -145,10 +152,12 @@ class SqlEffectLedger:
         *,
         cache: ReceiptCache | None = None,
         audit: EffectAudit | None = None,
+        on_late: OnLate | None = None,
     ) -> None:
         self.database_url = database_url
         self.cache = cache
         self.audit = audit
+        self.on_late = on_late
         self._engine: Engine | None = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -245,6 +254,7 @@ class SqlEffectLedger:
     ) -> dict[str, Any]:
         row = _row(key, ctx)
         made: dict[str, Any] | None = None
+        late = False
         try:
             with self.engine.connect() as conn, conn.begin() as claim:
                 # the insert waits while a racer's claim is uncommitted
@@ -257,12 +267,17 @@ class SqlEffectLedger:
                             .where(EFFECTS.c.idempotency_key == key)
                             .values(receipt=json.dumps(made), created_at=time.time())
                         )
+                        late = fence.closed  # recorded with the effect: neither without
+                        if late:
+                            _insert_late(conn, row)
                         claim.commit()  # inside the fence: a late one is counted below
                         self._note_late(fence, key, row)
             if made is not None:
                 # Audited once committed: a worker killed before the commit applied nothing
                 # (the receipt is the bundled tools' effect), and the next attempt applies it.
                 self._audit(key, row["tool"])
+                if late and self.on_late is not None:
+                    self.on_late(row, made)  # settled once its session has ended
                 return made  # committed: the first receipt of this key
         except DBAPIError:
             if made is None:
@@ -332,12 +347,23 @@ def _insert_ignore(conn: Connection, row: dict[str, Any]) -> bool:
     return conn.execute(statement.returning(EFFECTS.c.idempotency_key)).first() is not None
 
 
+def _insert_late(conn: Connection, row: dict[str, Any]) -> None:
+    """Record the effect of ``row`` as late (pending: settled once its session has ended)."""
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    fields = {k: row[k] for k in ("idempotency_key", "session_id", "step_id", "attempt", "tool")}
+    late = {**fields, "committed_at": time.time(), "status": "pending"}
+    late |= {"compensation_tool": "", "settled_by": "", "settled_at": 0.0, "error": ""}
+    conn.execute(insert(LATE).values(**late).on_conflict_do_nothing())
+
+
 def _ensure_table(engine: Engine) -> None:
-    """Create the ``effects`` table if missing; another process creating it at the same time
-    (PostgreSQL answers with a duplicate-type error) is fine."""
-    try:
-        EFFECTS.create(engine, checkfirst=True)
-    except DBAPIError:
-        with engine.connect() as conn:
-            if not engine.dialect.has_table(conn, EFFECTS.name):
-                raise
+    """Create the ``effects`` and ``late_effects`` tables if missing; another process
+    creating them at the same time (PostgreSQL answers with a duplicate-type error) is
+    fine."""
+    for table in (EFFECTS, LATE):
+        try:
+            table.create(engine, checkfirst=True)
+        except DBAPIError:
+            with engine.connect() as conn:
+                if not engine.dialect.has_table(conn, table.name):
+                    raise

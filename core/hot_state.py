@@ -224,8 +224,8 @@ class HotState:
     ) -> int:
         """Claim a dispatched attempt (and check its tool's breaker) in one round trip.
 
-        A ``receipt`` is written back to the broker's unacked entries in the same call.
-        Returns 1 claimed, 2 claimed but the breaker is open, 0 stale, -1 already started.
+        A ``receipt`` goes back to the broker's unacked entries in the same call. Returns 1
+        claimed, 3 as the breaker's half-open trial, 2 breaker open, 0 stale, -1 started.
         """
         cooldown = "" if breaker is None else breaker.cooldown_s
         unacked, index, tag = _receipt_args(receipt)
@@ -242,7 +242,7 @@ class HotState:
                     started_at=repr(time.time()),
                     cooldown_s=cooldown,
                     delivery_tag=tag,
-                    unacked_entry=receipt.entry if receipt else "",
+                    unacked_entry=receipt.entry if receipt and not receipt.held else "",
                 )
             )
         )

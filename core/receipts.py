@@ -23,6 +23,10 @@ from typing import Any
 # transport options can change them, and a receipt carries the names its channel used).
 KOMBU_UNACKED = "unacked"
 KOMBU_UNACKED_INDEX = "unacked_index"
+# The delivery tags of step messages whose unacked entry the dispatch already wrote, with the
+# message, from the same bytes it queued (supervisor/io/step_message.py): the claim only
+# indexes it, so the message crosses the wire once each way instead of going in twice.
+HELD_TAG_PREFIX = "plheld-"
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,8 @@ class Receipt:
     """A received step message, as kombu's unacked entry that the attempt's scripts hold.
 
     The claim script writes ``entry`` under ``tag`` (hash ``unacked_key``, index
-    ``index_key``, scored by time, as kombu does); the outcome script deletes it.
+    ``index_key``, scored by time, as kombu does), or only the index when the dispatch
+    wrote the entry (:attr:`held`); the outcome script deletes both.
     """
 
     tag: str
@@ -39,6 +44,14 @@ class Receipt:
     message: dict[str, Any]
     exchange: str
     routing_key: str
+
+    @property
+    def held(self) -> bool:
+        """Whether the dispatch wrote the entry already: the claim indexes it, no more.
+
+        The dispatch writes it under kombu's default name only, so a channel configured
+        with another writes its own."""
+        return self.tag.startswith(HELD_TAG_PREFIX) and self.unacked_key == KOMBU_UNACKED
 
     @property
     def entry(self) -> str:

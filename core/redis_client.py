@@ -5,8 +5,9 @@ form, the sentinels that know where the master is: ``sentinel://h1:26379;sentine
 with an optional database path (``.../0``) and the data password as the URL's
 (``sentinel://:pw@h1:26379;...``). A sentinel URL needs the master's name
 (PLANLOOP_REDIS_SENTINEL_MASTER); the sentinels' own password is
-PLANLOOP_REDIS_SENTINEL_PASSWORD. :func:`redis_address` reads the three into a
-:class:`RedisAddress`; :func:`sync_client` and :func:`async_client` build clients from it,
+PLANLOOP_REDIS_SENTINEL_PASSWORD; TLS to both sides is PLANLOOP_REDIS_SENTINEL_TLS
+(core/redis_tls.py). :func:`redis_address` reads them into a :class:`RedisAddress`;
+:func:`sync_client` and :func:`async_client` build clients from it,
 and a plain URL string still works wherever no sentinel is involved.
 
 A sentinel client asks the sentinels for the master on every new connection. Two redis-py
@@ -43,10 +44,19 @@ import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
 from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
-from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.sentinel import (
+    SentinelManagedSSLConnection as AsyncSentinelManagedSSLConnection,
+)
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from planloop.core.config_errors import ConfigError
 from planloop.core.redis_faults import redact_url
+from planloop.core.redis_tls import SentinelTls, sentinel_tls
 
 if TYPE_CHECKING:
     from planloop.config.settings import Settings
@@ -84,6 +94,7 @@ class SentinelAddress:
     username: str | None = None
     password: str | None = None  # the master's (and replicas') password
     sentinel_password: str | None = None
+    tls: SentinelTls | None = None  # TLS to the sentinels and the master; None: plain TCP
 
     def kombu_url(self) -> str:
         """The broker URL kombu reads the same way: every part with the credentials and the
@@ -96,9 +107,17 @@ class SentinelAddress:
     def transport_options(self) -> dict[str, Any]:
         """kombu's sentinel transport options (``broker_transport_options``)."""
         options: dict[str, Any] = {"master_name": self.master}
+        sentinel_kwargs = self.tls.sentinel_kwargs() if self.tls is not None else {}
         if self.sentinel_password:
-            options["sentinel_kwargs"] = {"password": self.sentinel_password}
+            sentinel_kwargs["password"] = self.sentinel_password
+        if sentinel_kwargs:
+            options["sentinel_kwargs"] = sentinel_kwargs
         return options
+
+    def broker_ssl(self) -> dict[str, Any] | None:
+        """Celery's ``broker_use_ssl``: the master's TLS options, which kombu's sentinel
+        transport gives the connections of the master it finds."""
+        return self.tls.redis_kwargs() if self.tls is not None else None
 
 
 @dataclass(frozen=True)
@@ -116,7 +135,9 @@ def is_sentinel_url(url: str) -> bool:
     return url.strip().lower().startswith(f"{SENTINEL_SCHEME}://")
 
 
-def parse_redis_url(url: str, *, master: str = "", sentinel_password: str = "") -> RedisAddress:
+def parse_redis_url(
+    url: str, *, master: str = "", sentinel_password: str = "", tls: SentinelTls | None = None
+) -> RedisAddress:
     """``url`` read as redis-py and kombu read it; a sentinel URL needs ``master``.
 
     Raises:
@@ -154,6 +175,7 @@ def parse_redis_url(url: str, *, master: str = "", sentinel_password: str = "") 
             username=username,
             password=password,
             sentinel_password=sentinel_password or None,
+            tls=tls,
         ),
     )
 
@@ -164,6 +186,7 @@ def redis_address(settings: Settings) -> RedisAddress:
         settings.redis_url,
         master=settings.redis_sentinel_master,
         sentinel_password=settings.redis_sentinel_password.get_secret_value(),
+        tls=sentinel_tls(settings),
     )
 
 
@@ -180,7 +203,7 @@ def sync_client(target: str | RedisAddress, **options: Any) -> redis.Redis:
         s.master,
         manager,
         is_master=True,
-        connection_class=_MasterConnection,
+        connection_class=_MasterConnection if s.tls is None else _MasterSSLConnection,
         **_data_kwargs(s, options),
     )  # type: ignore[no-untyped-call]
     client = redis.Redis(connection_pool=pool, single_connection_client=single)
@@ -212,7 +235,7 @@ def async_client(
         s.master,
         manager,
         is_master=True,
-        connection_class=_AsyncMasterConnection,
+        connection_class=_AsyncMasterConnection if s.tls is None else _AsyncMasterSSLConnection,
         **_data_kwargs(s, options),
     )
     client = aioredis.Redis(connection_pool=master_pool, single_connection_client=single)
@@ -237,6 +260,14 @@ class _AsyncMasterConnection(AsyncSentinelManagedConnection):
         if not self.is_connected:
             await self.connect()  # type: ignore[no-untyped-call]
         await super().send_packed_command(command, check_health)
+
+
+class _MasterSSLConnection(_MasterConnection, SentinelManagedSSLConnection):
+    """:class:`_MasterConnection` over TLS (PLANLOOP_REDIS_SENTINEL_TLS)."""
+
+
+class _AsyncMasterSSLConnection(_AsyncMasterConnection, AsyncSentinelManagedSSLConnection):
+    """:class:`_AsyncMasterConnection` over TLS."""
 
 
 class _MasterPool(SentinelConnectionPool):
@@ -323,6 +354,8 @@ def _sentinel_kwargs(s: SentinelAddress, options: dict[str, Any]) -> dict[str, A
             kwargs[name] = SENTINEL_TIMEOUT_S
     if s.sentinel_password:
         kwargs["password"] = s.sentinel_password
+    if s.tls is not None:
+        kwargs.update(s.tls.sentinel_kwargs())
     return kwargs
 
 
@@ -332,4 +365,6 @@ def _data_kwargs(s: SentinelAddress, options: dict[str, Any]) -> dict[str, Any]:
         kwargs["password"] = s.password
     if s.username is not None:
         kwargs["username"] = s.username
+    if s.tls is not None:
+        kwargs.update(s.tls.redis_kwargs())
     return kwargs

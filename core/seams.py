@@ -74,10 +74,14 @@ SEAMS: tuple[Seam, ...] = (
         "kombu",
         "the unacked layout (hash 'unacked': tag -> JSON [message, exchange, routing_key]; "
         "sorted set 'unacked_index': tag by time of receipt)",
-        "core/receipts.py, core/lua/attempts.py (StartAttempt, RecordOutcome)",
-        "kombu's default key names and entry format; kombu restores what the claim wrote",
+        "core/receipts.py, core/lua/attempts.py (StartAttempt, RecordOutcome), "
+        "core/lua/session_writes.py (FencedWrite's QUEUE), supervisor/io/step_message.py",
+        "kombu's default key names and entry format; kombu restores what the claim wrote, "
+        "and an entry the dispatch wrote that the claim indexed",
         f"{UNIT}::test_kombus_unacked_key_names_are_the_receipts_defaults; "
-        f"{INTEGRATION}::test_kombu_restores_an_entry_the_claim_script_wrote",
+        f"{INTEGRATION}::test_kombu_restores_an_entry_the_claim_script_wrote; "
+        "tests/integration/test_receipts.py::"
+        "test_a_dispatched_message_is_held_from_the_dispatch_and_its_claim_only_indexes_it",
     ),
     Seam(
         "kombu",
@@ -154,6 +158,18 @@ SEAMS: tuple[Seam, ...] = (
     ),
     Seam(
         "celery",
+        "celery.worker.consumer.Consumer.create_task_handler() and the event dispatcher's "
+        "groups (EventDispatcher.groups, a set; the worker's Events step gives it "
+        "{'worker'} with task events off); EventDispatcher.producer.channel, exchange, headers",
+        "workers/consumer.py (task events while a monitor listens), core/event_listeners.py",
+        "create_task_handler returns the handler of each received task message; a dispatcher "
+        "sends a group's events only while the group is in its groups (what Celery's "
+        "enable_events control adds); its producer's channel publishes its events",
+        f"{UNIT}::test_the_consumers_task_handler_and_the_dispatchers_groups_gate_task_events; "
+        "tests/unit/test_event_listeners.py",
+    ),
+    Seam(
+        "celery",
         "celery.bin.celery.celery.params[0].default",
         "workers/app.py (run_worker)",
         "the first parameter of the celery command is --app, whose default names the app",
@@ -196,7 +212,8 @@ SEAMS: tuple[Seam, ...] = (
         "Sentinel connections and pools, sync and asyncio (SentinelManagedConnection, "
         "SentinelConnectionPool: send_packed_command, get_connection, get_master_address, "
         "release, master_address, is_master, sentinel_manager.sentinels, _sock, is_connected)",
-        "core/redis_client.py (_MasterConnection, _MasterPool, _AsyncMasterPool)",
+        "core/redis_client.py (_MasterConnection, _MasterPool, _AsyncMasterPool; the TLS "
+        "twins mix in SentinelManagedSSLConnection)",
         "subclasses may override those methods and read those attributes; get_master_address "
         "asks the sentinels and updates master_address; a sync connection's socket is _sock",
         f"{UNIT}::test_redis_sentinel_classes_keep_what_our_subclasses_override_and_read; "

@@ -1,4 +1,5 @@
-"""A session's history from the SQL record: plan versions and their diffs, decisions, LLM use."""
+"""A session's history from the SQL record: plan versions and their diffs, decisions, LLM use,
+and the writes that committed after their attempt's timeout (late effects)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def plan_diff(old: Plan, new: Plan) -> list[str]:
 
 
 def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:
-    """Plan versions (with the diff to the previous one), decisions and LLM calls."""
+    """Plan versions (with the diff to the previous one), decisions, LLM calls and late
+    effects."""
     versions: list[dict[str, Any]] = []
     previous: Plan | None = None
     for row in record.plan_versions(sid):
@@ -66,7 +68,41 @@ def session_history(record: SqlRecord, sid: str) -> dict[str, Any]:
         "prompt_tokens": sum(c.prompt_tokens for c in rows),
         "completion_tokens": sum(c.completion_tokens for c in rows),
     }
-    return {"plan_versions": versions, "decisions": decisions, "llm_calls": calls, "llm": totals}
+    late = [
+        {
+            "step": e.step_id,
+            "attempt": e.attempt,
+            "tool": e.tool,
+            "committed_at": e.committed_at,
+            "status": e.status,
+            "compensation_tool": e.compensation_tool,
+            "settled_by": e.settled_by,
+            "error": mask_text(e.error),
+        }
+        for e in record.late_effects(sid)
+    ]
+    return {
+        "plan_versions": versions,
+        "decisions": decisions,
+        "llm_calls": calls,
+        "llm": totals,
+        "late_effects": late,
+    }
+
+
+def late_effect_line(effect: dict[str, Any]) -> str:
+    """One late effect: which attempt's write, and how it was settled."""
+    what = f"{effect['step']} attempt {effect['attempt']} ({effect['tool']})"
+    if effect["status"] == "compensated":
+        if effect["settled_by"] == "ending":
+            return f"late write of {what}: compensated by the session's ending"
+        undo = effect["compensation_tool"]
+        return f"late write of {what}: compensated by {undo} after the session ended"
+    if effect["status"] == "failed":
+        return f"late write of {what}: COMPENSATION FAILED ({effect['error']})"
+    if effect["status"] == "kept":
+        return f"late write of {what}: kept (the session keeps its writes)"
+    return f"late write of {what}: pending (settled once the session has ended)"
 
 
 def print_history(console: Console, history: dict[str, Any]) -> None:
@@ -85,6 +121,10 @@ def print_history(console: Console, history: dict[str, Any]) -> None:
         usage = f", {d['prompt_tokens']}+{d['completion_tokens']} tokens" if tokens else ""
         line = f"{d['action']} ({d['source']}{usage}): {d['reasoning']}"
         console.print(terminal_safe(line), markup=False)
+    if history.get("late_effects"):
+        console.rule("late effects")
+        for effect in history["late_effects"]:
+            console.print(terminal_safe(late_effect_line(effect)), markup=False, highlight=False)
     console.rule("LLM calls")
     if not history["llm_calls"]:
         console.print("(none)")

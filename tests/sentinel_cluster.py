@@ -3,7 +3,9 @@
 Every server is the same ``redis-server`` binary (sentinels run it with ``--sentinel``), on
 free ports, with its files in one temporary directory; :meth:`SentinelCluster.stop` ends
 them all. Failure detection is quick (``down-after-milliseconds 1000``), so a killed master
-is replaced within a few seconds.
+is replaced within a few seconds. With ``tls`` (a certificate, its key and the CA that
+signed it), every server listens on TLS only (``port 0``, ``tls-port``), replicates and
+monitors over TLS, and the cluster's own clients verify the servers' certificates.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -27,6 +30,31 @@ FAILOVER_TIMEOUT_MS = 5000
 START_TIMEOUT_S = 15.0
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server certificate and key, and the CA file that verifies it (PEM paths)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+    def server_args(self) -> list[str]:
+        return [
+            *("--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key)),
+            *("--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "no"),
+            *("--tls-replication", "yes"),
+        ]
+
+    def sentinel_conf(self) -> str:
+        return (
+            f"tls-cert-file {self.cert}\ntls-key-file {self.key}\ntls-ca-cert-file {self.ca}\n"
+            "tls-auth-clients no\ntls-replication yes\n"
+        )
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"ssl": True, "ssl_ca_certs": str(self.ca), "ssl_cert_reqs": "required"}
+
+
 @dataclass
 class Server:
     """One redis-server process of the cluster."""
@@ -34,9 +62,11 @@ class Server:
     name: str
     port: int
     process: subprocess.Popen[bytes]
+    tls: TlsFiles | None = None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
+        extra = self.tls.client_kwargs() if self.tls is not None else {}
+        return redis.Redis("127.0.0.1", self.port, socket_timeout=2, decode_responses=True, **extra)
 
     def answers(self) -> bool:
         client = self.client()
@@ -58,6 +88,7 @@ class SentinelCluster:
     )
     data: list[Server] = field(default_factory=list)  # [master, replica] as started
     sentinels: list[Server] = field(default_factory=list)
+    tls: TlsFiles | None = None
 
     @property
     def url(self) -> str:
@@ -125,23 +156,30 @@ class SentinelCluster:
         port = free_port()
         folder = self.directory / name
         folder.mkdir()
-        args = [self.binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
+        listen = ["--port", str(port)]
+        if self.tls is not None:
+            listen = ["--port", "0", "--tls-port", str(port), *self.tls.server_args()]
+        args = [self.binary, *listen, "--bind", "127.0.0.1", "--dir", str(folder)]
         args += ["--save", "", "--appendonly", "no", *extra]
-        return Server(name, port, self._popen(args, folder))
+        return Server(name, port, self._popen(args, folder), self.tls)
 
     def _sentinel(self, index: int, master_port: int) -> Server:
         port = free_port()
         folder = self.directory / f"sentinel{index}"
         folder.mkdir()
         conf = folder / "sentinel.conf"  # a sentinel rewrites its config file: one each
+        listen = f"port {port}\n"
+        if self.tls is not None:
+            listen = f"port 0\ntls-port {port}\n{self.tls.sentinel_conf()}"
         conf.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"{listen}bind 127.0.0.1\ndir {folder}\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {QUORUM}\n"
             f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
             f"sentinel parallel-syncs {MASTER_NAME} 1\n"
         )
-        return Server(f"{index}", port, self._popen([self.binary, str(conf), "--sentinel"], folder))
+        process = self._popen([self.binary, str(conf), "--sentinel"], folder)
+        return Server(f"{index}", port, process, self.tls)
 
     def _popen(self, args: list[str], folder: Path) -> subprocess.Popen[bytes]:
         with (folder / "log.txt").open("wb") as log:  # the child keeps its own copy

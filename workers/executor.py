@@ -41,7 +41,7 @@ from planloop.workers.tool_threads import ToolThreads
 
 log = logging.getLogger(__name__)
 
-CLAIMED, BREAKER_OPEN = 1, 2
+CLAIMED, BREAKER_OPEN, PROBE = 1, 2, 3  # the claim's answers that run (or fail fast)
 
 
 class AgentSteps(Protocol):
@@ -111,7 +111,7 @@ class StepExecutor:
         )
         if receipt:
             receipts.held(receipt.tag)
-        if claim not in (CLAIMED, BREAKER_OPEN):
+        if claim not in (CLAIMED, BREAKER_OPEN, PROBE):
             why = "already started elsewhere" if claim < 0 else "stale"
             log.info("session=%s step=%s attempt=%d dropped: %s", sid, step, args.attempt, why)
             return DROPPED
@@ -147,7 +147,7 @@ class StepExecutor:
             error_kind=outcome.error_kind,
             tool=args.tool,
             breaker=self.breaker,
-            tool_ok=tool_health(outcome),
+            tool_ok=_counted(claim, tool_health(outcome)),
             receipt=receipt,
             finished_at=finished,
         )
@@ -282,3 +282,11 @@ class StepExecutor:
         if outcome.event == EventType.TASK_COMPLETED:
             return Severity.INFO
         return Severity.CRITICAL if args.critical else Severity.WARNING
+
+
+def _counted(claim: int, tool_ok: bool | None) -> bool | None:
+    """What the outcome counts on the tool's breaker (None: nothing). A success of a call
+    claimed while the breaker was closed leaves it alone (a breaker read and a command
+    fewer per step): only the half-open trial's success closes an open breaker, and one
+    that opened meanwhile waits for its own trial."""
+    return None if tool_ok and claim == CLAIMED else tool_ok

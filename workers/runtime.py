@@ -29,6 +29,7 @@ from planloop.core.tools import load_tools
 from planloop.core.values import ValueLimits
 from planloop.planner.openai_chat import build_chat_model
 from planloop.workers.executor import StepExecutor
+from planloop.workers.late_effects import LateEffectSettler
 from planloop.workers.react import AgentStepRunner
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ def build_executor(settings: Settings) -> StepExecutor:
     # outage (SQL has the answer).
     cache = RedisEffectCache(connect(redis_address(settings)), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
+    # A write that commits after its attempt's timeout is settled once its session ends.
+    effects.on_late = LateEffectSettler(effects, tools, settings.late_effect_settle_s)
     executor = StepExecutor(
         HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
         tools,

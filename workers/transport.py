@@ -13,7 +13,9 @@ Two changes to kombu's Redis transport, both about round trips on the worker:
   it (another, before the prefetch slot frees). For ``planloop.step`` messages the entry
   instead goes along with the claim script, and its removal along with the outcome script
   (core/receipts.py). So a step costs the worker two round trips fewer, and the outcome
-  and the ack happen together or not at all.
+  and the ack happen together or not at all. A message the supervisor dispatched under
+  kombu's default hash name has its entry written by the dispatch already (a held tag):
+  the claim only indexes it, and the message is not sent to Redis a second time.
 
   Until its claim has written the entry, a received step message is *parked* in memory
   (``core.receipts.receipts``). A worker that stops takes parked messages back to the queue

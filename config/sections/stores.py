@@ -31,6 +31,31 @@ class StoreSettings(BaseModel):
         description="Password of the sentinels themselves (their `requirepass`), when they "
         "have one; the master's and replicas' password is the URL's.",
     )
+    redis_sentinel_tls: bool = Field(
+        False,
+        description="Behind Redis Sentinel: talk TLS to the sentinels and to the master and "
+        "replicas they name (redis-server's `tls-port` on both sides; default false). The "
+        "servers' certificates are verified (PLANLOOP_REDIS_SENTINEL_TLS_CA_FILE); ignored "
+        "for a plain URL, whose `rediss://` says TLS.",
+    )
+    redis_sentinel_tls_ca_file: str = Field(
+        "",
+        description="Path of the CA bundle (PEM) the sentinels' and master's certificates "
+        "are checked against; empty: the system's CAs.",
+    )
+    redis_sentinel_tls_cert_file: str = Field(
+        "",
+        description="Path of a client certificate (PEM) for servers that verify clients "
+        "(`tls-auth-clients yes`); empty: none.",
+    )
+    redis_sentinel_tls_key_file: str = Field(
+        "", description="Path of the client certificate's private key (PEM); empty: none."
+    )
+    redis_sentinel_tls_check_hostname: bool = Field(
+        True,
+        description="Whether a server's certificate must name the host or IP address it is "
+        "reached at (sentinels announce the master by IP; default true).",
+    )
     key_prefix: str = Field(
         "pl", description="Prefix of every Redis key Planloop writes (tests use their own)."
     )

@@ -96,3 +96,10 @@ class WorkerSettings(BaseModel):
         description="Seconds past a started step's timeout before the supervisor declares "
         "the attempt lost and schedules the next one.",
     )
+    late_effect_settle_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Seconds a worker waits for the session of a write that committed "
+        "after its attempt's timeout to end, to settle it (kept, or compensated if the "
+        "ending missed it); past that it stays pending in `planloop show` (default 3600).",
+    )

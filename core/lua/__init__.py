@@ -30,9 +30,10 @@ from planloop.core.lua.script import (
     key,
     rest,
 )
-from planloop.core.lua.session_writes import CountCrash, FencedWrite
+from planloop.core.lua.session_writes import QUEUE, CountCrash, FencedWrite, as_commands
 
 __all__ = [
+    "QUEUE",
     "AcquireLease",
     "Arg",
     "AsyncRegistered",
@@ -52,6 +53,7 @@ __all__ = [
     "Role",
     "StartAttempt",
     "arg",
+    "as_commands",
     "key",
     "rest",
 ]

@@ -49,10 +49,12 @@ class StartAttempt(LuaScript):
     """A worker claims the attempt it was handed: only the live attempt of a running step,
     and only once.
 
-    Returns 1 claimed, 2 claimed but the tool's breaker is open (fail fast), 0 stale, -1
-    already started elsewhere (a duplicate delivery). Either way the broker holds the message
-    again from here until the outcome (core/receipts.py): ``unacked_entry`` goes back under
-    ``delivery_tag`` ('' = none). ``cooldown_s`` '' = no breaker.
+    Returns 1 claimed, 3 claimed as the half-open breaker's trial call, 2 claimed but the
+    tool's breaker is open (fail fast), 0 stale, -1 already started elsewhere (a duplicate
+    delivery). Either way the broker holds the message
+    again from here until the outcome (core/receipts.py): ``delivery_tag`` is indexed as
+    received now ('' = none), and ``unacked_entry`` goes back under it ('' = the dispatch
+    wrote the entry already). ``cooldown_s`` '' = no breaker.
     """
 
     step_key: str = key()
@@ -71,7 +73,9 @@ class StartAttempt(LuaScript):
     BODY = """
 if delivery_tag ~= '' then
   redis.call('ZADD', unacked_index_key, started_at, delivery_tag)
-  redis.call('HSET', unacked_key, delivery_tag, unacked_entry)
+  if unacked_entry ~= '' then
+    redis.call('HSET', unacked_key, delivery_tag, unacked_entry)
+  end
 end
 local cur = redis.call('HMGET', step_key, 'status', 'attempt', 'epoch', 'started_at')
 if cur[1] ~= 'running' or cur[2] ~= attempt or cur[3] ~= epoch then
@@ -81,9 +85,13 @@ if cur[4] and tonumber(cur[4]) and tonumber(cur[4]) > 0 then
   return -1
 end
 redis.call('HSET', step_key, 'worker', worker, 'started_at', started_at)
-if cooldown_s ~= '' and
-   breaker_allow(breaker_key, tonumber(started_at), tonumber(cooldown_s)) == 'open' then
-  return 2
+if cooldown_s ~= '' then
+  local allowed = breaker_allow(breaker_key, tonumber(started_at), tonumber(cooldown_s))
+  if allowed == 'open' then
+    return 2
+  elseif allowed == 'probe' then
+    return 3
+  end
 end
 return 1
 """
@@ -134,14 +142,13 @@ if cur[1] ~= 'running' or cur[2] ~= attempt or cur[3] ~= epoch then
   return false
 end
 if blob ~= '' then
-  -- The same output stored before (same content) is not copied again, only kept longer.
+  -- Content-addressed: the same output stored before is the same value, so one SET both
+  -- stores it and keeps it longer (a SET NX then an EXPIRE cost a command more).
   local ttl = tonumber(blob_ttl_s)
   if ttl > 0 then
-    if not redis.call('SET', blob_key, blob, 'NX', 'EX', ttl) then
-      redis.call('EXPIRE', blob_key, ttl)
-    end
+    redis.call('SET', blob_key, blob, 'EX', ttl)
   else
-    redis.call('SET', blob_key, blob, 'NX')
+    redis.call('SET', blob_key, blob)
   end
 end
 redis.call('HSET', step_key, 'status', status, 'finished_at', finished_at, 'error', error,

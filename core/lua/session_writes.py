@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from planloop.core.lua.script import ENDED, LuaScript, arg, key, rest
+
+# The fenced write's op that queues a step message and holds its unacked entry:
+# ("QUEUE", queue, [message, unacked hash, delivery tag, entry tail]); see FencedWrite.
+QUEUE = "QUEUE"
+
+
+def as_commands(command: str, key: str, args: Sequence[Any]) -> list[tuple[str, str, list[Any]]]:
+    """The plain Redis commands an op stands for (a ``QUEUE`` op is two), for a caller that
+    runs ops itself rather than through :class:`FencedWrite`."""
+    if command != QUEUE:
+        return [(command, key, list(args))]
+    message, unacked, tag, tail = args
+    return [("LPUSH", key, [message]), ("HSET", unacked, [tag, f"[{message}, {tail}]"])]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,6 +29,11 @@ class FencedWrite(LuaScript):
     ``ops`` is a JSON list of ``[command, target index (1-based into target_keys), arg...]``.
     An ended session refuses every fenced write too (0): the write that ended it was its
     last, so its status, error, report and compensations are written once.
+
+    ``QUEUE`` queues a step message: ``[QUEUE, queue index, message, unacked hash index,
+    delivery tag, entry tail]`` LPUSHes the message and writes kombu's unacked entry of it
+    (``[message, <tail>]``, core/receipts.py) from the same argument, so the message crosses
+    the wire once: the worker's claim then only indexes the entry, without a second copy.
     """
 
     session_key: str = key()
@@ -24,22 +43,24 @@ class FencedWrite(LuaScript):
 
     PRELUDE = ENDED
     BODY = """
-if redis.call('HGET', session_key, 'epoch') ~= epoch then
-  return 0
-end
-if ENDED[redis.call('HGET', session_key, 'status')] then
+local owner = redis.call('HMGET', session_key, 'epoch', 'status')
+if owner[1] ~= epoch or ENDED[owner[2]] then
   return 0
 end
 local allowed = {HSET=true, SET=true, SADD=true, SREM=true, ZADD=true, XADD=true, DEL=true,
                  HDEL=true, EXPIRE=true, LPUSH=true, PUBLISH=true}
 for _, op in ipairs(cjson.decode(ops)) do
   local cmd = op[1]
-  if not allowed[cmd] then
+  if cmd == 'QUEUE' then
+    redis.call('LPUSH', target_keys[op[2]], op[3])
+    redis.call('HSET', target_keys[op[4]], op[5], '[' .. op[3] .. ',' .. op[6] .. ']')
+  elseif not allowed[cmd] then
     return redis.error_reply('fenced_write: command not allowed: ' .. tostring(cmd))
+  else
+    local args = {}
+    for i = 3, #op do args[#args + 1] = tostring(op[i]) end
+    redis.call(cmd, target_keys[op[2]], unpack(args))
   end
-  local args = {}
-  for i = 3, #op do args[#args + 1] = tostring(op[i]) end
-  redis.call(cmd, target_keys[op[2]], unpack(args))
 end
 return 1
 """

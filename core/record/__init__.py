@@ -7,6 +7,7 @@ Every write of an owned session runs in one transaction that first bumps the ses
 ``tables`` holds the models, ``engine`` opens a database, ``batches`` the claims and
 checkpoints written, ``claims`` and ``statements`` the SQL of those writes, and
 ``sql_record`` the :class:`SqlRecord` that reads and writes; all are importable from here.
+``faults`` tells the store's refusals to wait out (a full disk) from errors.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from planloop.core.record.tables import (
     DecisionRow,
     EffectRow,
     EventRow,
+    LateEffectRow,
     LessonRow,
     LessonSessionRow,
     LessonUseRow,
@@ -39,6 +41,7 @@ __all__ = [
     "DecisionRow",
     "EffectRow",
     "EventRow",
+    "LateEffectRow",
     "LessonRow",
     "LessonSessionRow",
     "LessonUseRow",

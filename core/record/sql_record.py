@@ -24,6 +24,7 @@ from planloop.core.record.tables import (
     DecisionRow,
     EffectRow,
     EventRow,
+    LateEffectRow,
     LlmCallRow,
     PlanVersionRow,
     SessionRow,
@@ -256,6 +257,12 @@ class SqlRecord:
                 EffectRow.session_id == sid, EffectRow.receipt.is_not(None)
             )
             return db.scalars(query.order_by(EffectRow.created_at)).all()
+
+    def late_effects(self, sid: str) -> Sequence[LateEffectRow]:
+        """Writes of ``sid`` that committed after their attempt's timeout, oldest first."""
+        with self._sessions() as db:
+            query = select(LateEffectRow).where(LateEffectRow.session_id == sid)
+            return db.scalars(query.order_by(LateEffectRow.committed_at)).all()
 
     def llm_calls(self, sid: str) -> Sequence[LlmCallRow]:
         with self._sessions() as db:

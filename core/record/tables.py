@@ -133,6 +133,26 @@ class EffectRow(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+class LateEffectRow(Base):
+    """A write that committed after its attempt's timeout (core/effect_fence.py), recorded
+    with its effect, and how it was settled: undone by the session's ending or after it,
+    kept (the session keeps its writes), or still waiting for the session to end."""
+
+    __tablename__ = "late_effects"
+    idempotency_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(64), default="", index=True)
+    step_id: Mapped[str] = mapped_column(String(64), default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    tool: Mapped[str] = mapped_column(String(128), default="")
+    committed_at: Mapped[float] = mapped_column(Float, default=0.0)
+    # pending | compensated (by the ending, or after it) | kept | failed
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    compensation_tool: Mapped[str] = mapped_column(String(128), default="")
+    settled_by: Mapped[str] = mapped_column(String(16), default="")  # ending | late
+    settled_at: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str] = mapped_column(Text, default="")
+
+
 class LessonRow(Base):
     """A Reflexion lesson: advice an earlier session left for similar goals.
 

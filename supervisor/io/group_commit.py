@@ -11,18 +11,17 @@ in one Redis pipeline. Fencing stays per session: the record bumps each session'
 Group commit: the writer waits until no session has submitted anything for
 ``checkpoint_linger_s``, or until ``MAX_LINGER_S`` has passed (a flush skips the wait), so a
 burst of outcomes and dispatches becomes one commit after the burst; under sustained load the
-commits are large and few. A flush also goes first: the next round commits the batches
-someone waits for (a session's end, a start's claim) and leaves the others, unless they have
-waited ``MAX_LINGER_S``, to the round after, so a waiter pays for a small transaction, not
-for every session's turn since the last commit. Events are acknowledged only after the
-batch that applied them is committed, so a crash before the commit leaves them pending for
-the next owner.
+commits are large and few. Events are acknowledged only after the batch that applied them is
+committed, so a crash before the commit leaves them pending for the next owner. A round
+the store refuses (disk full, locked) is held and tried again, never failed
+(supervisor/io/held_writes.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,9 @@ from typing import Any, Protocol, TypeVar
 from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError, SessionError
 from planloop.core.record import Checkpoint, Claim
+from planloop.core.record.faults import is_store_fault
+from planloop.supervisor.io.commit_rounds import take_round
+from planloop.supervisor.io.held_writes import StoreOutage, pass_on
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class Pending:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     error: BaseException | None = None
+    held: bool = False  # the store refused it: queued again, its waiters not told yet
     since: float = field(default_factory=lambda: asyncio.get_running_loop().time())
     urgent: bool = False  # a flush waits for it: it goes in the next round, before the others
 
@@ -99,9 +102,10 @@ class ClaimBatcher:
     transaction in progress at most, never for a queue of them. (Never deferred for the
     sessions starting: a takeover awaits its claim while it starts.)"""
 
-    def __init__(self, record: GroupRecord, sql: SqlRunner[Any]) -> None:
+    def __init__(self, record: GroupRecord, sql: SqlRunner[Any], retry_s: float = 1.0) -> None:
         self.record = record
         self.sql = sql
+        self.outage = StoreOutage("claims", retry_s)
         self._queue: list[tuple[Claim, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -121,7 +125,13 @@ class ClaimBatcher:
                 results: list[BaseException | None] = list(
                     await self.sql(lambda: self.record.claim_many(claims))  # noqa: B023
                 )
-            except Exception:  # one bad claim must not fail the others: one by one
+                self.outage.wrote()
+            except Exception as exc:  # one bad claim must not fail the others: one by one
+                if is_store_fault(exc):  # the same claims again once the store recovers
+                    self.outage.refused(exc, len(claims))
+                    self._queue = taken + self._queue
+                    await self.outage.pause()
+                    continue
                 results = [await self._alone(c) for c in claims]
             for (_, done), error in zip(taken, results, strict=True):
                 if done.done():
@@ -169,6 +179,7 @@ class CheckpointWriter:
         self._errors: dict[tuple[str, int], BaseException | None] = {}  # open sessions
         self._stored: dict[tuple[str, int], set[str]] = {}  # output digests committed, per session
         self._task: asyncio.Task[None] | None = None
+        self.outage = StoreOutage("checkpoints", settings.store_retry_interval_s)
 
     def submit(self, sid: str, epoch: int, batch: Checkpoint, acks: list[str]) -> Pending:
         """Queue a session's ``batch``; its ``acks`` are acknowledged once it is committed.
@@ -223,35 +234,30 @@ class CheckpointWriter:
             await self._wake.wait()
             await self._linger()
             self._wake.clear()
-            taken = self._take()
+            self._hurried.clear()  # the urgent batches are taken now (commit_rounds.py)
+            now = asyncio.get_running_loop().time()
+            taken, self._pending = take_round(self._pending, now, MAX_LINGER_S)
+            if self._pending:  # the rest go in the next round
+                self._wake.set()
             try:
                 await self._commit(taken)
             except Exception as exc:  # kept for each loop to raise; nothing is acknowledged
                 log.exception("checkpoint of %d session(s) failed", len(taken))
                 for pending in taken:
-                    pending.error = pending.error or exc
+                    if not pending.held:  # a held round is tried again, not failed
+                        pending.error = pending.error or exc
             finally:
+                self._hold([p for p in taken if p.held])
                 for pending in taken:
+                    if pending.held:
+                        continue
                     key = (pending.sid, pending.epoch)
                     if pending.error is not None and self._errors.get(key, 0) is None:
                         self._errors[key] = pending.error
                     if not pending.done.done():
                         pending.done.set_result(None)
-
-    def _take(self) -> list[Pending]:
-        """The round's batches: the urgent ones and those that waited ``MAX_LINGER_S`` when
-        there are urgent ones (the rest wake the writer again), else every one."""
-        pending = list(self._pending.values())
-        self._hurried.clear()  # the urgent batches are taken now
-        if not any(p.urgent for p in pending):
-            self._pending = {}
-            return pending
-        old = asyncio.get_running_loop().time() - MAX_LINGER_S
-        taken = [p for p in pending if p.urgent or p.since <= old]
-        self._pending = {(p.sid, p.epoch): p for p in pending if not (p.urgent or p.since <= old)}
-        if self._pending:
-            self._wake.set()
-        return taken
+            if self.outage.ongoing:
+                await self.outage.pause()
 
     async def _linger(self) -> None:
         """Wait for a quiet spell of ``checkpoint_linger_s``, at most ``MAX_LINGER_S``."""
@@ -285,20 +291,29 @@ class CheckpointWriter:
 
     async def _commit(self, taken: list[Pending]) -> None:
         """One transaction for every session's batch, then one pipeline of acks."""
+        for pending in taken:
+            pending.held = False
         await self._fill_outputs(taken)
         batches = [(p.sid, p.epoch, p.batch) for p in taken if p.batch]
         if batches:
             try:
                 fenced = await self.sql(lambda: self.record.checkpoint_many(batches))
-            except Exception:  # find the one that fails: the others are written
-                fenced = await self._one_by_one(taken)
+                self.outage.wrote()
+            except Exception as exc:  # find the one that fails: the others are written
+                if not is_store_fault(exc):
+                    fenced = await self._one_by_one(taken)
+                else:  # the store refuses everyone's: the whole round is held
+                    self.outage.refused(exc, len(batches))
+                    fenced = set()
+                    for pending in taken:
+                        pending.held = True
             for pending in taken:
                 if pending.sid in fenced:
                     pending.error = pending.error or FencedOutError(pending.sid, pending.epoch)
-                elif pending.batch.blobs and (pending.sid, pending.epoch) in self._errors:
+                elif not pending.held and pending.batch.blobs and self._is_open(pending):
                     stored = self._stored.setdefault((pending.sid, pending.epoch), set())
                     stored.update(pending.batch.blobs)
-        committed = [p for p in taken if p.error is None and p.acks]
+        committed = [p for p in taken if p.error is None and not p.held and p.acks]
         await self.store.ack_many([(p.sid, p.acks) for p in committed])
         for pending in committed:
             await self._maybe_trim(pending.sid, len(pending.acks))
@@ -314,9 +329,38 @@ class CheckpointWriter:
             except FencedOutError:
                 fenced.add(pending.sid)
             except Exception as exc:
+                if is_store_fault(exc):
+                    self.outage.refused(exc, 1)
+                    pending.held = True
+                    continue
                 log.exception("session=%s checkpoint failed", pending.sid)
                 pending.error = exc
         return fenced
+
+    def _is_open(self, pending: Pending) -> bool:
+        return (pending.sid, pending.epoch) in self._errors
+
+    def _hold(self, held: list[Pending]) -> None:
+        """Queue the rounds the store refused again, each ahead of what its session queued
+        since (later values win); their waiters are told once the combined round commits.
+        A session stopped meanwhile is dropped (its events, never acknowledged, go to the
+        next owner)."""
+        for old in held:
+            key = (old.sid, old.epoch)
+            newer = self._pending.get(key)
+            if key not in self._errors:
+                old.done.cancel()
+            elif newer is None:
+                self._pending[key] = old
+            else:
+                combined = Checkpoint()
+                merge(combined, old.batch)
+                merge(combined, newer.batch)
+                newer.batch, newer.acks = combined, old.acks + newer.acks
+                newer.urgent = newer.urgent or old.urgent
+                newer.done.add_done_callback(functools.partial(pass_on, old.done))
+        if held:
+            self._wake.set()
 
     async def _maybe_trim(self, sid: str, acked: int) -> None:
         keep = self.settings.stream_keep

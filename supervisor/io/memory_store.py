@@ -14,6 +14,7 @@ from typing import Any
 
 from planloop.core.errors import FencedOutError
 from planloop.core.keys import Keys
+from planloop.core.lua import as_commands
 from planloop.core.models import Event, SessionRecord, SessionStatus, StepState
 from planloop.supervisor.io.redis_store import arg_text
 from planloop.supervisor.io.store_port import Entry, WriteOp
@@ -97,7 +98,8 @@ class MemorySessionStore:
         if session.get("epoch") != str(epoch) or session.get("status") in ENDED:
             raise FencedOutError(sid, epoch)
         for command, key, args in ops:
-            self._run(command, key, [arg_text(a) for a in args])
+            for plain, target, values in as_commands(command, key, args):
+                self._run(plain, target, [arg_text(a) for a in values])
 
     def step_write(self, sid: str, step_id: str, **fields: Any) -> tuple[str, str, list[Any]]:
         flat: list[Any] = []

@@ -19,6 +19,7 @@ from planloop.core.errors import FencedOutError
 from planloop.core.hot_state import dumps
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import (
+    QUEUE,
     EndAttempt,
     FencedWrite,
     LoadStarts,
@@ -53,7 +54,8 @@ class SessionStore(RedisStreams):
         self._end_attempt = EndAttempt.register_async(client)
         self._queued = Queued.register_async(client)
         self._load_starts = LoadStarts.register_async(client)
-        # The fenced writes of one loop turn (of any sessions) go in one pipeline.
+        # The fenced writes of one loop turn (of any sessions) go in one pipeline: the first
+        # dispatches of a batch of sessions starting together are one round trip.
         self._writes: WriteBatch[FencedWrite] = WriteBatch(self._send_writes)
         self._lengths: dict[str, tuple[float, int]] = {}  # queue -> (read at, length)
         self._reading_lengths: dict[str, asyncio.Future[int]] = {}
@@ -243,19 +245,6 @@ class SessionStore(RedisStreams):
         if not await self._writes.run(self._fenced_call(sid, epoch, ops)):
             raise FencedOutError(sid, epoch)
 
-    async def write_many(
-        self, writes: Sequence[tuple[str, int, Sequence[tuple[str, str, Sequence[Any]]]]]
-    ) -> list[BaseException | None]:
-        """Several sessions' fenced writes (``(sid, epoch, ops)``) in one round trip, sent
-        now rather than with the loop turn's batch; per write, None or why it was refused
-        (FencedOutError, or the error Redis answered). Raises when the round trip fails."""
-        calls = [self._fenced_call(sid, epoch, ops) for sid, epoch, ops in writes]
-        replies = await self._send_writes(calls)
-        return [
-            _refusal(sid, epoch, reply)
-            for (sid, epoch, _), reply in zip(writes, replies, strict=True)
-        ]
-
     def _fenced_call(
         self, sid: str, epoch: int, ops: Sequence[tuple[str, str, Sequence[Any]]]
     ) -> FencedWrite:
@@ -263,7 +252,10 @@ class SessionStore(RedisStreams):
         encoded: list[Op] = []
         for command, key, args in ops:
             index = targets.setdefault(key, len(targets) + 1)
-            encoded.append([command, index, *[arg_text(a) for a in args]])
+            texts = [arg_text(a) for a in args]
+            if command == QUEUE:  # [message, unacked hash, tag, tail]: the hash is a target
+                texts[1] = targets.setdefault(texts[1], len(targets) + 1)  # type: ignore[call-overload]
+            encoded.append([command, index, *texts])
         return FencedWrite(
             session_key=self.keys.session(sid),
             epoch=epoch,
@@ -340,13 +332,6 @@ class SessionStore(RedisStreams):
         """The newest of the session's last 100 progress notes of one of ``kinds``."""
         rows: Any = await self.r.xrevrange(self.keys.progress(sid), count=100)
         return next((fields for _, fields in rows if fields.get("kind") in kinds), None)
-
-
-def _refusal(sid: str, epoch: int, reply: object) -> BaseException | None:
-    """Why a fenced write was refused (the error Redis answered, or fenced out), or None."""
-    if isinstance(reply, BaseException):
-        return reply
-    return None if reply else FencedOutError(sid, epoch)
 
 
 @dataclass

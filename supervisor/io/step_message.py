@@ -37,6 +37,8 @@ from kombu.utils import json as kombu_json
 
 from planloop.config.celery import STEP_TASK
 from planloop.core.errors import DispatchError
+from planloop.core.lua.session_writes import QUEUE
+from planloop.core.receipts import HELD_TAG_PREFIX, KOMBU_UNACKED
 
 Op = tuple[str, str, list[Any]]  # (command, key, args): an op of SessionStore.write
 # kombu's JSON encoder, as send_task encodes; one instance (kombu's dumps makes one per call,
@@ -143,6 +145,12 @@ class StepMessages:
         # urandom call) per message: this process's random prefix and a counter, uuid-shaped.
         self._tag_prefix = str(uuid.uuid4())[:24]
         self._tag_numbers = itertools.count(1)
+        # Messages are held from the dispatch (their unacked entry written with them) where
+        # workers name the unacked hash as this channel does: kombu's default name, which a
+        # worker's receipt checks too (core/receipts.py). Elsewhere the claim writes it.
+        self._unacked: str | None = (
+            channel.unacked_key if channel.unacked_key == KOMBU_UNACKED else None
+        )
         headers, properties, body, sent = celery.amqp.create_task_message(
             ID,
             STEP_TASK,
@@ -172,6 +180,11 @@ class StepMessages:
         )
         self._message = TextTemplate.of(
             _slotted(envelope, dumps(body)), [ID, ARGSREPR, SHADOW, BODY, TAG], "task message"
+        )
+        delivery = envelope["properties"].get("delivery_info") or {}
+        # kombu's unacked entry is [message, exchange, routing key]: what follows the message
+        self._entry_tail = (
+            f"{dumps(delivery.get('exchange', ''))}, {dumps(delivery.get('routing_key', queue))}"
         )
         self._event: TextTemplate | None = None
         self._event_envelope: TextTemplate | None = None
@@ -217,21 +230,30 @@ class StepMessages:
         argsrepr: str,
         shadow: str,
         extra_headers: Mapping[str, str] | None = None,
+        *,
+        announce: bool = True,
     ) -> list[Op]:
-        """The commands that queue one attempt with argument ``args`` (JSON-ready) and
-        announce it to Flower; ``extra_headers`` are added to the message's headers."""
+        """The commands that queue one attempt with argument ``args`` (JSON-ready) and, with
+        ``announce``, send its task-sent event to Flower; ``extra_headers`` are added to the
+        message's headers."""
         values = {ID: dumps(task_id), ARGSREPR: dumps(argsrepr)}
         body = self._body.render({ARGS: dumps(args)})
         values[SHADOW] = dumps(shadow)
         values[BODY] = _base64(body)
-        values[TAG] = self._tag()
+        held = self._unacked is not None
+        tag = self._new_tag(HELD_TAG_PREFIX if held else "")
+        values[TAG] = f'"{tag}"'
         message = self._message.render(values)
         if extra_headers:  # tracing: rare enough to go through the dict
             envelope = loads(message)
             envelope["headers"].update(extra_headers)
             message = dumps(envelope)
-        ops: list[Op] = [("LPUSH", self._key, [message])]
-        if self._event is None or self._event_envelope is None:
+        ops: list[Op] = [
+            (QUEUE, self._key, [message, self._unacked, tag, self._entry_tail])
+            if self._unacked is not None
+            else ("LPUSH", self._key, [message])
+        ]
+        if not announce or self._event is None or self._event_envelope is None:
             return ops
         values[CLOCK] = dumps(self._events.clock.forward())
         values[TIMESTAMP] = dumps(time.time())
@@ -243,7 +265,10 @@ class StepMessages:
 
     def _tag(self) -> str:
         """A new delivery tag, as JSON text."""
-        return f'"{self._tag_prefix}{next(self._tag_numbers):012x}"'
+        return f'"{self._new_tag()}"'
+
+    def _new_tag(self, prefix: str = "") -> str:
+        return f"{prefix}{self._tag_prefix}{next(self._tag_numbers):012x}"
 
 
 def _base64(text: str) -> str:

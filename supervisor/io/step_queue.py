@@ -17,6 +17,9 @@ loop chose with :meth:`Dispatcher.route`, core/routing.py); the templates are ma
 on the first attempt sent to it, since the queue is part of the message (its routing, the
 task-sent event Flower reads it from).
 
+A task-sent event goes with a message only while a monitor listens to task events
+(core/event_listeners.py): without one it is a PUBLISH and a kilobyte nobody receives.
+
 Flower displays task arguments as sent, so each message carries ``argsrepr`` masked by the
 one masker (core/masking.py), with the sensitive fields of the local registry and of the tool
 catalogue workers publish; the params of a tool neither knows are hidden whole.
@@ -34,6 +37,7 @@ from celery import Celery
 from planloop.config.celery import celery_config, step_task_name
 from planloop.config.settings import Settings
 from planloop.core.catalogue import SensitiveNames, catalogue_client
+from planloop.core.event_listeners import EventListeners, probe
 from planloop.core.keys import Keys
 from planloop.core.masking import MASK, mask
 from planloop.core.metrics import count_dispatched
@@ -86,6 +90,7 @@ class Dispatcher:
         self._messages: dict[str, StepMessages] = {}
         self._channel: Any = None
         self._events: Any = None
+        self._listeners: EventListeners | None = None  # None: task-sent events are off
 
     def route(self, step: Step) -> str | None:
         """The queue to send ``step`` to, or None while no live worker serves its tool
@@ -103,9 +108,12 @@ class Dispatcher:
         """The Redis commands that queue ``attempts`` under their deterministic task ids
         (and announce them to Flower), each to its own queue, for the caller's fenced write."""
         ops: list[Op] = []
+        announce: bool | None = None  # task-sent events: only while a monitor listens
         for args in attempts:
             queue = args.queue or self.settings.queue
             messages = self._messages.get(queue) or self._open(queue)
+            if announce is None:
+                announce = self._listeners is not None and self._listeners.listening()
             count_dispatched(queue)
             ops += messages.ops(
                 args.task_id,
@@ -113,6 +121,7 @@ class Dispatcher:
                 _preview(self._shown(args)),
                 step_task_name(args.tool),  # Flower and worker logs name the tool
                 step_headers(args.session_id),  # the session's trace, when traced
+                announce=announce,
             )
         return ops
 
@@ -142,6 +151,10 @@ class Dispatcher:
             events = self.celery.events.Dispatcher(connection, enabled=True)
             events.exchange(self._channel).declare()
             self._events = events
+            if self.celery.conf.task_send_sent_event:
+                topic, payload = probe(self._channel, events.exchange.name, events.headers)
+                client = self.routes.client
+                self._listeners = EventListeners(lambda: int(client.publish(topic, payload)))
         self.celery.amqp.queues[queue](self._channel).declare()
         messages = StepMessages(
             self.celery,

@@ -18,8 +18,8 @@ queue with a short lap:
   ends, say) do not hold the others: each waiting running session would pay the start's
   round trips on its own released steps and its end, for a start that gains a lap at most;
 - while the inbox reader is behind (a read finds a backlog of ``BURST_MIN`` sessions or
-  more), the whole burst counts as starting, not only the batch being begun: between two
-  batches the loops of the sessions just begun would otherwise all wake to apply what they
+  more), the whole burst counts as starting, not only the batch being started: between two
+  batches the loops of the sessions just started would otherwise all wake to apply what they
   read, and the next batch would wait for them. A burst lasts until a read finds less
   than that, or ``max_defer_s`` at a stretch (then the loops already running get a turn).
 
@@ -71,9 +71,10 @@ class Admission:
 
     @contextlib.contextmanager
     def starting_batch(self) -> Iterator[None]:
-        """Sessions start for the block without holding slots (a batch begun in one
-        pass, process/batch_start.py): counted as starting; the loops of sessions already
-        running defer meanwhile when the batch is part of a burst (the inbox reader behind)."""
+        """Sessions start for the block without holding slots (the loops of a batch started
+        from what it read, process/batch_start.py): counted as starting; the loops of
+        sessions already running defer meanwhile when the batch is part of a burst (the
+        inbox reader behind)."""
         self._enter()
         try:
             yield

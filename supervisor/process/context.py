@@ -53,7 +53,7 @@ class SupervisorContext:
         self.admission = Admission(
             self.settings.admission_slots, self.settings.admission_max_defer_s
         )
-        self.claims = ClaimBatcher(self.record, self.sql)
+        self.claims = ClaimBatcher(self.record, self.sql, self.settings.store_retry_interval_s)
         # A burst of sessions starting goes before checkpoint commits (process/admission.py).
         defer = self.admission.defer
         self.checkpoints = CheckpointWriter(self.settings, self.record, self.store, self.sql, defer)

@@ -28,26 +28,19 @@ from planloop.planner.openai_chat import build_chat_model
 from planloop.supervisor.io.rebuild import rebuild_lost_sessions
 from planloop.supervisor.io.redis_store import SessionStore, Taken
 from planloop.supervisor.io.step_queue import Dispatcher
-from planloop.supervisor.io.store_port import WriteOp
-from planloop.supervisor.process.batch_start import (
-    FirstWrite,
-    first_replies,
-    retrieve_error,
-    send_first_writes,
-)
+from planloop.supervisor.process.batch_start import retrieve_error
 from planloop.supervisor.process.compose import compose
 from planloop.supervisor.process.crashes import settle_crash
 from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.session.lessons import build_lesson_memory
 from planloop.supervisor.session.loop import SessionRunner
-from planloop.supervisor.session.ports import describe_error
 
 log = logging.getLogger(__name__)
 
 REBUILD_INTERVAL_S = 2.0
 OUTAGE_BACKOFF_MAX_S = 2.0  # Redis is tried at least this often while it is unreachable
 INBOX_BATCH = 200  # sessions taken per turn at most (two round trips for all of them)
-BEGIN_CHUNK = 50  # sessions begun before their first writes leave (a few tens of ms)
+BEGIN_CHUNK = 50  # loops started before their first writes leave (a few tens of ms)
 BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
 HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
 
@@ -102,7 +95,6 @@ class Supervisor:
         self._inbox_ready = False
         self._keeper: LeaseKeeper | None = None
         self._next_heartbeat = 0.0
-        self._sending: set[asyncio.Future[None]] = set()  # first writes of a chunk in flight
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set.
@@ -245,9 +237,9 @@ class Supervisor:
     async def _take(self, sids: list[str]) -> None:
         """Take the leases of ``sids`` and start their loops (two round trips for all,
         which also read what each loop starts from: LeaseKeeper.take, then
-        SessionStore.load_plans); the fresh sessions among them are begun here, a chunk at
-        a time, each chunk's first dispatches sent in one more round trip before the next
-        chunk is begun."""
+        SessionStore.load_plans), a chunk at a time: each chunk's loops run to their
+        first writes (a fresh session's first dispatch), which the store sends in one
+        round trip (batch_start.py), before the next chunk's loops start."""
         wanted = list(dict.fromkeys(s for s in sids if s and s not in self.owned))
         if not wanted:
             return
@@ -274,52 +266,22 @@ class Supervisor:
                     await asyncio.shield(loaded)
                 for start in range(0, len(takes), BEGIN_CHUNK):
                     end = start + BEGIN_CHUNK
-                    runners, writes, first = self._begin(takes[start:end], taken[start:end], loaded)
-                    for runner, token in runners:
-                        task = asyncio.create_task(
-                            self._drive(runner, token), name=f"session:{runner.sid}"
-                        )
-                        self.owned[runner.sid] = Owned(token, runner.epoch, task)
-                    if writes:  # these first dispatches leave before more are begun
-                        sending = asyncio.ensure_future(
-                            send_first_writes(self.store.write_many, writes, first)
-                        )
-                        self._sending.add(sending)
-                        sending.add_done_callback(self._sending.discard)
-                        await asyncio.sleep(0)  # one lap: the pipeline is written
+                    for (sid, token), took in zip(takes[start:end], taken[start:end], strict=True):
+                        if took.epoch:
+                            self._start_loop(sid, token, took, loaded)
+                    await asyncio.sleep(0)  # one lap: these loops reach their first writes
         finally:  # registered (renewed through `owned`), or left to expire
             keeper.settle(takes)
         ended = [t.sid for t in taken if not t.epoch and t.ended]
         if ended:  # ended is final: never taken again
             await self.store.r.srem(self.store.keys.active, *ended)
 
-    def _begin(
-        self, takes: list[tuple[str, str]], taken: list[Taken], loaded: asyncio.Future[None]
-    ) -> tuple[list[tuple[SessionRunner, str]], list[FirstWrite], list[asyncio.Future[None]]]:
-        """The loops of the sessions taken; those that can start from what the batch read
-        are begun: their first writes, and the future of each one's reply (which its loop
-        awaits; batch_start.py)."""
-        runners: list[tuple[SessionRunner, str]] = []
-        first: list[tuple[SessionRunner, list[WriteOp]]] = []
-        for (sid, token), took in zip(takes, taken, strict=True):
-            if not took.epoch:
-                continue
-            took.loaded = loaded
-            runner = SessionRunner(self.ctx, sid, took.epoch, took)
-            runners.append((runner, token))
-            if not loaded.done() or loaded.cancelled() or loaded.exception() is not None:
-                continue
-            try:
-                ops = runner.start.begin()
-            except Exception as exc:  # its loop starts it instead, and handles the error
-                log.info("session=%s not begun with its batch: %s", sid, describe_error(exc))
-                continue
-            if ops:
-                first.append((runner, ops))
-        replies = first_replies(len(first))
-        for (runner, _), reply in zip(first, replies, strict=True):
-            runner.start.first_write(reply)
-        return runners, [(r.sid, r.epoch, ops) for r, ops in first], replies
+    def _start_loop(self, sid: str, token: str, took: Taken, loaded: asyncio.Future[None]) -> None:
+        """Start the loop of a session taken, from what its batch read (``loaded``)."""
+        took.loaded = loaded
+        runner = SessionRunner(self.ctx, sid, took.epoch, took)
+        task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
+        self.owned[sid] = Owned(token, took.epoch, task)
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         bind(runner.sid)  # this task's own context: its log lines name the session
@@ -390,8 +352,6 @@ class Supervisor:
                 owned.task.cancel()
 
     async def _let_go(self) -> None:
-        if self._sending:  # a chunk's first writes in flight: let them land (briefly)
-            await asyncio.wait(self._sending, timeout=OUTAGE_BACKOFF_MAX_S)
         for owned in self.owned.values():
             owned.task.cancel()
         for owned in self.owned.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from planloop.core.record.faults import is_store_fault
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.changes import PlanChanges
 from planloop.supervisor.session.decision_log import record_decision
@@ -17,10 +18,20 @@ from planloop.supervisor.session.verdict import Decision
 async def commit_decisions(ctx: SupervisorContext, state: SessionState) -> None:
     """Write the decisions and LLM calls recorded so far to SQL now, fenced by the
     epoch, ahead of the batch the checkpoint writer groups (decision and call rows are
-    only ever inserted: no later write undoes them), acknowledging no event."""
+    only ever inserted: no later write undoes them), acknowledging no event. A store that
+    refuses them (disk full) leaves them to that batch, which holds them until it recovers."""
     taken = state.take_decisions()
-    if taken:
+    if not taken:
+        return
+    try:
         await ctx.sql(lambda: ctx.record.checkpoint(state.sid, state.epoch, taken))
+    except Exception as exc:
+        if not is_store_fault(exc):
+            raise
+        batch = state.batch  # ahead of those recorded since; their usage is counted
+        batch.decisions = taken.decisions + batch.decisions
+        batch.llm_calls = taken.llm_calls + batch.llm_calls
+        state.folded_calls += len(taken.llm_calls)
 
 
 class Decisions:

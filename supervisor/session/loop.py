@@ -1,14 +1,17 @@
 """One session's loop: start, turns until the session has an outcome, finish.
 
-1. **Start** (session/start.py): a fresh session begun by its batch, loaded, or taken over
-   from a former owner (its goal planned first if it has no plan; a plan its former owner was
-   streaming written to the end); outcomes recorded while nobody watched settled, events it
-   left unacknowledged taken over, and what is ready dispatched.
+1. **Start** (session/start.py): a fresh session started from what its batch read (or read
+   first), or taken over from a former owner (its goal planned first if it has no plan; a
+   plan its former owner was streaming written to the end); outcomes recorded while nobody
+   watched settled, events it left unacknowledged taken over. It returns the state and the
+   ops the first fenced write carries (a fresh session's ``running``).
 2. **Turns**, until the session has an outcome: a cancel asked for in the session hash wins;
-   dispatch ready steps (session/sending.py), announce approvals, checkpoint to SQL in the
-   background; wait for events and apply them (session/events.py: outcomes, commands,
-   changes); run the watchdog; deliberate and carry out the decision (session/decisions.py);
-   account LLM usage (session/llm_usage.py); check the end; review a completed round.
+   dispatch ready steps (session/sending.py: the first turn's write carries the start's ops,
+   and the store port sends the first writes of sessions starting together in one round
+   trip), announce approvals, checkpoint to SQL in the background; wait for events and apply
+   them (session/events.py: outcomes, commands, changes); run the watchdog; deliberate and
+   carry out the decision (session/decisions.py); account LLM usage (session/llm_usage.py);
+   check the end; review a completed round.
 3. **Finish**: stop what runs, compensate if aborted or cancelled, answer, write the report
    (session/finish.py), then conclude the lessons (session/lesson_conclusion.py).
 
@@ -154,9 +157,10 @@ class SessionRunner:
         SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
         if self.ctx.record is not None:  # every LLM call of this task is charged as it arrives
             METER.set(session_meter(self.state, self.ctx.settings, self.ctx.record))
-        state = self.state
         try:
-            await self.start.run()  # 1. start
+            started = await self.start.run()  # 1. start
+            state = started.state
+            self.io.carry(started.ops)  # sent with the first turn's dispatch
             while state.outcome is None and await self._send():  # 2. turns
                 await self._turn()
             assert state.outcome is not None  # turns stop on an outcome, and only then
@@ -195,7 +199,7 @@ class SessionRunner:
             return False
         await self.scheduling.dispatch_ready()
         await self.commands.announce_approvals()
-        await self.start.started()
+        await self.start.started()  # the start ends with its first dispatch
         # Checkpoint after dispatching, in the background: the next steps never wait on SQL.
         self._checkpoint()
         self.checkpointer.raise_if_failed()

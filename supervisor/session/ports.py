@@ -77,9 +77,9 @@ class SessionIO:
         self.consumer = consumer
         self.stored_outputs = stored_outputs
         self.events = events  # the supervisor's event hub; None: read the stream directly
-        # Session-hash fields written with the next fenced write (the first dispatch, say)
-        # instead of a round trip of their own.
-        self._deferred: list[Any] = []
+        # Ops written with the next fenced write (the first dispatch, say) instead of a
+        # round trip of their own.
+        self._deferred: list[WriteOp] = []
 
     @property
     def sid(self) -> str:
@@ -161,18 +161,21 @@ class SessionIO:
         await self.store.write(self.sid, self.epoch, self.take_deferred(ops))
 
     def take_deferred(self, ops: Sequence[WriteOp]) -> list[WriteOp]:
-        """``ops`` after the session fields deferred so far, which they now carry: what
-        :meth:`write` would send, for a caller that sends it itself."""
+        """``ops`` after the ops deferred so far, which they now carry: what :meth:`write`
+        sends."""
         deferred, self._deferred = self._deferred, []
-        head: list[WriteOp] = [("HSET", self.store.keys.session(self.sid), deferred)]
-        return [*head, *ops] if deferred else list(ops)
+        return [*deferred, *ops]
+
+    def carry(self, ops: Sequence[WriteOp]) -> None:
+        """Run ``ops`` with the next fenced write (before its own ops)."""
+        self._deferred += ops
 
     def defer_session(self, *fields: Any) -> None:
         """Set fields (name, value, ...) of the session hash with the next fenced write."""
-        self._deferred += fields
+        self.carry([("HSET", self.store.keys.session(self.sid), list(fields))])
 
     async def flush(self) -> None:
-        """Write the deferred session fields now if no other write carried them."""
+        """Write the deferred ops now if no other write carried them."""
         if self._deferred:
             await self.write([])
 

@@ -15,12 +15,13 @@ from planloop.core.models import (
     Event,
     EventType,
     Severity,
+    StepState,
     StepStatus,
     StepTaskArgs,
     idempotency_key,
     task_id,
 )
-from planloop.core.values import ValueLimits, encode
+from planloop.core.values import ValueLimits
 from planloop.planner.plan import Step
 from planloop.planner.react_step import REACT_TOOL
 from planloop.planner.references import find_references, resolve_params
@@ -37,6 +38,12 @@ WATCHDOG_INTERVAL_S = 0.1
 UNSERVED = "unserved"  # the notice (event payload, progress note) of a step no worker serves
 SERVED = "served"  # ... and of its end: a live worker serves the tool now
 UNSERVED_FAILED = "unserved_failed"  # ... or: the wait ended, the step failed
+# The step fields a dispatch clears (it sets the others it writes).
+CLEARED = (
+    *("worker", "started_at", "finished_at", "not_before"),
+    *("error", "error_kind", "output_ref", "note"),
+)
+SENT = ("status", "attempt", "epoch", "task_id", "dispatched_at", "queue")
 
 
 class TaskQueue(Protocol):
@@ -108,38 +115,21 @@ class Scheduling:
         # Marked running and queued in one fenced call: both happen, or neither does.
         await self.io.write(self._mark_sent(batch, now))
 
-    def dispatch_now(self) -> list[Op] | None:
-        """:meth:`dispatch_ready` without its write: the ready steps marked running, and
-        the ops that queue them (for the caller to send in one fenced write), when none of
-        them needs a round trip first (no reference to resolve, no param big enough to go
-        out of line); None, with nothing marked, when one does (then dispatch_ready)."""
-        state, now = self.state, time.time()
-        limit = self.io.settings.inline_value_max_bytes
-        batch: list[StepTaskArgs] = []
-        if self.waiting:
-            return None
-        for step_id in ready_steps(state, now, self.io.concurrency()):
-            params = state.steps[step_id].params
-            if find_references(params) or any(len(encode(v)) > limit for v in params.values()):
-                return None
-            queue = self.queue.route(state.steps[step_id])
-            if queue is None:  # it waits for a worker: dispatch_ready says so
-                return None
-            inline = SentParams(dict(params))
-            batch.append(self._task_args(step_id, state.states[step_id].attempt + 1, inline, queue))
-        return self._mark_sent(batch, now) if batch else []
-
     def _mark_sent(self, batch: list[StepTaskArgs], now: float) -> list[Op]:
         """Mark ``batch``'s steps running; the ops that write them and queue the attempts."""
         state = self.state
         ops: list[Op] = []
         for args in batch:
             st = state.states[args.step_id]
+            # A first attempt writes by field: no worker has written the step's hash yet, so
+            # of the fields a dispatch clears only those set here need clearing there.
+            stale = [n for n in CLEARED if getattr(st, n)] if args.attempt == 1 else None
             st.status, st.attempt, st.epoch = StepStatus.RUNNING, args.attempt, self.io.epoch
             st.task_id, st.dispatched_at, st.queue = args.task_id, now, args.queue
             st.started_at = st.finished_at = st.not_before = 0.0
             st.worker = st.error = st.error_kind = st.output_ref = st.note = ""
-            ops.append(self.io.store.step_write(self.io.sid, args.step_id, **st.to_fields()))
+            fields = st.to_fields() if stale is None else _sent_fields(st, stale)
+            ops.append(self.io.store.step_write(self.io.sid, args.step_id, **fields))
             state.dirty.add(args.step_id)
             state.candidates.discard(args.step_id)
             state.inflight.add(args.step_id)
@@ -338,3 +328,8 @@ class Scheduling:
                 worker=fresh.worker,
                 started_at=fresh.started_at,
             )
+
+
+def _sent_fields(st: StepState, stale: list[str]) -> dict[str, object]:
+    """The fields a dispatch sets, and the cleared ones that held something."""
+    return {name: getattr(st, name) for name in (*SENT, *stale)}

@@ -1,17 +1,23 @@
 """How a session starts: the one path from a lease taken to the loop's first turn.
 
-1. **Fresh, begun by its batch** (:meth:`SessionStart.begin`): a session never owned, with its
-   plan and nothing pending, starts from what the batch read, without a round trip of its
-   own; the batch sends its first write (marked running, ready steps queued) with the others'.
-2. **Fresh, loaded**: the same start when the batch could not begin it (a step needs a round
-   trip first, or the session was not taken in a batch): read, then adopted as in 1.
-3. **Takeover**: a session owned before is claimed in SQL, noted running, and its step states
+:meth:`SessionStart.run` returns :class:`Started`: the session's state, and the ops its first
+fenced write carries. It dispatches nothing: the loop's first turn does, through the store
+port, which sends the first writes of many sessions starting together in one round trip.
+
+1. **Fresh**: a session never owned, with its plan. Taken in a batch (nothing pending, no
+   cancel, not streaming: ``batch_start.starts_from_batch``), it starts from what the batch
+   read, with no round trip of its own; otherwise it is read first. Its SQL claim is grouped
+   with others' in the background, and ``running`` is one of the ops returned (it goes with
+   the first dispatch).
+2. **Takeover**: a session owned before is claimed in SQL, noted running, and its step states
    and LLM usage read; a goal without a plan is planned first. Outcomes recorded while nobody
    watched are settled and attempts never started re-sent.
-4. **Streamed resume**: whichever way it was loaded, a session whose former owner died while
+3. **Streamed resume**: whichever way it was loaded, a session whose former owner died while
    its first plan streamed has the planner write the rest.
 
-Then events a former owner left unacknowledged are taken over, and what is ready dispatched.
+Then events a former owner left unacknowledged are taken over. A session not started from its
+batch holds a start slot (supervisor/process/admission.py) until its first turn has
+dispatched (:meth:`SessionStart.started`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from planloop.planner.plan import Plan, load_stored_plan
 from planloop.supervisor.io.redis_store import Taken
 from planloop.supervisor.io.store_port import Entry, WriteOp
 from planloop.supervisor.io.stream_flags import STREAMING
-from planloop.supervisor.process.batch_start import can_begin
+from planloop.supervisor.process.batch_start import starts_from_batch
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.process.input_refusal import refuse_bad_input
 from planloop.supervisor.session.cancel_watch import CancelWatch
@@ -56,6 +62,15 @@ def record_events(state: SessionState, entries: list[Entry]) -> None:
             state.batch.events.append((entry_id, read_event(fields)))
         except (ValueError, KeyError):
             continue
+
+
+@dataclass(frozen=True)
+class Started:
+    """A session brought to its loop's first turn: its state, and the ops its first fenced
+    write carries (a fresh session's ``running``, sent with its first dispatch)."""
+
+    state: SessionState
+    ops: list[WriteOp]
 
 
 @dataclass(frozen=True)
@@ -93,72 +108,45 @@ class SessionStart:
         self.cancel = cancel
         self.ports = ports
         self._claiming: asyncio.Task[None] | None = None  # a first owner's claim, in flight
-        self._begun = False  # started by its batch (begin), not by run
-        self._first_write: asyncio.Future[None] | None = None  # the batch's, for begin's ops
+        self._slot = contextlib.AsyncExitStack()  # the start slot, up to the first dispatch
 
     @property
     def sid(self) -> str:
         return self.state.sid
 
-    def begin(self) -> list[WriteOp] | None:
-        """Start a session taken in a batch, without a round trip of its own: what
-        :meth:`run` would do up to its first dispatch, from what the batch read
-        (``Taken``: the session hash, its plan, no pending events). Returns the ops of the
-        first fenced write (the session marked running and the ready steps queued) for
-        the batch to send with the others' (:meth:`first_write`), or None when the session
-        does not start that way (see ``batch_start.can_begin``; then :meth:`run` loads it).
-        """
-        taken = self.taken
-        if taken is None or not can_begin(taken):
-            return None
-        assert taken.plan_json is not None  # can_begin checked it
-        info = SessionRecord.from_fields(self.sid, taken.fields)
-        refuse_bad_input(info, taken.plan_json, taken.fields, self.ctx.settings)
-        self.state.info = info
-        self.cancel.looked()
-        self._adopt_fresh(info, (info.plan_version, taken.plan_json))
-        self._begun = True
-        self._taken_by()
-        ops = self.scheduling.dispatch_now()
-        if ops is None:  # a step needs a round trip first: the loop dispatches it
-            return None
-        return self.io.take_deferred(ops)
-
-    def first_write(self, written: asyncio.Future[None]) -> None:
-        """The batch sends this session's first write (:meth:`begin`'s ops): ``written``
-        settles with its reply, which the loop awaits before going on."""
-        self._first_write = written
-
-    async def run(self) -> None:
-        """Start the session, up to its first dispatch (see the module's docstring)."""
-        if self._begun:
-            await self._begun_start()
-            return
+    async def run(self) -> Started:
+        """Bring the session to its first turn (see the module's docstring)."""
         # Up to its first dispatch, a session taken with its plan holds a start slot: it
         # goes before the bookkeeping of sessions already running (admission.py). One
-        # planning its goal waits on the LLM instead, and holds none.
+        # planning its goal waits on the LLM instead, and holds none; one its batch starts
+        # is covered by the batch's.
         planned = self.taken is not None and self.taken.plan_version > 0
+        if planned and not starts_from_batch(self.taken):
+            await self._slot.enter_async_context(self.ctx.admission.start())
         state = self.state
-        async with self.ctx.admission.start() if planned else contextlib.nullcontext():
-            await self._load()
-            await self.ports.usage.check()
-            if state.outcome is None:
-                await self._settle_recorded()
-            if self._may_have_pending():
-                await self.ports.apply(await self.take_over_pending())
-            if state.outcome is None:
-                await self.scheduling.dispatch_ready()
+        await self._load()
+        await self.ports.usage.check()
+        if state.outcome is None:
+            await self._settle_recorded()
+        if self._may_have_pending():
+            await self.ports.apply(await self.take_over_pending())
+        # What no write of the start carried yet (a fresh session's running, kept back by
+        # its adoption): the first turn's dispatch sends it.
+        return Started(state, self.io.take_deferred([]))
 
     async def started(self) -> None:
-        """Before the first checkpoint: the claim is committed (the record's rows are
-        fenced by it) and the session hash says running."""
+        """After the first turn's dispatch, before the first checkpoint: the start slot is
+        given back, the claim is committed (the record's rows are fenced by it) and the
+        session hash says running."""
+        await self._slot.aclose()
         await self.io.flush()
         claiming, self._claiming = self._claiming, None
         if claiming is not None:
             await claiming
 
     async def close(self) -> None:
-        """The loop stops: a claim still in flight is cancelled."""
+        """The loop stops: the start slot is given back, a claim in flight is cancelled."""
+        await self._slot.aclose()
         if self._claiming is not None:
             self._claiming.cancel()
             await asyncio.gather(self._claiming, return_exceptions=True)
@@ -182,17 +170,6 @@ class SessionStart:
             await store.note_progress(sid, "dead_letter", count=len(dead))
             record_events(self.state, dead)
         return [(e, f) for e, f in entries if counts.get(e, 0) <= limit]
-
-    async def _begun_start(self) -> None:
-        """A session its batch began: a fresh one (nothing recorded to settle, no event
-        pending), whose first dispatch the batch sent, or that still needs it."""
-        written, self._first_write = self._first_write, None
-        if written is not None:
-            # Shielded: the batch's write goes on (and is retrieved) if this loop stops.
-            await asyncio.shield(written)
-            return
-        async with self.ctx.admission.start():
-            await self.scheduling.dispatch_ready()
 
     async def _load(self) -> None:
         """Read the session (from what its lease's pipeline read, when taken in a batch),

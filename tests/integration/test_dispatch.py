@@ -18,6 +18,7 @@ from planloop.config.celery import STEP_TASK, celery_config, step_task_name
 from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError
 from planloop.core.keys import Keys
+from planloop.core.lua import as_commands
 from planloop.core.models import StepTaskArgs
 from planloop.core.tools import load_tools
 from planloop.supervisor.io.redis_store import SessionStore
@@ -118,10 +119,15 @@ def test_dispatch_commands_queue_what_send_task_would(
                 shadow=step_task_name(args.tool),
             )
 
+    held: list[tuple[str, str]] = []  # kombu's unacked entries the dispatch wrote
+
     def run(ops: list[Op]) -> None:
         pipe = redis_client.pipeline(transaction=False)
-        for command, key, args in ops:
-            pipe.execute_command(command, key, *args)
+        for op in ops:
+            for command, key, args in as_commands(*op):
+                pipe.execute_command(command, key, *args)
+                if command == "HSET":
+                    held.append((key, args[0]))
         pipe.execute()
 
     try:
@@ -129,9 +135,20 @@ def test_dispatch_commands_queue_what_send_task_would(
             redis_client, settings.queue, sid, lambda: run(dispatcher.commands(*attempts))
         )
         theirs, their_events = _capture(redis_client, settings.queue, sid, with_send_task)
+        # Each message is held from the dispatch: kombu's unacked entry of it, as kombu
+        # writes one on receipt ([message, exchange, routing key]), without a second copy.
+        entries = [json.loads(redis_client.hget(key, tag) or "null") for key, tag in held]
     finally:
+        for key, tag in held:
+            redis_client.hdel(key, tag)
         dispatcher.close()
         reference.close()
+
+    assert [tag for _, tag in held] == [m["properties"]["delivery_tag"] for m in ours]
+    for message, (entry, exchange, routing_key) in zip(ours, entries, strict=True):
+        entry["body"] = json.loads(base64.b64decode(entry["body"]))
+        assert entry == message
+        assert (exchange, routing_key) == ("", settings.queue)
 
     assert len(ours) == len(theirs) == 2
     for theirs_message in theirs:

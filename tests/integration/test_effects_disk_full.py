@@ -2,23 +2,27 @@
 real Redis, Celery workers and SQLite on a small tmpfs this test mounts): while the disk is
 full, ledger commits fail as store faults, which open no breaker and skip no write; once
 space is freed every session completes with each write applied once (the audit file, on
-another disk, counts them).
+another disk, counts them). The supervisor's own SQL writes refused meanwhile (checkpoints,
+claims, the report) are held and written once the disk frees: the SQL record ends complete,
+every attempt row, every event and the report, and no session loop crashed.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from planloop.core.effects import EffectAudit
-from planloop.core.models import ErrorKind, SessionStatus
+from planloop.core.models import ErrorKind, EventType, SessionRecord, SessionStatus
 from planloop.planner.plan import parse_plan
 from tests.conftest import wait_for
 from tests.integration.conftest import MakeStack, report_steps
@@ -131,3 +135,41 @@ def test_sessions_on_a_full_disk_apply_each_write_once_once_space_is_freed(
     # no attempt failed any other way (a transient failure, a timeout, a breaker)
     kinds = {a.error_kind for sid in sids for a in built.record.attempts(sid)}
     assert kinds <= {ErrorKind.STORE, ""}, kinds
+    for record in ended:
+        assert_record_complete(built, record)
+    logs = [log.read_text() for log in built.stack.log_dir.glob("supervisor-*.log")]
+    for text in logs:  # a full disk crashes no loop
+        crashes = [line for line in text.splitlines() if "loop crashed" in line]
+        assert crashes == [], crashes[:3]
+    # the supervisor's own writes were refused meanwhile, held, and written afterwards
+    assert any("sql store refused" in text for text in logs)
+    assert any("sql store writes" in text and "again after" in text for text in logs)
+
+
+def assert_record_complete(built: Any, record: SessionRecord) -> None:
+    """The SQL record of an ended session holds what Redis and the report say happened:
+    the ending and its report, a row for every attempt of every step (those the store
+    failed too), and the outcome event of each attempt."""
+    sid = record.id
+    row = built.record.session(sid)
+    assert row is not None, sid
+    assert row.status == record.status.value, sid
+    assert row.report, sid
+    assert json.loads(row.report)["status"] == record.status.value, sid
+    rows = {(a.step_id, a.attempt): a for a in built.record.attempts(sid)}
+    events = {(e.step_id, e.attempt, e.type) for e in built.record.events(sid)}
+    for step_id, entry in report_steps(record).items():
+        wanted = set(range(1, int(entry["attempts"]) + 1))
+        assert {n for s, n in rows if s == step_id} == wanted, (sid, step_id, sorted(rows))
+        for n in wanted:
+            attempt = rows[(step_id, n)]
+            assert attempt.status != "running", (sid, step_id, n)
+            outcome = OUTCOME_EVENTS[attempt.status]
+            assert (step_id, n, outcome) in events, (sid, step_id, n, outcome, sorted(events))
+
+
+OUTCOME_EVENTS = {
+    "completed": EventType.TASK_COMPLETED,
+    "failed": EventType.TASK_FAILED,
+    "interrupted": EventType.TASK_INTERRUPTED,
+}

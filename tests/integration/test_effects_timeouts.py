@@ -6,16 +6,20 @@ it once. Applications are counted in the audit file, outside Redis and SQL.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, make_url, text
 
 from planloop.core.effects import EffectAudit
 from planloop.core.heartbeat import read_heartbeats
 from planloop.core.models import SessionOptions, SessionStatus
 from planloop.planner.plan import parse_plan
+from planloop.producer.history import late_effect_line, session_history
 from planloop.workers.toolsets import BENCH_TOOLS
-from tests.conftest import wait_for
+from tests.conftest import TEST_PG_URL, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 from tests.llm_server import ScriptedLLMServer
 
@@ -24,9 +28,10 @@ pytestmark = [pytest.mark.integration]
 LATE_MODULE = "late_tools"  # tests/tool_modules/late_tools.py
 
 
-def late_stack(private_stack: MakeStack, **env: str) -> PrivateStack:
+def late_stack(private_stack: MakeStack, database_url: str = "", **env: str) -> PrivateStack:
     """A supervisor, and a worker serving the bench tools and ``late.*``."""
-    built = private_stack(workers=0, supervisors=1)
+    record = {"database_url": database_url} if database_url else {}
+    built = private_stack(workers=0, supervisors=1, **record)
     built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE], env=env)
     wait_for(
         lambda: any("late.write" in hb.tools for hb in read_heartbeats(built.redis, built.keys)),
@@ -86,6 +91,79 @@ steps:
     undone = [c for c in record.report["compensations"] if c["step"] == "w"]
     assert [(c["tool"], c["status"]) for c in undone] == [("late.undo", "completed")]
     assert audit.counts()[f"{key}:compensate"] == 1
+    # recorded as a late effect, settled by the ending that undid it
+    wait_for(lambda: _settled(built, sid), 15, "the late effect settled")
+    assert _late(built, sid) == [("w", "compensated", "ending", "")]
+
+
+def _late(built: PrivateStack, sid: str) -> list[tuple[str, str, str, str]]:
+    rows = built.record.late_effects(sid)
+    return [(r.step_id, r.status, r.settled_by, r.compensation_tool) for r in rows]
+
+
+def _settled(built: PrivateStack, sid: str) -> bool:
+    rows = built.record.late_effects(sid)
+    return bool(rows) and all(r.status != "pending" for r in rows)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL database of this test's own."""
+    name = f"planloop_late_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(TEST_PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
+    url = make_url(TEST_PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_write_that_commits_after_its_session_ended_is_compensated_after_it(
+    private_stack: MakeStack, pg_url: str
+) -> None:
+    """A tool that cannot be stopped holds its write past the timeout and past the bounded
+    wait for it; the session fails and compensates what it knows of before the write
+    commits. The late write is recorded against the step, shown by ``planloop show``, and
+    compensated once after the session ended. On PostgreSQL: on SQLite the write holds the
+    database's write lock, so the ending's own record waits for it and finds it."""
+    built = late_stack(private_stack, pg_url)
+    plan = parse_plan(
+        """
+goal: a write that commits after its session ended
+steps:
+  - {id: w, tool: late.write, params: {label: later, first_apply_s: 5}, timeout_s: 1,
+     max_retries: 0, critical: true}
+"""
+    )
+    sid = built.producer.submit(plan, SessionOptions(compensate_on_failure=True))
+    record = built.finish(sid, ["w"], timeout_s=60)
+    assert record.status == SessionStatus.FAILED, record.error
+    assert report_steps(record)["w"]["status"] == "interrupted"
+    assert record.report is not None
+    assert [c for c in record.report["compensations"] if c["step"] == "w"] == []  # missed
+    audit, key = audit_of(built), f"{sid}:w"
+    wait_for(lambda: _settled(built, sid), 30, "the late effect settled")
+    assert _late(built, sid) == [("w", "compensated", "late", "late.undo")]
+    assert audit.counts()[key] == 1  # the write landed once, late
+    assert audit.counts()[f"{key}:compensate"] == 1  # and was undone once, after the end
+    assert built.effects.receipt(f"{key}:compensate") == {
+        "undone": "later",
+        "key": f"{key}:compensate",
+    }
+    shown = session_history(built.record, sid)["late_effects"]
+    assert [(e["step"], e["status"], e["settled_by"]) for e in shown] == [
+        ("w", "compensated", "late")
+    ]
+    assert "after the session ended" in late_effect_line(shown[0])
 
 
 def worker_llm_env(server: ScriptedLLMServer) -> dict[str, str]:

@@ -104,11 +104,11 @@ BREAKER_LIFE: list[tuple[str, float, Any, str]] = [
     ("fail", 32, "event", "open"),  # two within the window: open
     ("start", 33, 2, "open"),  # open: the claim fails fast
     ("start", 36.9, 2, "open"),  # still cooling down
-    ("start", 37, 1, "half_open"),  # cooldown over: this call is the probe
+    ("start", 37, 3, "half_open"),  # cooldown over: this call is the probe
     ("start", 38, 2, "half_open"),  # one probe at a time
     ("fail", 38.5, "event", "open"),  # the probe failed: open again
     ("start", 40, 2, "open"),
-    ("start", 43.5, 1, "half_open"),  # a new probe after the cooldown
+    ("start", 43.5, 3, "half_open"),  # a new probe after the cooldown
     ("ok", 44, "event", "closed"),  # it succeeded: closed, failures forgotten
     ("fail", 45, "event", "closed"),  # one failure after closing is under the threshold
     ("start", 46, 1, "closed"),

@@ -21,8 +21,9 @@ from kombu import Connection
 from planloop.config.celery import STEP_TASK
 from planloop.config.settings import Settings
 from planloop.core.hot_state import HotState
+from planloop.core.lua import as_commands
 from planloop.core.models import Event, EventType, StepStatus, StepTaskArgs
-from planloop.core.receipts import Receipt, receipts
+from planloop.core.receipts import KOMBU_UNACKED, Receipt, receipts
 from planloop.core.tools import load_tools
 from planloop.supervisor.io.step_queue import Dispatcher
 from tests.conftest import wait_for
@@ -43,7 +44,9 @@ def unacked(settings: Settings, redis_client: redis.Redis) -> Iterator[tuple[str
     """A private unacked hash and index, so other tests' workers never touch these."""
     keys = (f"{settings.key_prefix}:receipts:unacked", f"{settings.key_prefix}:receipts:index")
     yield keys
-    redis_client.delete(*keys, f"{settings.key_prefix}:receipts:mutex")
+    redis_client.delete(
+        *keys, f"{settings.key_prefix}:receipts:mutex", f"{settings.key_prefix}:receipts:scratch"
+    )
 
 
 @pytest.fixture
@@ -64,8 +67,11 @@ def channel(settings: Settings, unacked: tuple[str, str]) -> Iterator[Any]:
     connection.release()
 
 
-def _queue_step(settings: Settings, client: redis.Redis, sid: str) -> StepTaskArgs:
-    """Queue one attempt's message exactly as a supervisor dispatches it."""
+def _queue_step(
+    settings: Settings, client: redis.Redis, sid: str, held_in: str | None = None
+) -> StepTaskArgs:
+    """Queue one attempt's message exactly as a supervisor dispatches it; the unacked entry
+    the dispatch holds goes to ``held_in`` (default: a scratch hash no channel reads)."""
     args = StepTaskArgs(
         session_id=sid,
         step_id="s1",
@@ -78,8 +84,11 @@ def _queue_step(settings: Settings, client: redis.Redis, sid: str) -> StepTaskAr
     )
     dispatcher = Dispatcher(settings, load_tools(settings.tool_modules))
     try:
-        for command, key, values in dispatcher.commands(args):
-            client.execute_command(command, key, *values)
+        for op in dispatcher.commands(args):
+            for command, key, values in as_commands(*op):
+                if command == "HSET":
+                    key = held_in or f"{settings.key_prefix}:receipts:scratch"
+                client.execute_command(command, key, *values)
     finally:
         dispatcher.close()
     return args
@@ -248,3 +257,50 @@ def test_a_worker_leaves_no_unacked_entry_behind(
         ]
 
     wait_for(lambda: not ours(), timeout_s=5, what="the session's messages to be acked")
+
+
+def test_a_dispatched_message_is_held_from_the_dispatch_and_its_claim_only_indexes_it(
+    settings: Settings,
+    redis_client: redis.Redis,
+    unacked: tuple[str, str],
+    hot_state: HotState,
+    run_id: str,
+) -> None:
+    """Under kombu's default hash name the dispatch writes the entry with the message; the
+    claim sends no second copy, and kombu restores the entry as one it wrote itself."""
+    _, index_key = unacked
+    connection = Connection(
+        settings.redis_url,
+        transport="planloop.workers.transport:Transport",
+        transport_options={
+            "unacked_index_key": index_key,  # other workers never restore from this index
+            "unacked_mutex_key": f"{settings.key_prefix}:receipts:mutex",
+        },
+    )
+    channel = connection.channel()
+    args = _queue_step(settings, redis_client, f"{run_id}-held", held_in=KOMBU_UNACKED)
+    _running(hot_state, args)
+    try:
+        message = channel.basic_get(settings.queue)
+        receipt = receipts.parked(message.delivery_tag)
+        assert receipt is not None
+        assert receipt.held
+        assert json.loads(redis_client.hget(KOMBU_UNACKED, receipt.tag) or "") == json.loads(
+            receipt.entry
+        )
+        claimed = hot_state.start_attempt(
+            args.session_id, args.step_id, attempt=1, epoch=1, worker="w1", receipt=receipt
+        )
+        receipts.held(receipt.tag)
+        assert claimed == 1
+        assert redis_client.zscore(index_key, receipt.tag) == pytest.approx(time.time(), abs=60)
+
+        channel.qos.restore_unacked()  # the worker stops before the outcome
+        again = channel.basic_get(settings.queue)
+        assert again is not None
+        assert again.headers["id"] == args.task_id
+        assert again.delivery_info["redelivered"]
+        channel.qos.restore_unacked()
+    finally:
+        redis_client.hdel(KOMBU_UNACKED, message.delivery_tag)
+        connection.release()

@@ -88,6 +88,9 @@ class Record:
     def outputs(self, sid: str, refs: Sequence[str]) -> dict[str, str]:
         return {}
 
+    def claim_many(self, claims: Sequence[Any]) -> list[None]:
+        return [None] * len(claims)  # every claim recorded
+
 
 def context(settings: Settings, store: MemorySessionStore) -> SupervisorContext:
     """The supervisor's composition root over the in-memory store and stand-ins."""

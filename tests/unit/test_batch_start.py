@@ -1,23 +1,24 @@
-"""A batch of sessions taken together: which ones the batch starts itself, the ops of a
-first dispatch built without a round trip (the same as dispatch_ready's), and the first
-writes sent together. Without Redis (the in-memory store)."""
+"""A batch of sessions taken together: which ones start from what the batch read, what the
+start returns (the state and the ops of the first write, nothing dispatched), and the loop's
+first turn sending those ops with the first dispatch in one fenced write. Without Redis (the
+in-memory store)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from planloop.core.models import StepStatus
+from planloop.config.settings import Settings
+from planloop.core.models import SessionStatus, StepStatus
 from planloop.planner.plan import Plan
+from planloop.supervisor.io.memory_store import MemorySessionStore
 from planloop.supervisor.io.redis_store import Taken
-from planloop.supervisor.io.store_port import WriteOp
 from planloop.supervisor.process.admission import BURST_MIN, Admission
-from planloop.supervisor.process.batch_start import can_begin, first_replies, send_first_writes
-from planloop.supervisor.session.sending import Scheduling
-from tests.unit.loop_fixtures import EPOCH, SID, Loop, run, step
+from planloop.supervisor.process.batch_start import starts_from_batch
+from planloop.supervisor.session.loop import SessionRunner
+from tests.unit.loop_fixtures import EPOCH, SID, context, step
 
 FRESH = {"status": "pending", "plan_version": "1", "goal": "g"}
 
@@ -27,7 +28,7 @@ def taken(epoch: int = 4, pending: int | None = 0, plan: str | None = "{}", **fi
 
 
 @pytest.mark.parametrize(
-    ("case", "took", "begins"),
+    ("case", "took", "from_batch"),
     [
         ("fresh, with its plan", taken(), True),
         ("lease not taken", taken(epoch=0), False),
@@ -43,89 +44,94 @@ def taken(epoch: int = 4, pending: int | None = 0, plan: str | None = "{}", **fi
         ("a streamed plan, mid-way", taken(planning="streaming"), False),
     ],
 )
-def test_only_a_fresh_session_with_its_plan_and_nothing_pending_is_begun(
-    case: str, took: Taken, begins: bool
+def test_only_a_fresh_session_with_its_plan_and_nothing_pending_starts_from_its_batch(
+    case: str, took: Taken, from_batch: bool
 ) -> None:
-    assert can_begin(took) is begins, case
+    assert starts_from_batch(took) is from_batch, case
 
 
-def test_dispatch_now_builds_what_dispatch_ready_would_write() -> None:
-    plan = Plan(steps=[step("a", params={"x": 1}), step("b"), step("c", "a")])
-    now, later = Loop(plan), Loop(plan)
-    for loop in (now, later):
-        loop.io.defer_session("status", "running")
-    ops = Scheduling(now.io, now.queue, on_failure=_never).dispatch_now()
-    assert ops is not None
-    full = now.io.take_deferred(ops)
-    run(now.store.write(SID, EPOCH, full))
-    run(Scheduling(later.io, later.queue, on_failure=_never).dispatch_ready())
-    for step_id in ("a", "b", "c"):
-        mine, theirs = now.step_hash(step_id), later.step_hash(step_id)
-        assert mine.keys() == theirs.keys(), step_id
-        assert mine.get("status") == theirs.get("status"), step_id
-        assert mine.get("task_id") == theirs.get("task_id"), step_id
-    assert now.step_hash("a")["status"] == StepStatus.RUNNING.value
-    assert "c" not in now.state.inflight  # waits for a
-    assert now.session_hash()["status"] == "running"  # the deferred fields went along
-    assert now.state.inflight == later.state.inflight == {"a", "b"}
+PLAN = Plan(goal="g", steps=[step("a"), step("b"), step("c", "a")])
 
 
-def test_dispatch_now_leaves_a_reference_to_dispatch_ready_and_marks_nothing() -> None:
-    plan = Plan(steps=[step("a"), step("b", params={"x": "{{a.output.v}}"})])
-    loop = Loop(plan, a=StepStatus.COMPLETED)
-    assert Scheduling(loop.io, loop.queue, on_failure=_never).dispatch_now() is None
-    assert loop.state.states["b"].status == StepStatus.PENDING
-    assert not loop.state.inflight
+class Started:
+    """One session's loop started from what its batch read, its fenced writes counted."""
+
+    def __init__(self, **fields: str) -> None:
+        self.store = store = MemorySessionStore()
+        store.own(SID, EPOCH, **FRESH, **fields)
+        self.writes: list[list[Any]] = []
+        inner = store.write
+
+        async def write(sid: str, epoch: int, ops: Any) -> None:
+            self.writes.append(list(ops))
+            await inner(sid, epoch, ops)
+
+        store.write = write  # type: ignore[method-assign]
+        self.ctx = context(Settings(), store)
+        fields = dict(store.hashes[store.keys.session(SID)])
+        took = Taken(SID, EPOCH, fields, plan_json=PLAN.model_dump_json(), pending=0)
+        self.runner = SessionRunner(self.ctx, SID, EPOCH, took)
 
 
-def test_dispatch_now_leaves_a_param_sent_out_of_line_to_dispatch_ready() -> None:
-    loop = Loop(Plan(steps=[step("a", params={"big": "x" * 100})]))
-    loop.io.settings = loop.settings.model_copy(update={"inline_value_max_bytes": 10})
-    assert Scheduling(loop.io, loop.queue, on_failure=_never).dispatch_now() is None
-    assert not loop.state.inflight
+def test_the_start_returns_the_state_and_running_and_the_first_turn_sends_them_together() -> None:
+    started = Started()
+    runner, store = started.runner, started.store
+
+    async def scenario() -> None:
+        try:
+            first = await runner.start.run()
+            assert first.state is runner.state
+            assert first.state.info.status == SessionStatus.RUNNING
+            assert [op[1] for op in first.ops] == [store.keys.session(SID)]  # running
+            assert started.writes == []  # nothing written, nothing dispatched yet
+            assert not first.state.inflight
+            runner.io.carry(first.ops)
+            assert await runner._send()
+        finally:
+            await runner.start.close()
+            await runner.checkpointer.close()
+
+    asyncio.run(scenario())
+    assert len(started.writes) == 1  # one fenced write: running and the ready steps
+    assert started.writes[0][0][1] == store.keys.session(SID)
+    hashes = store.hashes
+    assert hashes[store.keys.session(SID)]["status"] == "running"
+    assert hashes[store.keys.step(SID, "a")]["status"] == StepStatus.RUNNING.value
+    assert runner.state.inflight == {"a", "b"}
+    assert len(store.lists["q"]) == 2
 
 
-def test_dispatch_now_with_nothing_ready_writes_only_the_deferred_fields() -> None:
-    loop = Loop(Plan(steps=[step("a", requires_approval=True)]))
-    loop.io.defer_session("status", "running")
-    ops = Scheduling(loop.io, loop.queue, on_failure=_never).dispatch_now()
-    assert ops == []
-    assert loop.state.awaiting_approval == {"a"}  # announced by the loop
-    assert [op[1] for op in loop.io.take_deferred(ops)] == [loop.store.keys.session(SID)]
+def test_a_session_started_from_its_batch_holds_no_start_slot() -> None:
+    runner = Started().runner
+
+    async def scenario() -> int:
+        try:
+            await runner.start.run()
+            return runner.ctx.admission.starting
+        finally:
+            await runner.start.close()
+
+    assert asyncio.run(scenario()) == 0  # the batch's starting_batch covers it
 
 
-def test_first_writes_leave_together_and_each_gets_its_own_reply() -> None:
-    async def scenario() -> tuple[list[list[str]], list[object]]:
-        rounds: list[list[str]] = []
+def test_a_session_read_by_its_loop_holds_a_start_slot_until_its_first_dispatch() -> None:
+    started = Started()
+    runner = started.runner
+    assert runner.start.taken is not None
+    runner.start.taken.pending = None  # not counted by its batch: its loop looks itself
 
-        async def write_many(writes: Sequence[tuple[str, int, Any]]) -> list[Any]:
-            rounds.append([sid for sid, _, _ in writes])
-            return [RuntimeError("fenced out") if sid == "fenced" else None for sid, _, _ in writes]
+    async def scenario() -> tuple[int, int]:
+        try:
+            runner.io.carry((await runner.start.run()).ops)
+            starting = runner.ctx.admission.starting
+            await runner._send()
+            return starting, runner.ctx.admission.starting
+        finally:
+            await runner.start.close()
+            await runner.checkpointer.close()
 
-        ops: list[WriteOp] = [("HSET", "k", ["a", 1])]
-        replies = first_replies(3)
-        await send_first_writes(write_many, [(s, 1, ops) for s in ("a", "fenced", "b")], replies)
-        results = await asyncio.gather(*replies, return_exceptions=True)
-        return rounds, results
-
-    rounds, results = asyncio.run(scenario())
-    assert rounds == [["a", "fenced", "b"]]  # one round trip
-    assert results[0] is None
-    assert results[2] is None
-    assert isinstance(results[1], RuntimeError)
-
-
-def test_a_failed_round_trip_reaches_every_session_of_the_chunk() -> None:
-    async def scenario() -> list[object]:
-        async def write_many(writes: Sequence[tuple[str, int, Any]]) -> list[Any]:
-            raise ConnectionError("redis went away")
-
-        replies = first_replies(2)
-        await send_first_writes(write_many, [("a", 1, []), ("b", 1, [])], replies)
-        return list(await asyncio.gather(*replies, return_exceptions=True))
-
-    results = asyncio.run(scenario())
-    assert all(isinstance(r, ConnectionError) for r in results)
+    assert asyncio.run(scenario()) == (1, 0)
+    assert started.store.hashes[started.store.keys.session(SID)]["status"] == "running"
 
 
 def test_a_batch_starting_takes_no_slot_and_holds_older_loops_in_a_burst_only() -> None:
@@ -156,7 +162,3 @@ def test_a_batch_starting_takes_no_slot_and_holds_older_loops_in_a_burst_only() 
         "old, beside a small batch",
         "old, after the burst",
     ]
-
-
-async def _never(step_id: str) -> None:
-    raise AssertionError(f"no failure expected ({step_id})")

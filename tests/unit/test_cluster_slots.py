@@ -47,7 +47,7 @@ GLOBAL_KEYS = {
 CROSS_SLOT = {
     "RenewLeases": "many sessions",
     "LoadStarts": "many sessions",
-    "FencedWrite": "session + pl:active / broker queue",
+    "FencedWrite": "session + pl:active / broker queue / kombu unacked",
     "StartAttempt": "session + breaker + kombu unacked",
     "RecordOutcome": "session + blob + breaker + kombu unacked",
 }

@@ -307,6 +307,36 @@ def test_celerys_consumer_flushes_buffered_events_through_the_hooks() -> None:
     app.close()
 
 
+def test_the_consumers_task_handler_and_the_dispatchers_groups_gate_task_events() -> None:
+    assert _parameters(CeleryConsumer.create_task_handler)[0] == ("self", inspect.Parameter.empty)
+    # Task events off: the worker's Events step gives the dispatcher the worker group only.
+    step = consumer_events.Events.__new__(consumer_events.Events)
+    consumer_events.Events.__init__(step, CeleryConsumer.__new__(CeleryConsumer), task_events=False)
+    assert step.groups == ["worker"]
+    app = Celery("seams-groups", broker="memory://", set_as_current=False)
+    sent: list[int] = []
+    with app.connection_for_write() as connection:
+        dispatcher = EventDispatcher(
+            connection,
+            app=app,
+            groups=step.groups,
+            buffer_group=["task"],
+            on_send_buffered=lambda: sent.append(1),  # once per event it would send
+        )
+        assert dispatcher.groups == {"worker"}
+        assert dispatcher.producer.channel is not None
+        assert dispatcher.exchange.name == "celeryev"
+        assert dispatcher.headers == {"hostname": dispatcher.hostname}
+        dispatcher.send("task-received", uuid="t1")
+        dispatcher.groups.add("task")
+        dispatcher.send("task-started", uuid="t1")
+        dispatcher.groups.discard("task")
+        dispatcher.send("task-succeeded", uuid="t1")
+        dispatcher.close()
+    app.close()
+    assert sent == [1]  # task-started only
+
+
 def test_the_consumers_hub_schedules_callbacks_soon_and_later() -> None:
     empty = inspect.Parameter.empty
     assert _parameters(Hub.call_soon) == [("self", empty), ("callback", empty), ("args", empty)]

@@ -1,0 +1,118 @@
+"""Late effects settled once their session has ended: undone by the ending, kept, or
+compensated here when the ending missed them (once, under the ending's own key)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from planloop.core.effects import SqlEffectLedger, _insert_late
+from planloop.core.record import Checkpoint, Claim, SqlRecord
+from planloop.core.tools import ToolContext, ToolRegistry, tool
+from planloop.workers.late_effects import Ended, LateEffectSettler, settlement
+
+SID = "S1"
+PLAN = {"goal": "g", "steps": [{"id": "w", "tool": "t.write", "params": {"label": "x"}}]}
+
+
+class _Label(BaseModel):
+    label: str
+
+
+def _tools(undone: list[str]) -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @tool(
+        "t.write",
+        description="a write",
+        params=_Label,
+        side_effect="write",
+        compensate="t.undo",
+        registry=registry,
+    )
+    def write(params: _Label, ctx: ToolContext) -> dict[str, Any]:
+        return ctx.effects.apply_once(ctx.idempotency_key, lambda: {"label": params.label}, ctx)
+
+    @tool("t.undo", description="undo", params=_Label, side_effect="write", registry=registry)
+    def undo(params: _Label, ctx: ToolContext) -> dict[str, Any]:
+        def apply() -> dict[str, Any]:
+            undone.append(ctx.idempotency_key)
+            return {"undone": params.label}
+
+        return ctx.effects.apply_once(ctx.idempotency_key, apply, ctx)
+
+    return registry
+
+
+def _ended(
+    tmp_path: Path, status: str, compensations: list[dict[str, Any]], *, undo: bool = True
+) -> SqlEffectLedger:
+    """A record where ``SID`` ended ``status`` with ``compensations``, and a late write of
+    step ``w`` committed in its ledger."""
+    url = f"sqlite:///{tmp_path / 'record.db'}"
+    record = SqlRecord.from_url(url)
+    options = json.dumps({"compensate_on_failure": undo})
+    fields = {"status": "running", "goal": "g", "options": options}
+    record.claim_many([Claim(SID, 1, "me", fields, (1, json.dumps(PLAN)))])
+    report = {"status": status, "compensations": compensations}
+    done = {"status": status, "report": json.dumps(report), "finished_at": time.time()}
+    record.checkpoint(SID, 1, Checkpoint(session=done))
+    ledger = SqlEffectLedger(url)
+    with ledger.engine.begin() as conn:  # the ledger's own record of a late write
+        _insert_late(conn, {"idempotency_key": f"{SID}:w", "session_id": SID, "step_id": "w",
+                            "attempt": 1, "tool": "t.write"})  # fmt: skip
+    return ledger
+
+
+def _row() -> dict[str, Any]:
+    return {"idempotency_key": f"{SID}:w", "session_id": SID, "step_id": "w", "tool": "t.write"}
+
+
+def _late(ledger: SqlEffectLedger) -> list[tuple[str, str, str]]:
+    rows = SqlRecord(ledger.engine).late_effects(SID)
+    return [(r.status, r.settled_by, r.compensation_tool) for r in rows]
+
+
+def test_a_late_write_the_ending_missed_is_compensated_once_after_it(tmp_path: Path) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle(_row(), {"label": "x"}) == "compensated"
+    assert settler.settle(_row(), {"label": "x"}) == "compensated"  # again: nothing undone
+    assert undone == [f"{SID}:w:compensate"]  # the ending's key for it
+    assert _late(ledger) == [("compensated", "late", "t.undo")]
+
+
+def test_a_late_write_the_ending_undid_is_not_undone_again(tmp_path: Path) -> None:
+    undone: list[str] = []
+    by_ending = [{"step": "w", "tool": "t.undo", "status": "completed"}]
+    ledger = _ended(tmp_path, "aborted", by_ending)
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle(_row(), {"label": "x"}) == "compensated"
+    assert undone == []
+    assert _late(ledger) == [("compensated", "ending", "")]
+
+
+@pytest.mark.parametrize(("status", "undo"), [("completed", True), ("failed", False)])
+def test_a_session_that_keeps_its_writes_keeps_a_late_one(
+    tmp_path: Path, status: str, undo: bool
+) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, status, [], undo=undo)
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle(_row(), {"label": "x"}) == "kept"
+    assert undone == []
+    assert _late(ledger) == [("kept", "late", "")]
+
+
+def test_settlement_matches_an_agent_steps_write_by_its_turn() -> None:
+    ended = Ended("cancelled", {"compensations": [{"step": "a", "iteration": 2,
+                                                   "status": "completed"}]}, False)  # fmt: skip
+    assert settlement(ended, "a", 2) == "ending"
+    assert settlement(ended, "a", 1) == "undo"
+    assert settlement(ended, "a", None) == "undo"

@@ -1,0 +1,225 @@
+"""Late effects settled once their session has ended: kept, or undone after the ending.
+
+A tool that cannot be stopped may commit its write after its attempt's timeout and after
+the bounded wait for it (core/effect_fence.py). The ledger records such a write with the
+effect, as a pending late effect (``late_effects``), and hands it here. It is settled once
+the session's ending is in the SQL record, by what that ending did:
+
+1. The report lists a completed compensation of the step (the ending found the write, or
+   the step completed by reusing it and was undone): settled ``compensated`` by the ending.
+2. The session keeps its writes (completed, or failed without compensation): ``kept``.
+3. Otherwise the ending ran before the write committed and missed it: it is compensated
+   now, in this worker, like a completed write (the step's own ``compensate``, else the
+   tool's default fed from the receipt), under the same idempotency key the ending's
+   compensation would use (``{key}:compensate``), so it is never undone twice; settled
+   ``compensated`` (or ``failed``, with the error) by ``late``.
+
+A session that has not ended within ``late_effect_settle_s`` leaves the row ``pending``
+(``planloop show`` lists it); so does a worker that stops meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, select, update
+
+from planloop.core.effects import SqlEffectLedger
+from planloop.core.record import ENDED_STATUSES, LateEffectRow, PlanVersionRow, SessionRow
+from planloop.core.tools import ToolContext, ToolRegistry
+from planloop.planner.plan import Plan, Step
+from planloop.planner.references import resolve_params
+
+log = logging.getLogger(__name__)
+
+LATE = cast(Table, LateEffectRow.__table__)
+ATTEMPTS = 3  # tries of a compensation run here, as the ending gives its own
+_TURN = re.compile(r":react:(?P<turn>\d+)$")
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What the SQL record says of an ended session."""
+
+    status: str
+    report: Mapping[str, Any]
+    compensate_on_failure: bool
+
+
+def settlement(ended: Ended, step_id: str, turn: int | None) -> str:
+    """``ending`` (the ending undid it), ``kept`` (the session keeps its writes) or ``undo``."""
+    for comp in ended.report.get("compensations") or []:
+        if (
+            comp.get("step") == step_id
+            and comp.get("iteration") == turn
+            and comp.get("status") == "completed"
+        ):
+            return "ending"
+    # The ending's own rule (supervisor/session/finish.py undoes)
+    undoes = ended.status in ("aborted", "cancelled") or (
+        ended.status == "failed" and ended.compensate_on_failure
+    )
+    return "undo" if undoes else "kept"
+
+
+class LateEffectSettler:
+    """The ledger's ``on_late``: settles each late effect on a thread of its own."""
+
+    def __init__(
+        self, ledger: SqlEffectLedger, tools: ToolRegistry, settle_s: float, poll_s: float = 0.5
+    ) -> None:
+        self.ledger = ledger
+        self.tools = tools
+        self.settle_s = settle_s
+        self.poll_s = poll_s
+
+    def __call__(self, row: dict[str, Any], receipt: dict[str, Any]) -> None:
+        key = str(row["idempotency_key"])
+        worker = threading.Thread(
+            target=self._settle_logged, args=(row, receipt), name=f"late:{key}", daemon=True
+        )
+        worker.start()
+
+    def _settle_logged(self, row: dict[str, Any], receipt: dict[str, Any]) -> None:
+        try:
+            self.settle(row, receipt)
+        except Exception:  # a settling that fails leaves the row pending, said in the log
+            log.exception(
+                "session=%s step=%s late effect %s not settled",
+                row["session_id"],
+                row["step_id"],
+                row["idempotency_key"],
+            )
+
+    def settle(self, row: dict[str, Any], receipt: dict[str, Any]) -> str:
+        """Wait for the session to end, then settle the late effect; its status."""
+        sid, step_id, key = row["session_id"], row["step_id"], row["idempotency_key"]
+        ended = self._wait_for_end(sid)
+        if ended is None:
+            log.warning(
+                "session=%s step=%s late effect %s still pending: the session did not end "
+                "within %.0fs",
+                sid,
+                step_id,
+                key,
+                self.settle_s,
+            )
+            return "pending"
+        match = _TURN.search(key)
+        turn = int(match["turn"]) if match else None
+        how = settlement(ended, step_id, turn)
+        if how == "ending":
+            return self._record(key, "compensated", "ending")
+        if how == "kept":
+            return self._record(key, "kept", "late")
+        tool, params, error = self._compensation(sid, step_id, row["tool"], receipt, turn)
+        if not error:
+            error = self._run(tool, params, sid, step_id, key)
+        status = "failed" if error else "compensated"
+        log.warning(
+            "session=%s step=%s late effect %s compensated after the session ended %s: %s",
+            sid,
+            step_id,
+            key,
+            ended.status,
+            error or f"{tool} completed",
+        )
+        return self._record(key, status, "late", tool=tool, error=error)
+
+    def _wait_for_end(self, sid: str) -> Ended | None:
+        deadline = time.monotonic() + self.settle_s
+        while True:
+            with self.ledger.engine.connect() as conn:
+                found = conn.execute(
+                    select(SessionRow.status, SessionRow.report, SessionRow.options).where(
+                        SessionRow.id == sid
+                    )
+                ).first()
+            if found is not None and found.status in ENDED_STATUSES and found.report:
+                options = json.loads(found.options or "{}")
+                return Ended(
+                    found.status,
+                    json.loads(found.report),
+                    bool(options.get("compensate_on_failure", False)),
+                )
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(self.poll_s)
+
+    def _compensation(
+        self, sid: str, step_id: str, tool: str, receipt: dict[str, Any], turn: int | None
+    ) -> tuple[str, dict[str, Any], str]:
+        """The call that undoes the write: (tool, params, "") or ("", {}, why there is none)."""
+        step = self._step(sid, step_id)
+        if step is not None and step.compensate is not None:
+            try:
+                params = resolve_params(
+                    dict(step.compensate.params), {step_id: receipt}, step_id=step_id
+                )
+            except Exception as exc:  # reported as the ending reports one it cannot build
+                return step.compensate.tool, {}, str(exc)
+            return step.compensate.tool, params, ""
+        if tool not in self.tools:
+            return "", {}, f"tool {tool!r} is not served by this worker"
+        spec = self.tools.get(tool)
+        undo = spec.compensate
+        if spec.side_effect != "write" or not undo or undo not in self.tools:
+            return undo or "", {}, f"no compensation of {tool!r} is served by this worker"
+        accepted = set(self.tools.get(undo).param_names()) - {"simulate"}
+        known = {**(step.params if step is not None and turn is None else {}), **receipt}
+        return undo, {k: v for k, v in known.items() if k in accepted}, ""
+
+    def _step(self, sid: str, step_id: str) -> Step | None:
+        with self.ledger.engine.connect() as conn:
+            text = conn.execute(
+                select(PlanVersionRow.plan)
+                .where(PlanVersionRow.session_id == sid)
+                .order_by(PlanVersionRow.version.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+        if text is None:
+            return None
+        plan = Plan.model_validate_json(text)
+        return next((s for s in plan.steps if s.id == step_id), None)
+
+    def _run(self, tool: str, params: dict[str, Any], sid: str, step_id: str, key: str) -> str:
+        """Run the compensation here, through the ledger; "" once it completed, else why."""
+        if tool not in self.tools:
+            return f"compensation tool {tool!r} is not served by this worker"
+        ctx = ToolContext(
+            session_id=sid,
+            step_id=f"{step_id}~compensate",
+            attempt=1,
+            idempotency_key=f"{key}:compensate",  # the ending's key: never undone twice
+            effects=self.ledger,
+        )
+        error = ""
+        for _ in range(ATTEMPTS):
+            try:
+                self.tools.get(tool).run(params, ctx)
+                return ""
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        return error
+
+    def _record(self, key: str, status: str, by: str, *, tool: str = "", error: str = "") -> str:
+        with self.ledger.engine.begin() as conn:
+            conn.execute(
+                update(LATE)
+                .where(LATE.c.idempotency_key == key)
+                .values(
+                    status=status,
+                    settled_by=by,
+                    settled_at=time.time(),
+                    compensation_tool=tool,
+                    error=error[:2000],
+                )
+            )
+        return status
