@@ -99,12 +99,15 @@ def delete_keys(client: redis.Redis, run_id: str) -> int:
 
 
 @contextmanager
-def planloop_stack(bench: BenchEnv, *, concurrency: int = 8) -> Iterator[tuple[Stack, Producer]]:
-    """One worker process (``concurrency`` threads) and one supervisor, plus a producer."""
+def planloop_stack(
+    bench: BenchEnv, *, concurrency: int = 8, workers: int = 1
+) -> Iterator[tuple[Stack, Producer]]:
+    """``workers`` worker processes (``concurrency`` threads each) and one supervisor, plus
+    a producer."""
     log_dir = bench.directory / "logs"
     log_dir.mkdir(exist_ok=True)
     with local_stack(
-        bench.env, workers=1, supervisors=1, concurrency=concurrency, log_dir=log_dir
+        bench.env, workers=workers, supervisors=1, concurrency=concurrency, log_dir=log_dir
     ) as stack:
         yield stack, Producer.from_settings(bench.settings)
 

@@ -31,6 +31,7 @@ from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError, SessionError
 from planloop.core.record import Checkpoint, Claim
 from planloop.core.record.faults import is_store_fault
+from planloop.supervisor.io.commit_rounds import take_round
 from planloop.supervisor.io.held_writes import StoreOutage, pass_on
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class Pending:
     )
     error: BaseException | None = None
     held: bool = False  # the store refused it: queued again, its waiters not told yet
+    since: float = field(default_factory=lambda: asyncio.get_running_loop().time())
+    urgent: bool = False  # a flush waits for it: it goes in the next round, before the others
 
 
 class ClaimBatcher:
@@ -170,8 +173,7 @@ class CheckpointWriter:
         self.defer = defer
         self._pending: dict[tuple[str, int], Pending] = {}
         self._wake = asyncio.Event()
-        self._hurry = 0  # flushes waiting: no lingering while any does
-        self._hurried = asyncio.Event()
+        self._hurried = asyncio.Event()  # set while a batch not taken yet is urgent
         self._submitted = 0
         self._acked_since_trim: dict[str, int] = {}
         self._errors: dict[tuple[str, int], BaseException | None] = {}  # open sessions
@@ -217,14 +219,10 @@ class CheckpointWriter:
         if not hurry:
             await asyncio.shield(pending.done)
             return
-        self._hurry += 1
-        self._hurried.set()
-        try:
-            await asyncio.shield(pending.done)
-        finally:
-            self._hurry -= 1
-            if not self._hurry:
-                self._hurried.clear()
+        if self._pending.get((pending.sid, pending.epoch)) is pending:  # not taken yet
+            pending.urgent = True
+            self._hurried.set()
+        await asyncio.shield(pending.done)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -236,7 +234,11 @@ class CheckpointWriter:
             await self._wake.wait()
             await self._linger()
             self._wake.clear()
-            taken, self._pending = list(self._pending.values()), {}
+            self._hurried.clear()  # the urgent batches are taken now (commit_rounds.py)
+            now = asyncio.get_running_loop().time()
+            taken, self._pending = take_round(self._pending, now, MAX_LINGER_S)
+            if self._pending:  # the rest go in the next round
+                self._wake.set()
             try:
                 await self._commit(taken)
             except Exception as exc:  # kept for each loop to raise; nothing is acknowledged
@@ -265,7 +267,7 @@ class CheckpointWriter:
             return
         loop = asyncio.get_running_loop()
         give_up = loop.time() + MAX_LINGER_S
-        while not self._hurry:
+        while not self._hurried.is_set():
             left = give_up - loop.time()
             if left <= 0:
                 return
@@ -277,7 +279,7 @@ class CheckpointWriter:
 
     async def _deferred(self) -> None:
         """Wait for ``defer``, unless (or until) a flush hurries the round."""
-        if self._hurry:
+        if self._hurried.is_set():
             return
         deferring = asyncio.ensure_future(self.defer())
         hurried = asyncio.ensure_future(self._hurried.wait())
@@ -355,6 +357,7 @@ class CheckpointWriter:
                 merge(combined, old.batch)
                 merge(combined, newer.batch)
                 newer.batch, newer.acks = combined, old.acks + newer.acks
+                newer.urgent = newer.urgent or old.urgent
                 newer.done.add_done_callback(functools.partial(pass_on, old.done))
         if held:
             self._wake.set()

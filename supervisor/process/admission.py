@@ -10,10 +10,13 @@ queue with a short lap:
   the order they were taken; the others wait for a slot (``PLANLOOP_ADMISSION_SLOTS``: a
   burst starts in waves of that many, each wave's first dispatches waiting for the whole
   wave's loads; more slots make fewer, longer waves: bench/README.md);
-- while sessions wait to start or are starting, the loops of sessions already running
-  wait (at most ``max_defer_s`` per turn, so they are never starved) before they apply
-  what they read and before they end: the laps are made of starts
-  (``PLANLOOP_ADMISSION_MAX_DEFER_S``);
+- while a burst of sessions waits to start or is starting (``BURST_MIN`` or more holding
+  or waiting for slots, or the inbox reader behind, below), the loops of sessions already
+  running wait (at most ``max_defer_s`` per turn, so they are never starved) before they
+  apply what they read and before they end: the laps are made of starts
+  (``PLANLOOP_ADMISSION_MAX_DEFER_S``). A few sessions starting (one submitted as another
+  ends, say) do not hold the others: each waiting running session would pay the start's
+  round trips on its own released steps and its end, for a start that gains a lap at most;
 - while the inbox reader is behind (a read finds a backlog of ``BURST_MIN`` sessions or
   more), the whole burst counts as starting, not only the batch being started: between two
   batches the loops of the sessions just started would otherwise all wake to apply what they
@@ -42,7 +45,8 @@ class Admission:
             raise ValueError(f"admission needs at least one slot (got {slots})")
         self.max_defer_s = max_defer_s
         self._slots = asyncio.Semaphore(slots)
-        self._starting = 0  # sessions waiting for a slot or holding one
+        self._starting = 0  # sessions waiting for a slot or holding one, and batches
+        self._in_slots = 0  # sessions waiting for a slot or holding one
         self._quiet = asyncio.Event()  # set while nothing starts
         self._quiet.set()
         self._burst_since: float | None = None  # when the inbox reader fell behind
@@ -56,18 +60,21 @@ class Admission:
     async def start(self) -> AsyncIterator[None]:
         """Hold a start slot (first come, first served) for the block: a session's start up
         to its first dispatch."""
+        self._in_slots += 1
         self._enter()
         try:
             async with self._slots:
                 yield
         finally:
+            self._in_slots -= 1
             self._leave()
 
     @contextlib.contextmanager
     def starting_batch(self) -> Iterator[None]:
         """Sessions start for the block without holding slots (the loops of a batch started
-        from what it read, process/batch_start.py): the loops of sessions already running
-        defer meanwhile."""
+        from what it read, process/batch_start.py): counted as starting; the loops of
+        sessions already running defer meanwhile when the batch is part of a burst (the
+        inbox reader behind)."""
         self._enter()
         try:
             yield
@@ -94,16 +101,24 @@ class Admission:
 
     def _enter(self) -> None:
         self._starting += 1
-        self._quiet.clear()
+        self._settle()
 
     def _leave(self) -> None:
         self._starting -= 1
-        if not self._starting:
+        self._settle()
+
+    def _settle(self) -> None:
+        """Quiet unless a burst starts: the inbox reader behind, or ``BURST_MIN`` sessions
+        (or more) waiting for slots or holding them."""
+        if self.in_burst or self._in_slots >= BURST_MIN:
+            self._quiet.clear()
+        else:
             self._quiet.set()
 
     async def defer(self) -> None:
-        """Let sessions that start go first: wait until none does, or ``max_defer_s``."""
-        if not self._starting:
+        """Let a burst of sessions that start go first: wait until it has started, or
+        ``max_defer_s``; a few sessions starting do not hold anyone."""
+        if self._quiet.is_set():
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._quiet.wait(), self.max_defer_s)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -58,6 +59,10 @@ class Ending:
     # The writes of plan steps that committed late, after their attempt timed out, given
     # the steps with their current keys (see agent_undo.late_writes).
     late_writes: LateWrites = no_late_writes
+    # The record of the end, committed at once rather than with the next lingering round:
+    # the session is seen ended only after it, so the linger would be paid by every
+    # caller waiting for the end (None: ``checkpoint``).
+    commit_now: Callable[[], Awaitable[None]] | None = None
 
     @property
     def state(self) -> SessionState:
@@ -69,16 +74,29 @@ async def drain_events(end: Ending) -> None:
 
     Pending entries first: a reply lost to a dropped connection, or a former owner's read,
     leaves events delivered but never applied, and the end may come before the idle claim.
+    The claim and the first read of new entries go out together (one wait, not two, before
+    the end is written); an entry both return is recorded once. New entries are read from
+    the stream itself, not through the process's event hub: a hub read still blocked on
+    this stream (the session was woken by it a moment ago) would otherwise be unblocked and
+    waited for. What that read delivered before the claim is pending under this consumer,
+    so the claim takes it (the hub's copy stays in a mailbox nobody reads); what comes later
+    arrives after the drain, as it always could.
     """
     io = end.io
-    for entry_id, fields in await io.store.claim_pending(io.sid, io.consumer):
-        await _record_entry(end, entry_id, fields)
+
+    async def read_new() -> list[tuple[str, dict[str, str]]]:
+        return await io.store.read_events(io.sid, io.consumer, count=500, block_ms=1)
+
+    pending, entries = await asyncio.gather(io.store.claim_pending(io.sid, io.consumer), read_new())
+    seen: set[str] = set()
     while True:
-        entries = await io.read_events(count=500, block_ms=1)
+        for entry_id, fields in [*pending, *entries]:
+            if entry_id not in seen:
+                seen.add(entry_id)
+                await _record_entry(end, entry_id, fields)
         if not entries:
             return
-        for entry_id, fields in entries:
-            await _record_entry(end, entry_id, fields)
+        pending, entries = [], await read_new()
 
 
 async def await_writes_in_flight(end: Ending) -> None:

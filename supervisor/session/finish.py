@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -60,9 +61,10 @@ async def finish_session(
     conclusion = await conclude(compensations) if conclude is not None else {}
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
-    await io.load_outputs(
-        [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED]
-    )
+    # The outputs the report shows, and what is still on the stream (recorded, not applied:
+    # the report does not read it), in one wait rather than one after the other.
+    completed = [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED]
+    await asyncio.gather(io.load_outputs(completed), drain_events(end))
     # A goal whose planning failed has no plan to report steps of.
     plan = state.plan if state.steps else Plan.model_construct(goal=state.info.goal, steps=[])
     report = build_report(
@@ -91,8 +93,7 @@ async def finish_session(
         }
     )
     # The record first: whoever sees the session ended in Redis finds it complete in SQL.
-    await drain_events(end)
-    await end.checkpoint()
+    await (end.commit_now or end.checkpoint)()
     keys = io.store.keys
     await io.store.write(
         io.sid,

@@ -113,8 +113,9 @@ class SessionRunner:
         self.events = SessionEvents(
             io, outcomes, self.commands, deliberation, look_at=scheduling.next_look
         )
-        # The ending's checkpoints join the next commit round: a thousand sessions ending
-        # together are one commit, not a thousand hurried ones.
+        # The ending's checkpoints (compensations waiting) join the next commit round; its
+        # last one, the record of the end, starts a round at once: the sessions ending
+        # meanwhile join that round or the next, so a thousand ends are still a few commits.
         self.ending = Ending(
             io,
             changes,
@@ -123,6 +124,7 @@ class SessionRunner:
             self._checkpoint_in_round,
             functools.partial(effects_to_undo, ctx, sid),
             functools.partial(late_writes_to_undo, ctx, sid),
+            commit_now=self._checkpoint_now,
         )
         self.rounds = Rounds(io, changes, deliberation)
         self.checkpointer = Checkpointer(ctx, sid, epoch)
@@ -246,6 +248,11 @@ class SessionRunner:
         """Checkpoint, committed with whatever round it joins (no hurry)."""
         self._checkpoint()
         await self.checkpointer.flush(hurry=False)
+
+    async def _checkpoint_now(self) -> None:
+        """Checkpoint, committed in a round that starts now (no linger, no deferral)."""
+        self._checkpoint()
+        await self.checkpointer.flush(hurry=True)
 
     def _checkpoint(self) -> None:
         self.checkpointer.submit(*self.state.take_checkpoint())

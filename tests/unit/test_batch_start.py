@@ -15,7 +15,7 @@ from planloop.core.models import SessionStatus, StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.io.memory_store import MemorySessionStore
 from planloop.supervisor.io.redis_store import Taken
-from planloop.supervisor.process.admission import Admission
+from planloop.supervisor.process.admission import BURST_MIN, Admission
 from planloop.supervisor.process.batch_start import starts_from_batch
 from planloop.supervisor.session.loop import SessionRunner
 from tests.unit.loop_fixtures import EPOCH, SID, context, step
@@ -134,24 +134,31 @@ def test_a_session_read_by_its_loop_holds_a_start_slot_until_its_first_dispatch(
     assert started.store.hashes[started.store.keys.session(SID)]["status"] == "running"
 
 
-def test_a_batch_starting_makes_older_loops_wait_without_taking_a_slot() -> None:
+def test_a_batch_starting_takes_no_slot_and_holds_older_loops_in_a_burst_only() -> None:
     async def scenario() -> list[str]:
         admission = Admission(slots=1, max_defer_s=3600)
         order: list[str] = []
 
-        async def old() -> None:
+        async def old(name: str) -> None:
             await admission.defer()
-            order.append("old")
+            order.append(name)
 
         with admission.starting_batch():
             assert admission.starting == 1
             async with admission.start():  # the batch holds no slot: a start gets it
                 order.append("start")
-            waiting = asyncio.create_task(old())
+            await old("old, beside a small batch")  # a few sessions starting hold nobody
+            admission.intake(BURST_MIN, now=0.0)  # the batch is part of a burst
+            waiting = asyncio.create_task(old("old, after the burst"))
             await asyncio.sleep(0)
-            assert order == ["start"]
+            assert not waiting.done()
+            admission.intake(0, now=0.1)
         await waiting
         assert admission.starting == 0
         return order
 
-    assert asyncio.run(scenario()) == ["start", "old"]
+    assert asyncio.run(scenario()) == [
+        "start",
+        "old, beside a small batch",
+        "old, after the burst",
+    ]

@@ -13,7 +13,7 @@ import pytest
 from planloop.config.settings import Settings
 from planloop.core.errors import FencedOutError, SessionError
 from planloop.core.record import Checkpoint, Claim
-from planloop.supervisor.io.group_commit import CheckpointWriter, ClaimBatcher
+from planloop.supervisor.io.group_commit import MAX_LINGER_S, CheckpointWriter, ClaimBatcher
 
 T = TypeVar("T")
 GENEROUS_S = 20.0  # only a writer that ignores flush() or MAX_LINGER_S takes this long
@@ -93,12 +93,16 @@ def test_flush_does_not_wait_for_the_quiet_spell() -> None:
     assert store.acked == [("S1", ["1-0", "2-0"])]
 
 
-def test_many_sessions_share_one_commit_and_one_ack_round_trip() -> None:
+@pytest.mark.parametrize("hurry", [False, True])
+def test_many_sessions_share_one_commit_and_one_ack_round_trip(hurry: bool) -> None:
+    """Lingering, or every one of them flushed at once (a thousand sessions ending)."""
+
     async def scenario() -> tuple[_Record, _Store]:
         record = _Record()
         writer, store = _writer(3600, record)
         rounds = [writer.submit(f"S{i}", 1, _batch(i), [f"{i}-0"]) for i in range(50)]
-        await asyncio.wait_for(writer.wait(rounds[-1]), GENEROUS_S)
+        waits = (writer.wait(r, hurry=hurry) for r in rounds)
+        await asyncio.wait_for(asyncio.gather(*waits), GENEROUS_S)
         await writer.close()
         return record, store
 
@@ -107,6 +111,27 @@ def test_many_sessions_share_one_commit_and_one_ack_round_trip() -> None:
     assert len(record.commits[0]) == 50
     assert store.rounds == 1
     assert len(store.acked) == 50
+
+
+def test_a_flush_commits_what_it_waits_for_before_the_lingering_batches() -> None:
+    """A waiter pays for a small transaction: the batches nobody waits for follow in the
+    next round, unless they waited the longest linger already (they join)."""
+
+    async def scenario() -> tuple[int, list[list[str]]]:
+        record = _Record()
+        writer, _ = _writer(3600, record)
+        lazy = writer.submit("LAZY", 1, _batch(1), ["1-0"])
+        old = writer.submit("OLD", 1, _batch(2), ["2-0"])
+        old.since -= MAX_LINGER_S  # as if it had waited that long
+        await asyncio.wait_for(writer.wait(writer.submit("END", 1, _batch(3), [])), GENEROUS_S)
+        flushed = len(record.commits)
+        await asyncio.wait_for(writer.wait(lazy, hurry=False), GENEROUS_S)
+        await writer.close()
+        return flushed, [[sid for sid, _, _ in c] for c in record.commits]
+
+    flushed, commits = asyncio.run(scenario())
+    assert flushed == 1
+    assert commits == [["OLD", "END"], ["LAZY"]]
 
 
 def test_a_fenced_session_fails_alone_and_its_events_stay_pending() -> None:
@@ -194,12 +219,16 @@ def test_a_round_nobody_hurries_waits_for_the_defer_and_a_flush_does_not() -> No
         deferred = len(record.commits)
         await asyncio.wait_for(writer.wait(writer.submit("S2", 1, _batch(2), [])), GENEROUS_S)
         flushed = len(record.commits)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        still_deferred = len(record.commits)
         quiet.set()
         await asyncio.wait_for(writer.wait(lazy, hurry=False), GENEROUS_S)
         await writer.close()
-        return deferred, flushed, len(record.commits)
+        assert [[sid for sid, _, _ in c] for c in record.commits] == [["S2"], ["S1"]]
+        return deferred, flushed, still_deferred
 
-    deferred, flushed, commits = asyncio.run(scenario())
+    deferred, flushed, still_deferred = asyncio.run(scenario())
     assert deferred == 0, "the round waited for the sessions starting"
-    assert flushed == 1, "the flush committed both, without waiting"
-    assert commits == 1
+    assert flushed == 1, "the flush committed its batch, without waiting"
+    assert still_deferred == 1, "the batch nobody waits for still waits for the starts"
