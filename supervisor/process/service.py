@@ -310,7 +310,7 @@ class Supervisor:
 
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
         """Settle the crash (process/crashes.py), then let the lease go or hold it to cool off."""
-        sid, applying = runner.sid, runner.events.applying
+        sid, applying = runner.sid, runner.applying
         cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, applying, exc)
         self._stop_renewing(sid)  # the keeper must not shorten a cool-off
         if cool_off is None:
