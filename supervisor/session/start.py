@@ -84,9 +84,9 @@ class Started:
 
 @dataclass(frozen=True)
 class StartPorts:
-    """The collaborators a catch-up runs, wired over the state the read built, and the
-    planning of a goal (given its streamed planning) and the streamed planning a resume
-    continues."""
+    """What a catch-up runs: the collaborators the loop wired over the state the read built,
+    the planning of a goal (given the streamed planning it may use), and the streamed
+    planning a resume continues."""
 
     cancel: CancelWatch
     scheduling: Scheduling
