@@ -2,8 +2,9 @@
 
 The supervisor process calls it with its Redis store, SQL record and dispatcher; the unit
 tests (tests/unit/loop_fixtures.py) call it with the in-memory store and stand-ins for the
-record and the dispatcher, then build a ``SessionRunner`` over it as the supervisor does: the
-loop they drive is wired the way a supervisor wires it.
+record and the dispatcher, then wire a ``SessionRunner`` over a state with
+``SessionRunner.wire``, as the supervisor's loop does over the state its start read: the loop
+they drive is wired the way a supervisor wires it.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ class Supervisor:
     async def _after_crash(self, runner: SessionRunner, token: str, exc: Exception) -> None:
         """Settle the crash (process/crashes.py); to cool off, hold the session on its own
         (its lease key: no owner of its shard adopts it until the hold runs out)."""
-        sid, applying = runner.sid, runner.events.applying
+        sid, applying = runner.sid, runner.applying
         cool_off = await settle_crash(self.ctx, self.store, sid, runner.epoch, applying, exc)
         if cool_off is not None:
             await self.store.r.set(self.store.keys.lease(sid), token, px=int(cool_off * 1000))

@@ -34,6 +34,11 @@ class CancelWatch:
         if self.state.outcome is not None or now < self._next_check:
             return
         self._next_check = now + CANCEL_CHECK_INTERVAL_S
-        reason = await self.store.session_field(self.state.sid, CANCEL_FIELD)
-        if reason is not None:
-            self.state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")
+        await read_cancel(self.store, self.state)
+
+
+async def read_cancel(store: SessionStorePort, state: SessionState) -> None:
+    """End ``state`` cancelled if its session hash asks for it (read now, watched or not)."""
+    reason = await store.session_field(state.sid, CANCEL_FIELD)
+    if reason is not None:
+        state.outcome = (SessionStatus.CANCELLED, reason or "cancelled by user")

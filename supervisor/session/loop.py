@@ -1,10 +1,9 @@
 """One session's loop: start, turns until the session has an outcome, finish.
 
-1. **Start** (session/start.py): a fresh session started from what its batch read (or read
-   first), or taken over from a former owner (its goal planned first if it has no plan; a
-   plan its former owner was streaming written to the end); outcomes recorded while nobody
-   watched settled, events it left unacknowledged taken over. It returns the state and the
-   ops the first fenced write carries (a fresh session's ``running``).
+1. **Start** (session/start.py): its read builds the :class:`SessionState` (fresh from what
+   its batch read, or read first, or taken over) and the ops the first fenced write carries;
+   the loop wires its collaborators over it; its catch-up runs through them (a goal planned,
+   a streamed plan finished, outcomes recorded unwatched settled, pending events taken over).
 2. **Turns**, until the session has an outcome: a cancel asked for in the session hash wins;
    dispatch ready steps (session/sending.py: the first turn's write carries the start's ops,
    and the store port sends the first writes of sessions starting together in one round
@@ -15,8 +14,8 @@
 3. **Finish**: stop what runs, compensate if aborted or cancelled, answer, write the report
    (session/finish.py), then conclude the lessons (session/lesson_conclusion.py).
 
-The loop owns the one :class:`SessionState`; its collaborators get it with narrow ports
-(functions, never the loop), and this module only composes them and runs the three parts.
+The loop holds the one :class:`SessionState`; its collaborators get it with narrow ports
+(never the loop); this module composes them (:meth:`SessionRunner.wire`), runs the three parts.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from planloop.core.redis_faults import is_redis_fault
 from planloop.core.tracing import SESSION
 from planloop.supervisor.io.checkpointer import Checkpointer
 from planloop.supervisor.io.redis_store import Taken
+from planloop.supervisor.io.store_port import Entry
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.process.no_consumer_watch import ConsumerMonitor
 from planloop.supervisor.session.cancel_watch import CancelWatch
@@ -71,8 +71,14 @@ class SessionRunner:
     def __init__(
         self, ctx: SupervisorContext, sid: str, epoch: int, taken: Taken | None = None
     ) -> None:
-        self.ctx = ctx
-        self.state = state = SessionState(sid, epoch)
+        self.ctx, self.sid, self.epoch = ctx, sid, epoch
+        self.start = SessionStart(ctx, sid, epoch, taken)
+        self.checkpointer = Checkpointer(ctx, sid, epoch)
+
+    def wire(self, state: SessionState) -> None:
+        """Compose the collaborators over ``state`` (the start's read's, or a unit test's)."""
+        ctx, sid = self.ctx, self.sid
+        self.state = state
         self.io = io = SessionIO(
             state,
             ctx.store,
@@ -127,42 +133,35 @@ class SessionRunner:
             commit_now=self._checkpoint_now,
         )
         self.rounds = Rounds(io, changes, deliberation)
-        self.checkpointer = Checkpointer(ctx, sid, epoch)
-        self.cancel = CancelWatch(ctx.store, state)
-        self.usage = LLMUsage(io, deliberation, decisions.carry_out)
-        self.start = SessionStart(
-            ctx,
-            io,
-            taken,
-            scheduling,
-            deliberation,
-            self.cancel,
-            StartPorts(
-                apply=self.events.apply,
-                decide_failure=outcomes.decide_failure,
-                usage=self.usage,
-                plan_goal=lambda: plan_goal(ctx, io, deliberation, self.rounds, self._streamed()),
-                streamed=self._streamed,
-            ),
+        self.cancel = cancel = CancelWatch(ctx.store, state)
+        self.usage = usage = LLMUsage(io, deliberation, decisions.carry_out)
+        plan = functools.partial(plan_goal, ctx, io, deliberation, self.rounds)
+        self.catch_up = StartPorts(
+            cancel, scheduling, deliberation, usage, self.events, outcomes, plan, self._streamed
         )
 
     @property
-    def sid(self) -> str:
-        return self.state.sid
+    def applying(self) -> Entry | None:
+        """The event being applied, a crash's cause (none before the parts are wired)."""
+        events: SessionEvents | None = self.__dict__.get("events")
+        return None if events is None else events.applying
 
-    @property
-    def epoch(self) -> int:
-        return self.state.epoch
+    async def begin(self) -> None:
+        """1. Start: read the state, wire the collaborators over it, catch up through them;
+        the ops read go with the next fenced write (the first turn's, unless the catch-up's)."""
+        read = await self.start.read()
+        self.wire(read.state)
+        if self.ctx.record is not None:  # every LLM call of this task is charged as it arrives
+            METER.set(session_meter(self.state, self.ctx.settings, self.ctx.record))
+        self.io.carry(read.ops)
+        await self.start.catch_up(self.state, self.catch_up)
 
     async def run(self) -> None:
         """Drive the session to its end, or until another supervisor fences us out."""
         SESSION.set(self.sid)  # this task's LLM spans belong to the session's trace
-        if self.ctx.record is not None:  # every LLM call of this task is charged as it arrives
-            METER.set(session_meter(self.state, self.ctx.settings, self.ctx.record))
         try:
-            started = await self.start.run()  # 1. start
-            state = started.state
-            self.io.carry(started.ops)  # sent with the first turn's dispatch
+            await self.begin()  # 1. start
+            state = self.state
             while state.outcome is None and await self._send():  # 2. turns
                 await self._turn()
             assert state.outcome is not None  # turns stop on an outcome, and only then
@@ -201,7 +200,7 @@ class SessionRunner:
             return False
         await self.scheduling.dispatch_ready()
         await self.commands.announce_approvals()
-        await self.start.started()  # the start ends with its first dispatch
+        await self.start.started(self.io.flush)  # the start ends with its first dispatch
         # Checkpoint after dispatching, in the background: the next steps never wait on SQL.
         self._checkpoint()
         self.checkpointer.raise_if_failed()
@@ -221,7 +220,7 @@ class SessionRunner:
 
     async def _finish(self, status: SessionStatus, reason: str) -> None:
         """Stop what runs, compensate, answer, write the report, then reflect (lessons)."""
-        await self.start.started()
+        await self.start.started(self.io.flush)
         await self.ctx.admission.defer()
 
         async def conclude(compensations: list[dict[str, Any]]) -> dict[str, Any]:

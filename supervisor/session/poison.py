@@ -87,7 +87,7 @@ async def end_crashed_session(
         )
 
     try:
-        await _load_what_can(ctx, runner.state)
+        runner.wire(await _load_what_can(ctx, sid, epoch))  # the state first, then its parts
         await finish_session(runner.ending, status, error, conclude=account)
     except SessionEndedError as exc:
         log.info("session=%s %s", sid, exc)
@@ -121,9 +121,9 @@ def crash_conclusion(
     return {"answer": mask(answer.model_dump())}
 
 
-async def _load_what_can(ctx: SupervisorContext, state: SessionState) -> None:
+async def _load_what_can(ctx: SupervisorContext, sid: str, epoch: int) -> SessionState:
     """Session record, plan and step states, each only if it parses; claim the SQL row."""
-    sid, store = state.sid, ctx.store
+    state, store = SessionState(sid, epoch), ctx.store
     fields = await store.session_fields(sid)
     if fields.get("status") and SessionStatus(fields["status"]).ended:
         raise SessionEndedError(sid, fields["status"])
@@ -140,7 +140,7 @@ async def _load_what_can(ctx: SupervisorContext, state: SessionState) -> None:
         await claim_session(ctx, state, (version, raw) if raw is not None else None)
     plan = _parse_plan(sid, raw)
     if plan is None:
-        return
+        return state
     state.use_plan(plan)
     state.states = await store.steps(sid, state.steps)
     for step_id in state.steps:
@@ -151,6 +151,7 @@ async def _load_what_can(ctx: SupervisorContext, state: SessionState) -> None:
     pending = await store.claim_pending(sid, ctx.name)
     state.acks += [entry_id for entry_id, _ in pending]
     record_events(state, pending)
+    return state
 
 
 def _parse_plan(sid: str, raw: str | None) -> Plan | None:

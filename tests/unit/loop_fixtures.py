@@ -19,6 +19,7 @@ from planloop.supervisor.io.memory_store import MemorySessionStore
 from planloop.supervisor.process.compose import compose
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.session.loop import SessionRunner
+from planloop.supervisor.session.state import SessionState
 
 T = TypeVar("T")
 SID, EPOCH = "s1", 3
@@ -104,6 +105,14 @@ def context(settings: Settings, store: MemorySessionStore) -> SupervisorContext:
     )
 
 
+def wired(ctx: SupervisorContext, state: SessionState) -> SessionRunner:
+    """A session's loop over ``state``, wired as the supervisor wires one over the state its
+    start read."""
+    runner = SessionRunner(ctx, state.sid, state.epoch)
+    runner.wire(state)
+    return runner
+
+
 class Loop:
     """One session's loop, composed as the supervisor composes it, over the in-memory store."""
 
@@ -113,17 +122,17 @@ class Loop:
         self.store.own(SID, EPOCH, status="running", plan_version=1)
         self.ctx = context(self.settings, self.store)
         self.tools = self.ctx.tools
-        self.runner = SessionRunner(self.ctx, SID, EPOCH)
-        self.state = self.runner.state
-        self.state.info = self.state.info.model_copy(update={"plan_version": 1})
-        self.state.use_plan(plan)
-        self.state.states = {
+        self.state = state = SessionState(SID, EPOCH)  # what the start's read builds
+        state.info = state.info.model_copy(update={"plan_version": 1})
+        state.use_plan(plan)
+        state.states = {
             s.id: StepState(status=states.get(s.id, StepStatus.PENDING)) for s in plan.steps
         }
-        for st in self.state.states.values():
+        for st in state.states.values():
             if st.status != StepStatus.PENDING:
                 st.attempt = 1
-        self.state.reindex()
+        state.reindex()
+        self.runner = wired(self.ctx, state)
         self.io = self.runner.io
         self.queue: Dispatcher = self.ctx.dispatcher  # type: ignore[assignment]
         self.changes = self.runner.changes

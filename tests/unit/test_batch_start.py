@@ -79,13 +79,14 @@ def test_the_start_returns_the_state_and_running_and_the_first_turn_sends_them_t
 
     async def scenario() -> None:
         try:
-            first = await runner.start.run()
-            assert first.state is runner.state
+            first = await runner.start.read()
             assert first.state.info.status == SessionStatus.RUNNING
             assert [op[1] for op in first.ops] == [store.keys.session(SID)]  # running
+            runner.wire(first.state)
+            runner.io.carry(first.ops)
+            await runner.start.catch_up(first.state, runner.catch_up)
             assert started.writes == []  # nothing written, nothing dispatched yet
             assert not first.state.inflight
-            runner.io.carry(first.ops)
             assert await runner._send()
         finally:
             await runner.start.close()
@@ -106,7 +107,7 @@ def test_a_session_started_from_its_batch_holds_no_start_slot() -> None:
 
     async def scenario() -> int:
         try:
-            await runner.start.run()
+            await runner.begin()
             return runner.ctx.admission.starting
         finally:
             await runner.start.close()
@@ -122,7 +123,7 @@ def test_a_session_read_by_its_loop_holds_a_start_slot_until_its_first_dispatch(
 
     async def scenario() -> tuple[int, int]:
         try:
-            runner.io.carry((await runner.start.run()).ops)
+            await runner.begin()
             starting = runner.ctx.admission.starting
             await runner._send()
             return starting, runner.ctx.admission.starting

@@ -10,17 +10,18 @@ from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, Ste
 from planloop.planner.plan import Plan
 from planloop.supervisor.io.memory_store import MemorySessionStore
 from planloop.supervisor.session.loop import SessionRunner
-from tests.unit.loop_fixtures import EPOCH, SID, Dispatcher, Record, context, run, step
+from planloop.supervisor.session.state import SessionState
+from tests.unit.loop_fixtures import EPOCH, SID, Dispatcher, Record, context, run, step, wired
 
 
 def runner(plan: Plan, **settings: Any) -> tuple[SessionRunner, MemorySessionStore]:
     store = MemorySessionStore()
     store.own(SID, EPOCH, status="running", plan_version=1)
-    loop = SessionRunner(context(Settings(retry_backoff_s=0.0, **settings), store), SID, EPOCH)
-    loop.state.use_plan(plan)
-    loop.state.states = {s.id: StepState() for s in plan.steps}
-    loop.state.reindex()
-    return loop, store
+    state = SessionState(SID, EPOCH)
+    state.use_plan(plan)
+    state.states = {s.id: StepState() for s in plan.steps}
+    state.reindex()
+    return wired(context(Settings(retry_backoff_s=0.0, **settings), store), state), store
 
 
 def decisions(loop: SessionRunner) -> list[dict[str, Any]]:
@@ -110,7 +111,7 @@ def test_events_delivered_too_often_go_to_the_dead_letters_on_takeover() -> None
     store.add_event(SID, Event(type=EventType.EXTERNAL_SIGNAL, description="late"))
     run(store.read_events(SID, "old", count=10, block_ms=1))  # a former owner read it
     run(store.claim_pending(SID, "older"))  # and another before that: delivered twice
-    assert run(loop.start.take_over_pending()) == []
+    assert run(loop.start.take_over_pending(loop.state)) == []
     assert [cause for _, _, cause in store.dead] == ["delivered more than 2 times"]
     assert [e.description for _, e in loop.state.batch.events] == ["late"]
 
