@@ -119,18 +119,17 @@ class SessionRunner:
         self.events = SessionEvents(
             io, outcomes, self.commands, deliberation, look_at=scheduling.next_look
         )
-        # The ending's checkpoints (compensations waiting) join the next commit round; its
-        # last one, the record of the end, starts a round at once: the sessions ending
-        # meanwhile join that round or the next, so a thousand ends are still a few commits.
+        # The ending's checkpoints join the next commit round; the record of the end starts
+        # one at once, which sessions ending meanwhile join: a thousand ends, a few commits.
         self.ending = Ending(
             io,
             changes,
             ctx.dispatcher,
             ctx.dispatcher.sensitive,
-            self._checkpoint_in_round,
+            functools.partial(self._commit_checkpoint, hurry=False),
             functools.partial(effects_to_undo, ctx, sid),
             functools.partial(late_writes_to_undo, ctx, sid),
-            commit_now=self._checkpoint_now,
+            commit_now=functools.partial(self._commit_checkpoint, hurry=True),
         )
         self.rounds = Rounds(io, changes, deliberation)
         self.cancel = cancel = CancelWatch(ctx.store, state)
@@ -183,10 +182,7 @@ class SessionRunner:
             log.warning(
                 "session=%s epoch=%d loop stopped by a redis fault (%s: %s); taken again "
                 "when redis answers",
-                self.sid,
-                self.epoch,
-                type(exc).__name__,
-                exc,
+                *(self.sid, self.epoch, type(exc).__name__, exc),
             )
         finally:
             await self.start.close()
@@ -230,8 +226,7 @@ class SessionRunner:
         await conclude_lessons(self.ctx, self.state, self.deliberation, self.rounds)
 
     def _streamed(self) -> StreamedPlanning:
-        """A streamed first plan's planning, with the loop's steps it runs while the plan
-        arrives (apply events, checkpoint, announce a fallback)."""
+        """A streamed first plan's planning, and the loop's steps it runs as the plan arrives."""
         ports = StreamPorts(
             self.ctx,
             self.io,
@@ -243,15 +238,11 @@ class SessionRunner:
         )
         return StreamedPlanning(ports)
 
-    async def _checkpoint_in_round(self) -> None:
-        """Checkpoint, committed with whatever round it joins (no hurry)."""
+    async def _commit_checkpoint(self, *, hurry: bool) -> None:
+        """Checkpoint, committed in a round that starts now (``hurry``: no linger, no
+        deferral) or with whatever round it joins."""
         self._checkpoint()
-        await self.checkpointer.flush(hurry=False)
-
-    async def _checkpoint_now(self) -> None:
-        """Checkpoint, committed in a round that starts now (no linger, no deferral)."""
-        self._checkpoint()
-        await self.checkpointer.flush(hurry=True)
+        await self.checkpointer.flush(hurry=hurry)
 
     def _checkpoint(self) -> None:
         self.checkpointer.submit(*self.state.take_checkpoint())
