@@ -7,7 +7,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable
+import zlib
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 from planloop.core.llm_budget import UsageByModel, add_calls
@@ -21,10 +22,43 @@ from planloop.supervisor.process.context import SupervisorContext
 log = logging.getLogger(__name__)
 
 
-async def rebuild_lost_sessions(ctx: SupervisorContext, store: SessionStore) -> list[str]:
-    """Recreate the hot state of unfinished sessions that Redis no longer has."""
+RUNNING_CHECK_SLICES = 10  # a session whose loop runs here is looked at every 10th round
+
+
+def sessions_to_check(
+    unfinished: Sequence[str],
+    *,
+    holds: Callable[[str], bool],
+    running: Container[str],
+    round_no: int,
+    slices: int = RUNNING_CHECK_SLICES,
+) -> list[str]:
+    """The unfinished sessions one rebuild round looks for in Redis.
+
+    Those of the shards held here that no loop runs, every round: a session Redis lost
+    (adoption refuses one without hot state) is rebuilt within a round. Those whose loops
+    run here, one slice per round: a running loop notices a lost hash at its next fenced
+    write, but a parked one waits without writing, and an EXISTS per waiting session every
+    round was most of what a waiting session cost Redis. Other supervisors' shards are
+    theirs to look at.
+    """
+    return [
+        sid
+        for sid in unfinished
+        if holds(sid)
+        and (sid not in running or zlib.crc32(sid.encode()) % slices == round_no % slices)
+    ]
+
+
+async def rebuild_lost_sessions(
+    ctx: SupervisorContext,
+    store: SessionStore,
+    choose: Callable[[Sequence[str]], list[str]] = list,
+) -> list[str]:
+    """Recreate the hot state of unfinished sessions that Redis no longer has, among those
+    ``choose`` picks (all by default)."""
     rebuilt: list[str] = []
-    unfinished = await ctx.sql(ctx.record.unfinished)
+    unfinished = choose(await ctx.sql(ctx.record.unfinished))
     if not unfinished:
         return rebuilt
     pipe = store.r.pipeline(transaction=False)  # one round trip, however many there are

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -26,7 +27,7 @@ from planloop.core.redis_faults import Outage, is_missing_group, is_redis_fault,
 from planloop.core.redis_version import require_supported_redis
 from planloop.core.tools import load_tools
 from planloop.planner.openai_chat import build_chat_model
-from planloop.supervisor.io.rebuild import rebuild_lost_sessions
+from planloop.supervisor.io.rebuild import rebuild_lost_sessions, sessions_to_check
 from planloop.supervisor.io.redis_store import SessionStore, Taken
 from planloop.supervisor.io.step_queue import Dispatcher
 from planloop.supervisor.process.batch_start import retrieve_error
@@ -94,6 +95,7 @@ class Supervisor:
         self.intake = Intake(self.store.r, self.store.keys, self.name, settings.session_shards)
         self._next_sweep = 0.0
         self._next_rebuild = 0.0
+        self._rebuild_round = 0
         self._next_reclaim = 0.0
         self._rebuilding: asyncio.Task[list[str]] | None = None
         self.outage = Outage(settings.redis_url, log, max_s=OUTAGE_BACKOFF_MAX_S)
@@ -239,7 +241,16 @@ class Supervisor:
             # background: the SQL thread may be busy with checkpoints, and new sessions
             # on the inbox must not wait for it.
             self._next_rebuild = now + REBUILD_INTERVAL_S
-            self._rebuilding = asyncio.create_task(rebuild_lost_sessions(self.ctx, self.store))
+            self._rebuild_round += 1
+            choose = functools.partial(
+                sessions_to_check,
+                holds=self.shards.owns,
+                running=self.owned,
+                round_no=self._rebuild_round,
+            )
+            self._rebuilding = asyncio.create_task(
+                rebuild_lost_sessions(self.ctx, self.store, choose)
+            )
         if taken_shards or now >= self._next_sweep:
             self._next_sweep = now + SWEEP_INTERVAL_S
             active = await self.store.active_sessions()
