@@ -60,8 +60,11 @@ async def finish_session(
     conclusion = await conclude(compensations) if conclude is not None else {}
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
+    # For the report only: the session is over, so its outputs need not stay hot longer
+    # (one MGET rather than a GETEX per step; the SQL record keeps the durable copies).
     await io.load_outputs(
-        [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED]
+        [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED],
+        keep_hot=False,
     )
     # A goal whose planning failed has no plan to report steps of.
     plan = state.plan if state.steps else Plan.model_construct(goal=state.info.goal, steps=[])
