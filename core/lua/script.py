@@ -33,7 +33,8 @@ def arg() -> Any:
 
 
 def rest(role: Literal["rest_keys", "rest_args"]) -> Any:
-    """The last field: the remaining KEYS or ARGV, a Lua table of that name in the script."""
+    """The remaining KEYS or ARGV, a Lua table of that name in the script: the last field
+    of its table (a script may have one of each, its KEYS' before or after its ARGV's)."""
     return field(default=(), metadata={_ROLE: role})
 
 
@@ -128,17 +129,18 @@ def _source(cls: type[LuaScript]) -> str:
     lines: list[str] = []
     counts = {"key": 0, "arg": 0}
     declared = fields(cls)
+    last = {_table(f): f for f in declared}  # each table's last field
     for f in declared:
         if keyword.iskeyword(f.name) or f.name in _LUA_KEYWORDS:
             raise ValueError(f"{cls.__name__}.{f.name}: a reserved word in Lua or Python")
         role = f.metadata[_ROLE]
-        table = "KEYS" if role in ("key", "rest_keys") else "ARGV"
+        table = _table(f)
         kind = "key" if table == "KEYS" else "arg"
         if role in ("key", "arg"):
             counts[kind] += 1
             lines.append(f"local {f.name} = {table}[{counts[kind]}]")
-        elif f is not declared[-1]:
-            raise ValueError(f"{cls.__name__}.{f.name}: the remaining KEYS or ARGV come last")
+        elif f is not last[table]:
+            raise ValueError(f"{cls.__name__}.{f.name}: the remaining {table} come last of {table}")
         else:
             # a loop, not unpack(): unpack stops at a few thousand values
             lines.append(
@@ -146,6 +148,11 @@ def _source(cls: type[LuaScript]) -> str:
                 f"for i = {counts[kind] + 1}, #{table} do {f.name}[#{f.name} + 1] = {table}[i] end"
             )
     return "\n".join(lines) + "\n" + cls.PRELUDE + cls.BODY
+
+
+def _table(f: Any) -> str:
+    """The Lua table a field is read from: KEYS or ARGV."""
+    return "KEYS" if f.metadata[_ROLE] in ("key", "rest_keys") else "ARGV"
 
 
 # The statuses a session ends in (SessionStatus.ended): such a session is final.

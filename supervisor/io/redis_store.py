@@ -212,18 +212,22 @@ class SessionStore(RedisStreams):
         self, sid: str, epoch: int, ops: Sequence[tuple[str, str, Sequence[Any]]]
     ) -> FencedWrite:
         targets: dict[str, int] = {}  # key -> its 1-based index in target_keys
+        messages: list[str] = []  # QUEUE's messages, ARGVs of their own (not escaped in ops)
         encoded: list[Op] = []
         for command, key, args in ops:
             index = targets.setdefault(key, len(targets) + 1)
-            texts = [arg_text(a) for a in args]
+            texts: list[Any] = [arg_text(a) for a in args]
             if command == QUEUE:  # [message, unacked hash, tag, tail]: the hash is a target
-                texts[1] = targets.setdefault(texts[1], len(targets) + 1)  # type: ignore[call-overload]
+                messages.append(texts[0])
+                texts[0] = len(messages)
+                texts[1] = targets.setdefault(texts[1], len(targets) + 1)
             encoded.append([command, index, *texts])
         return FencedWrite(
             session_key=self.keys.session(sid),
             epoch=epoch,
             ops=json.dumps(encoded),
             target_keys=list(targets),
+            messages=messages,
         )
 
     async def _send_writes(self, calls: Sequence[FencedWrite]) -> list[Any]:

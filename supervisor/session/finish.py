@@ -61,10 +61,11 @@ async def finish_session(
     conclusion = await conclude(compensations) if conclude is not None else {}
     error = mask_text(error)  # shown by status, show and the SQL record: one masker
     now = time.time()
-    # The outputs the report shows, and what is still on the stream (recorded, not applied:
-    # the report does not read it), in one wait rather than one after the other.
+    # The outputs the report shows (one MGET: the session is over, they need not stay hot;
+    # the SQL record keeps the durable copies), and what is still on the stream (recorded,
+    # not applied: the report does not read it), in one wait rather than one after the other.
     completed = [i for i, st in state.states.items() if st.status == StepStatus.COMPLETED]
-    await asyncio.gather(io.load_outputs(completed), drain_events(end))
+    await asyncio.gather(io.load_outputs(completed, keep_hot=False), drain_events(end))
     # A goal whose planning failed has no plan to report steps of.
     plan = state.plan if state.steps else Plan.model_construct(goal=state.info.goal, steps=[])
     report = build_report(

@@ -134,11 +134,13 @@ class SessionIO:
             self.sid, self.epoch, step_id, attempt, status=status.value, event=event
         )
 
-    async def load_outputs(self, step_ids: list[str]) -> None:
+    async def load_outputs(self, step_ids: list[str], *, keep_hot: bool = True) -> None:
         """Fetch the stored outputs of completed steps not yet in memory.
 
         Redis holds the hot copies for ``blob_ttl_s``; one that expired is read from the
-        SQL record's attempt row, the durable copy.
+        SQL record's attempt row, the durable copy. ``keep_hot`` keeps the copies read for
+        ``blob_ttl_s`` more (a GETEX each); without it they are read with one MGET, for a
+        read after which the session no longer needs them (its report).
         """
         state = self.state
         wanted = [
@@ -149,7 +151,7 @@ class SessionIO:
         if not wanted:
             return
         refs = [state.states[i].output_ref for i in wanted]
-        values = await self.store.outputs(refs, ttl_s=self.settings.blob_ttl_s)
+        values = await self.store.outputs(refs, ttl_s=self.settings.blob_ttl_s if keep_hot else 0)
         state.outputs.update({i: v for i, v in zip(wanted, values, strict=True) if v is not None})
         expired = [ref for ref, value in zip(refs, values, strict=True) if value is None]
         if expired:

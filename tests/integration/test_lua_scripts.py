@@ -464,6 +464,28 @@ def test_fenced_write(
         assert space.r.hget(session, "replans") is None
 
 
+def test_a_fenced_queue_pushes_its_message_argument_and_holds_the_same_text(
+    space: Space,
+) -> None:
+    session, queue = space.keys.session("s"), f"{space.keys.prefix}:q"
+    unacked = f"{space.keys.prefix}:unacked"
+    space.r.hset(session, mapping={"status": "running", "epoch": 1})
+    first, second = json.dumps({"id": 'a "quoted" id'}), json.dumps({"id": "b\\n"})
+    ops = [["QUEUE", 1, 2, 2, "tag-b", '"", "q"'], ["QUEUE", 1, 1, 2, "tag-a", '"", "q"']]
+    call = FencedWrite(
+        session_key=session,
+        epoch=1,
+        ops=json.dumps(ops),
+        target_keys=[queue, unacked],
+        messages=[first, second],
+    )
+
+    assert space.fenced(call) == 1
+    assert space.r.lrange(queue, 0, -1) == [first, second]  # LPUSH: the last op's on the left
+    assert json.loads(space.r.hget(unacked, "tag-a")) == [json.loads(first), "", "q"]
+    assert json.loads(space.r.hget(unacked, "tag-b")) == [json.loads(second), "", "q"]
+
+
 def test_a_fenced_write_refuses_a_command_outside_its_list(space: Space) -> None:
     session = space.keys.session("s")
     space.r.hset(session, mapping={"status": "running", "epoch": 1})

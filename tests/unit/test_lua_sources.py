@@ -23,7 +23,8 @@ def test_every_script_is_here() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda cls: cls.__name__)
 def test_a_script_names_its_keys_and_args_first(script: type[LuaScript]) -> None:
-    lines = script.source().splitlines()
+    # the lines that name them (a remaining-KEYS or -ARGV table is filled by a loop after)
+    lines = [line for line in script.source().splitlines() if line.startswith("local ")]
     names = [f.name for f in fields(script)]
 
     for name, line in zip(names, lines, strict=False):
@@ -71,6 +72,37 @@ def test_a_rest_field_must_come_last() -> None:
         BODY = "return 1"
 
     with pytest.raises(ValueError, match="come last"):
+        Misordered.source()
+
+
+def test_a_script_may_have_remaining_keys_and_remaining_args() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Both(LuaScript):
+        lease_key: str = key()
+        token: str = arg()
+        more_keys: tuple[str, ...] = rest("rest_keys")
+        more_args: tuple[str, ...] = rest("rest_args")
+
+        BODY = "return 1"
+
+    source = Both.source()
+    call = Both(lease_key="l", token="t", more_keys=("k1", "k2"), more_args=("a1",))
+
+    assert "for i = 2, #KEYS do more_keys" in source
+    assert "for i = 2, #ARGV do more_args" in source
+    assert call.keys_and_args() == (["l", "k1", "k2"], ["t", "a1"])
+
+
+def test_a_rest_field_must_come_last_of_its_table() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Misordered(LuaScript):
+        more_keys: tuple[str, ...] = rest("rest_keys")
+        lease_key: str = key()
+        more_args: tuple[str, ...] = rest("rest_args")
+
+        BODY = "return 1"
+
+    with pytest.raises(ValueError, match="more_keys: the remaining KEYS come last"):
         Misordered.source()
 
 
