@@ -3,7 +3,7 @@ calls, effects and lessons (the models Alembic's migrations in core/migrations/ 
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Integer, String, Text
+from sqlalchemy import Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # A session in one of these statuses has ended: its row is never claimed or rewritten again.
@@ -33,6 +33,8 @@ class SessionRow(Base):
     forked_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     continued: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     report: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Read by the supervisors' look for unfinished sessions, without a scan of every row.
+    __table_args__ = (Index("ix_sessions_status_id", "status", "id"),)
 
 
 class PlanVersionRow(Base):

@@ -22,7 +22,7 @@ from planloop.supervisor.process.context import SupervisorContext
 log = logging.getLogger(__name__)
 
 
-RUNNING_CHECK_SLICES = 10  # a session whose loop runs here is looked at every 10th round
+RUNNING_CHECK_SLICES = 20  # a session whose loop runs here is looked at every 20th round
 
 
 def sessions_to_check(

@@ -91,6 +91,7 @@ class Supervisor:
             lessons=build_lesson_memory(settings, chat, record.engine),
         )
         self.owned: dict[str, Owned] = {}
+        self._finished: list[str] = []  # loops ended since the last look (no scan of all)
         self.shards = ShardOwner(self.store.r, self.store.keys, self.name, settings)
         self.intake = Intake(self.store.r, self.store.keys, self.name, settings.session_shards)
         self._next_sweep = 0.0
@@ -302,6 +303,7 @@ class Supervisor:
         took.loaded = loaded
         runner = SessionRunner(self.ctx, sid, took.epoch, took)
         task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
+        task.add_done_callback(lambda _: self._finished.append(sid))
         self.owned[sid] = Owned(token, took.epoch, task, self.shards.shard(sid))
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
@@ -331,7 +333,9 @@ class Supervisor:
             await self.store.r.set(self.store.keys.lease(sid), token, px=int(cool_off * 1000))
 
     def _forget_finished(self) -> None:
-        done = [s for s, o in self.owned.items() if o.task.done()]
+        """Forget the loops that ended (one taken again since keeps its new loop)."""
+        ended, self._finished = self._finished, []
+        done = [sid for sid in ended if sid in self.owned and self.owned[sid].task.done()]
         for sid in done:
             del self.owned[sid]
         self.shards.forget(done)

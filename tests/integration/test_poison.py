@@ -268,7 +268,7 @@ def test_a_session_whose_hash_alone_was_lost_is_rebuilt_not_counted_as_crashing(
     )
     ps.redis.delete(ps.keys.session(sid))
     # Its loop waits for the slow step without writing: the rebuild looks at a session with
-    # a loop every tenth round (io/rebuild.py), not every round.
+    # a loop every 20th round (io/rebuild.py), not every round.
     wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 60, "the hot state to be rebuilt")
 
     record = wait_ended(ps.producer, sid, 60)
