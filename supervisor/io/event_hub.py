@@ -48,7 +48,7 @@ from planloop.supervisor.io.wake_timers import WakeTimers
 log = logging.getLogger(__name__)
 
 Entry = tuple[str, dict[str, str]]
-READ_BLOCK_MS = 1_000  # the hub's own read; sessions wait as long as they ask to
+READ_BLOCK_MAX_MS = 5_000  # the hub's own read; sessions wait as long as they ask to
 FAULT_PAUSE_S = 0.05  # after a failed read, so a fault does not spin the hub
 DIRECT_READ_MS = 50  # a shorter wait reads the stream directly (a look, not a wait)
 STALE_S = 1.0  # a mailbox entry older than this gets its delivery time reset
@@ -56,6 +56,17 @@ SWEEP_S = 60.0  # held sessions' pending entries and cancel field, looked at thi
 SWEEP_BATCH = 1_000  # sessions per pipeline of the sweep
 CANCEL_FIELD = "cancel_requested"  # the session hash field a cancel sets (session/ports.py)
 _NOGROUP_KEY = re.compile(r"No such key '([^']+)'")
+
+
+def read_block_ms(socket_timeout: float | None) -> int:
+    """How long the hub's read blocks: long, since each read names the stream of every
+    waiting session (10,000 parked sessions: 10,000 keys sent, parsed and blocked on per
+    read), and a read is re-sent early whenever an entry arrives or a session starts
+    waiting; but well inside a socket timeout the Redis URL sets, which would fail a read
+    that blocks as long as it was asked to."""
+    if not socket_timeout:
+        return READ_BLOCK_MAX_MS
+    return max(50, min(READ_BLOCK_MAX_MS, int(socket_timeout * 500)))
 
 
 @dataclass
@@ -88,6 +99,8 @@ class EventHub:
         self.count = count  # entries per stream and read
         self._r = store_client  # for the occasional XCLAIM and CLIENT UNBLOCK
         self._reader = async_client(url, decode_responses=True, single_connection_client=True)
+        timeout = self._reader.connection_pool.connection_kwargs.get("socket_timeout")
+        self._block_ms = read_block_ms(timeout)
         self._boxes: dict[str, Mailbox] = {}
         self._waiting: set[str] = set()
         self._reading: set[str] = set()  # the streams of the read in flight
@@ -250,7 +263,7 @@ class EventHub:
                 self.consumer,
                 {self.keys.events(sid): ">" for sid in reading},
                 count=self.count,
-                block=READ_BLOCK_MS,
+                block=self._block_ms,
             )
         finally:
             self._reading = set()

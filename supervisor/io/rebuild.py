@@ -22,7 +22,7 @@ from planloop.supervisor.process.context import SupervisorContext
 log = logging.getLogger(__name__)
 
 
-RUNNING_CHECK_SLICES = 20  # a session whose loop runs here is looked at every 20th round
+RUNNING_CHECKS_PER_ROUND = 100  # sessions with a loop here looked at per round, at most
 
 
 def sessions_to_check(
@@ -31,22 +31,25 @@ def sessions_to_check(
     holds: Callable[[str], bool],
     running: Container[str],
     round_no: int,
-    slices: int = RUNNING_CHECK_SLICES,
+    budget: int = RUNNING_CHECKS_PER_ROUND,
 ) -> list[str]:
     """The unfinished sessions one rebuild round looks for in Redis.
 
     Those of the shards held here that no loop runs, every round: a session Redis lost
     (adoption refuses one without hot state) is rebuilt within a round. Those whose loops
-    run here, one slice per round: a running loop notices a lost hash at its next fenced
-    write, but a parked one waits without writing, and an EXISTS per waiting session every
-    round was most of what a waiting session cost Redis. Other supervisors' shards are
+    run here, every round while they are at most ``budget``, else one slice of about
+    ``budget`` per round: a running loop notices a lost hash at its next fenced write, but
+    a parked one waits without writing, and an EXISTS per waiting session every round was
+    most of what ten thousand waiting sessions cost Redis. Other supervisors' shards are
     theirs to look at.
     """
+    held = [sid for sid in unfinished if holds(sid)]
+    mine = [sid for sid in held if sid in running]
+    slices = max(1, math.ceil(len(mine) / budget))
     return [
         sid
-        for sid in unfinished
-        if holds(sid)
-        and (sid not in running or zlib.crc32(sid.encode()) % slices == round_no % slices)
+        for sid in held
+        if sid not in running or zlib.crc32(sid.encode()) % slices == round_no % slices
     ]
 
 

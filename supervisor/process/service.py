@@ -92,6 +92,7 @@ class Supervisor:
         )
         self.owned: dict[str, Owned] = {}
         self._finished: list[str] = []  # loops ended since the last look (no scan of all)
+        self._per_shard: Counter[int] = Counter()  # loops running per shard, kept as they go
         self.shards = ShardOwner(self.store.r, self.store.keys, self.name, settings)
         self.intake = Intake(self.store.r, self.store.keys, self.name, settings.session_shards)
         self._next_sweep = 0.0
@@ -262,7 +263,7 @@ class Supervisor:
         take what is ours to take; the shards taken."""
         keeper = self._keeper
         assert keeper is not None, "shards are taken only while the lease keeper runs"
-        moves = await self.shards.look(Counter(o.shard for o in self.owned.values()))
+        moves = await self.shards.look(self._per_shard)
         if moves.give_back:
             leaving = set(moves.give_back)
             tasks = [o.task for o in self.owned.values() if o.shard in leaving]
@@ -304,7 +305,11 @@ class Supervisor:
         runner = SessionRunner(self.ctx, sid, took.epoch, took)
         task = asyncio.create_task(self._drive(runner, token), name=f"session:{sid}")
         task.add_done_callback(lambda _: self._finished.append(sid))
-        self.owned[sid] = Owned(token, took.epoch, task, self.shards.shard(sid))
+        replaced = self.owned.get(sid)
+        if replaced is not None:
+            self._per_shard[replaced.shard] -= 1
+        self.owned[sid] = held = Owned(token, took.epoch, task, self.shards.shard(sid))
+        self._per_shard[held.shard] += 1
 
     async def _drive(self, runner: SessionRunner, token: str) -> None:
         bind(runner.sid)  # this task's own context: its log lines name the session
@@ -337,7 +342,7 @@ class Supervisor:
         ended, self._finished = self._finished, []
         done = [sid for sid in ended if sid in self.owned and self.owned[sid].task.done()]
         for sid in done:
-            del self.owned[sid]
+            self._per_shard[self.owned.pop(sid).shard] -= 1
         self.shards.forget(done)
 
     def _shard_lost(self, lease: Lease) -> None:
@@ -365,5 +370,6 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await owned.task
         self.owned.clear()
+        self._per_shard.clear()
         with contextlib.suppress(redis.RedisError):  # else they expire after their TTL
             await self.shards.release_all()

@@ -267,9 +267,7 @@ def test_a_session_whose_hash_alone_was_lost_is_rebuilt_not_counted_as_crashing(
         "the slow step to run",
     )
     ps.redis.delete(ps.keys.session(sid))
-    # Its loop waits for the slow step without writing: the rebuild looks at a session with
-    # a loop every 20th round (io/rebuild.py), not every round.
-    wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 60, "the hot state to be rebuilt")
+    wait_for(lambda: ps.redis.exists(ps.keys.session(sid)), 30, "the hot state to be rebuilt")
 
     record = wait_ended(ps.producer, sid, 60)
 
