@@ -69,6 +69,16 @@ def read_block_ms(socket_timeout: float | None) -> int:
     return max(50, min(READ_BLOCK_MAX_MS, int(socket_timeout * 500)))
 
 
+def socket_timeout(client: aioredis.Redis) -> float | None:
+    """The socket timeout ``client``'s connections read with (the URL's, else redis-py's
+    default); when it cannot be told, one that makes the read block a second, as it used to."""
+    pool = client.connection_pool
+    try:
+        return float(pool.connection_class(**pool.connection_kwargs).socket_timeout or 0) or None
+    except Exception:  # a connection class that needs more to be built: the safe reading
+        return 2.0
+
+
 @dataclass
 class Mailbox:
     """What the hub read for one session and the session has not taken yet."""
@@ -99,8 +109,7 @@ class EventHub:
         self.count = count  # entries per stream and read
         self._r = store_client  # for the occasional XCLAIM and CLIENT UNBLOCK
         self._reader = async_client(url, decode_responses=True, single_connection_client=True)
-        timeout = self._reader.connection_pool.connection_kwargs.get("socket_timeout")
-        self._block_ms = read_block_ms(timeout)
+        self._block_ms = read_block_ms(socket_timeout(self._reader))
         self._boxes: dict[str, Mailbox] = {}
         self._waiting: set[str] = set()
         self._reading: set[str] = set()  # the streams of the read in flight
