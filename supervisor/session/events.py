@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 USER_CHANGES = (EventType.NEW_CONSTRAINT, EventType.EXTERNAL_SIGNAL)
 IDLE_CLAIM_INTERVAL_S = 2.0  # without the event hub; with it, its sweep says when
+BUSY_WAIT_MS = 1_000  # the wait after a turn that did something (see SessionEvents.wait)
 
 
 LookAt = Callable[[float], float | None]
@@ -47,18 +48,28 @@ class SessionEvents:
         self.deliberation = deliberation
         self.applying: Entry | None = None  # named as the cause if the loop crashes
         self._next_idle_claim = time.monotonic() + IDLE_CLAIM_INTERVAL_S
+        self._busy = True  # the last turn did something: the next wait is a short one
 
     async def wait(self) -> list[Entry]:
-        """The session's next events: wait until one arrives or the next timer is due."""
+        """The session's next events: wait until one arrives or the next timer is due.
+
+        A session parks only after a quiet turn: a turn that applied events or ran on its
+        own timer may have left work for the next one (a failure to decide, a decision to
+        carry out) that no event will announce, so the wait after it is at most
+        ``BUSY_WAIT_MS``; one that comes back empty from that short wait parks."""
         settings, now = self.io.settings, time.time()
-        block_ms = wait_ms(
+        timed = wait_ms(
             self.state,
             now,
             default_deadline_s=settings.session_deadline_s,
             look_at=None if self.look_at is None else self.look_at(now),
             watched=self.look_at is not None,
         )
-        return await self.io.read_events(count=settings.event_batch, block_ms=block_ms)
+        shortened = self._busy and (timed is None or timed > BUSY_WAIT_MS)
+        block_ms = BUSY_WAIT_MS if shortened else timed
+        entries = await self.io.read_events(count=settings.event_batch, block_ms=block_ms)
+        self._busy = bool(entries) or (not shortened and timed is not None)
+        return entries
 
     async def apply(self, entries: list[Entry]) -> None:
         """Apply ``entries`` in order (acknowledged with the next checkpoint); an unreadable

@@ -201,6 +201,7 @@ def test_show_json_is_one_object(diamond_sid: str, env_overrides: dict[str, str]
         "llm",
         "llm_budget",
         "forks",
+        "late_effects",
     }
     assert doc["llm_budget"] == {
         "tokens": 0,
