@@ -9,6 +9,7 @@ import time
 from planloop.core.models import Event, EventType, StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.io.store_port import Entry
+from planloop.supervisor.session.events import BUSY_WAIT_MS
 from planloop.supervisor.session.sending import HELD_BACK_LOOK_S
 from planloop.supervisor.session.waiting import POLL_S
 from tests.unit.loop_fixtures import SID, Loop, run, step
@@ -40,8 +41,9 @@ def parked(plan: Plan, **states: StepStatus) -> tuple[Loop, Hub]:
 
 def test_a_session_waiting_for_an_approval_asks_the_hub_for_no_time() -> None:
     loop, hub = parked(Plan(steps=[step("a", requires_approval=True)]))
-    assert run(loop.runner.events.wait()) == []
-    assert hub.asked == [None]
+    assert run(loop.runner.events.wait()) == []  # after its start: a short wait
+    assert run(loop.runner.events.wait()) == []  # after a quiet turn: parked
+    assert hub.asked == [BUSY_WAIT_MS, None]
 
 
 def test_steps_held_back_for_a_worker_make_the_session_look_again() -> None:
@@ -55,11 +57,13 @@ def test_a_long_step_in_flight_wakes_its_session_for_the_watchdog_not_every_seco
     loop, hub = parked(Plan(steps=[step("a")]), a=StepStatus.RUNNING)
     loop.state.states["a"].dispatched_at = time.time()
     run(loop.runner.scheduling.watchdog())  # the no-consumer watch looked: the queue is empty
-    run(loop.runner.events.wait())
+    run(loop.runner.events.wait())  # after its start: a short wait
+    run(loop.runner.events.wait())  # after a quiet turn: until the watchdog is due
     settings = loop.settings
     limit_ms = (loop.io.timeout(loop.state.steps["a"]) + settings.watchdog_grace_s) * 1000
     watch_ms = (settings.no_consumer_warning_s + 1.0) * 1000
-    (asked,) = hub.asked
+    asked = hub.asked[-1]
+    assert hub.asked[0] == BUSY_WAIT_MS
     assert asked is not None
     assert POLL_S * 1000 < asked <= min(limit_ms, watch_ms)
 
