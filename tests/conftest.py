@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -28,6 +29,29 @@ TEST_REDIS_SERVER = os.environ.get("PLANLOOP_TEST_REDIS_SERVER", "")
 TEST_PG_URL = os.environ.get(
     "PLANLOOP_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+@contextlib.contextmanager
+def own_pg_database(prefix: str) -> Iterator[str]:
+    """The URL of a PostgreSQL database of the caller's own (named ``prefix`` + a uuid),
+    dropped afterwards; the test is skipped when the server at TEST_PG_URL is unusable."""
+    from sqlalchemy import create_engine, make_url, text
+
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    admin = create_engine(TEST_PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
+    url = make_url(TEST_PG_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 PRIVATE_PG = "PLANLOOP_TEST_PG_PRIVATE"  # set once this run's own database exists

@@ -6,12 +6,10 @@ it once. Applications are counted in the audit file, outside Redis and SQL.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
 
 from planloop.core.effects import EffectAudit
 from planloop.core.heartbeat import read_heartbeats
@@ -19,7 +17,7 @@ from planloop.core.models import SessionOptions, SessionStatus
 from planloop.planner.plan import parse_plan
 from planloop.producer.history import late_effect_line, session_history
 from planloop.workers.toolsets import BENCH_TOOLS
-from tests.conftest import TEST_PG_URL, wait_for
+from tests.conftest import own_pg_database, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 from tests.llm_server import ScriptedLLMServer
 
@@ -109,21 +107,8 @@ def _settled(built: PrivateStack, sid: str) -> bool:
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A PostgreSQL database of this test's own."""
-    name = f"planloop_late_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(TEST_PG_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
-    url = make_url(TEST_PG_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with own_pg_database("planloop_late_") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.mark.postgres

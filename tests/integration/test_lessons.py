@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 from planloop.config.settings import Settings
 from planloop.core.lessons import LessonStore, NewLesson, Query, Thresholds
@@ -25,7 +24,7 @@ from planloop.planner.embedding import OpenAIEmbedder
 from planloop.producer.cli import cli
 from planloop.producer.client import Producer
 from planloop.supervisor.session.lessons import ADVICE_PREFIX, LessonMemory
-from tests.conftest import TEST_PG_URL, wait_for
+from tests.conftest import own_pg_database, wait_for
 from tests.integration.llm_conftest import wait_recorded
 from tests.integration.test_planning_loop import decision, echo, prompts, run, subgraph
 from tests.integration.test_rounds import critique
@@ -205,21 +204,8 @@ def _drafts() -> list[Any]:
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A PostgreSQL database of this test's own (the shared one is left alone)."""
-    name = f"planloop_lessons_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(TEST_PG_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
-    url = make_url(TEST_PG_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with own_pg_database("planloop_lessons_") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.mark.postgres
