@@ -240,10 +240,13 @@ class SqlEffectLedger:
 
     def count(self, idempotency_key: str) -> int:
         """Times the effect was applied: from the audit file when there is one, else 1 when
-        SQL holds its receipt (which cannot tell a duplicate)."""
-        if self.audit is not None:
-            return self.audit.count(idempotency_key)
-        return int(self.receipt(idempotency_key) is not None)
+        SQL holds its receipt (which cannot tell a duplicate).
+
+        The audit line follows the commit, so a worker killed between the two leaves a
+        committed effect without its line: SQL's receipt counts it once.
+        """
+        audited = self.audit.count(idempotency_key) if self.audit is not None else 0
+        return audited or int(self.receipt(idempotency_key) is not None)
 
     def _claim_and_apply(
         self,

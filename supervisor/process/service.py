@@ -350,9 +350,13 @@ class Supervisor:
         shard = self.shards.lost(lease)
         if shard is None:  # given back meanwhile
             return
-        stopping = [o.task for o in self.owned.values() if o.shard == shard and not o.task.done()]
+        stopping = {
+            sid: o.task for sid, o in self.owned.items() if o.shard == shard and not o.task.done()
+        }
         log.error("shard=%d lease lost; stopping its %d loops at once", shard, len(stopping))
-        for task in stopping:
+        for sid, task in stopping.items():
+            # Per session too: an operator looking for one session's story greps its id.
+            log.warning("session=%s lease lost with shard=%d; stopping its loop", sid, shard)
             task.cancel()
 
     def _stop_loops(self, why: str) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from planloop.core.keys import EVENTS_GROUP
 from planloop.core.models import EventType, SessionRecord, SessionStatus, StepStatus
+from planloop.core.shards import shard_of
 from planloop.planner.plan import Plan
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
@@ -146,12 +147,16 @@ class Chaos:
 
 def stood_down(ps: PrivateStack, proc: subprocess.Popen[bytes], sid: str) -> bool:
     text = ps.supervisor_log(proc)
-    # Woken, it learns from the lease keeper (the lease gone at renewal, its loop stopped if
-    # still running) or from a fenced write; a loop that a Redis time-out stopped first
-    # (its socket timed out while frozen) only gets the keeper's word.
-    return any(
-        f"session={sid} {said}" in text for said in ("lease lost", "lease gone at renewal")
-    ) or (f"session={sid} epoch=" in text and "fenced out" in text)
+    # Woken, it learns from the lease keeper (its session's shard lease gone at renewal, the
+    # loop stopped if still running) or from a fenced write; a loop that a Redis time-out
+    # stopped first (its socket timed out while frozen) only gets the keeper's word about
+    # the shard.
+    shard = shard_of(sid, ps.settings.session_shards)
+    return (
+        f"session={sid} lease lost" in text
+        or any(f"shard={shard} {said}" in text for said in ("lease lost", "lease gone"))
+        or (f"session={sid} epoch=" in text and "fenced out" in text)
+    )
 
 
 def pool_banner(ps: PrivateStack, proc: subprocess.Popen[bytes]) -> str:

@@ -173,6 +173,10 @@ def test_fork_refuses_a_version_the_session_does_not_have(private_stack: MakeSta
 
 def deadline_failed(ps: PrivateStack, plan: Plan, **options: Any) -> tuple[str, set[str]]:
     """A session of ``plan`` that ends failed by its deadline; with the steps it completed."""
+    # A cold stack (a worker still starting on a loaded machine) can spend the whole short
+    # deadline before its first step: a session run to its end first shows it is warm.
+    warm = write_chain(1)
+    ps.finish(ps.producer.submit(warm), ids(warm))
     sid = ps.producer.submit(plan, planloop.SessionOptions(deadline_s=1.2, **options))
     record = ps.finish(sid, ids(plan))
     assert record.status == SessionStatus.FAILED, record.error

@@ -65,3 +65,13 @@ def test_without_an_audit_the_count_says_whether_sql_holds_the_receipt(tmp_path:
     ledger.apply_once("k", lambda: {"ok": True})
     assert ledger.count("k") == 1
     ledger.dispose()
+
+
+def test_a_committed_effect_whose_audit_line_a_kill_lost_counts_once(
+    ledger: SqlEffectLedger,
+) -> None:
+    ledger.apply_once("k", lambda: {"ok": True})
+    assert ledger.audit is not None
+    ledger.audit.path.write_text("")  # the worker died between the commit and the line
+    assert ledger.count("k") == 1
+    assert ledger.count("never") == 0
