@@ -213,6 +213,12 @@ class StepTaskArgs(BaseModel):
     def task_id(self) -> str:
         return task_id(self.session_id, self.step_id, self.attempt)
 
+    def wire(self) -> dict[str, Any]:
+        """The task's argument as it is queued (JSON-ready): the fields left at their
+        defaults stay out, since :meth:`model_validate` reads the same attempt back without
+        them, and the message crosses the wire twice (queued, then popped)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
     def retried_after(self, error_kind: str) -> bool:
         """Whether the supervisor retries this attempt when it fails with ``error_kind``
         (session/policy.py decide_failure, the same rule; store faults: outside the budget)."""

@@ -117,7 +117,7 @@ class Dispatcher:
             count_dispatched(queue)
             ops += messages.ops(
                 args.task_id,
-                args.model_dump(mode="json"),
+                args.wire(),
                 _preview(self._shown(args)),
                 step_task_name(args.tool),  # Flower and worker logs name the tool
                 step_headers(args.session_id),  # the session's trace, when traced
