@@ -15,7 +15,11 @@ the session's ending is in the SQL record, by what that ending did:
    ``compensated`` (or ``failed``, with the error) by ``late``.
 
 A session that has not ended within ``late_effect_settle_s`` leaves the row ``pending``
-(``planloop show`` lists it); so does a worker that stops meanwhile.
+(``planloop show`` lists it); so does a worker that stops meanwhile. Every worker process
+sweeps for such rows (once it runs its first step, then every ``SWEEP_S``): a row pending
+for longer than ``late_effect_settle_s`` has no settler waiting for it any more, and once
+its session has ended it is settled as above. Two sweepers settling one row undo it once:
+the compensation runs under its idempotency key.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 
 LATE = cast(Table, LateEffectRow.__table__)
 ATTEMPTS = 3  # tries of a compensation run here, as the ending gives its own
+SWEEP_S = 60.0  # between a worker's looks for late effects left pending
+SWEEP_LIMIT = 100  # rows settled per look: the next look takes the rest
 _TURN = re.compile(r":react:(?P<turn>\d+)$")
 
 
@@ -98,10 +104,60 @@ class LateEffectSettler:
                 row["idempotency_key"],
             )
 
-    def settle(self, row: dict[str, Any], receipt: dict[str, Any]) -> str:
-        """Wait for the session to end, then settle the late effect; its status."""
+    def start_sweeping(self, every_s: float = SWEEP_S) -> threading.Thread:
+        """Settle what is left pending now and every ``every_s``, on a daemon thread."""
+
+        def sweep() -> None:
+            while True:
+                try:
+                    self.settle_left_over()
+                except Exception:  # the next look tries again; the rows stay pending
+                    log.exception("the sweep for late effects left pending failed")
+                time.sleep(every_s)
+
+        sweeper = threading.Thread(target=sweep, name="late-effects-sweep", daemon=True)
+        sweeper.start()
+        return sweeper
+
+    def settle_left_over(self) -> int:
+        """Settle the late effects no settler waits for any more (pending for longer than
+        ``settle_s``) whose sessions have ended; how many were settled."""
+        with self.ledger.engine.connect() as conn:
+            rows = (
+                conn.execute(
+                    select(LATE.c.idempotency_key, LATE.c.session_id, LATE.c.step_id, LATE.c.tool)
+                    .join(SessionRow, SessionRow.id == LATE.c.session_id)
+                    .where(
+                        LATE.c.status == "pending",
+                        LATE.c.committed_at < time.time() - self.settle_s,
+                        SessionRow.status.in_(ENDED_STATUSES),
+                    )
+                    .order_by(LATE.c.committed_at)
+                    .limit(SWEEP_LIMIT)
+                )
+                .mappings()
+                .all()
+            )
+        settled = 0
+        for row in rows:
+            receipt = self.ledger.receipt(row["idempotency_key"]) or {}
+            log.info(
+                "session=%s step=%s late effect %s left pending: settling it now",
+                row["session_id"],
+                row["step_id"],
+                row["idempotency_key"],
+            )
+            settled += self.settle(dict(row), receipt, wait_s=0) != "pending"
+        return settled
+
+    def settle(
+        self, row: Mapping[str, Any], receipt: dict[str, Any], *, wait_s: float | None = None
+    ) -> str:
+        """Wait for the session to end (``wait_s``, default ``settle_s``), then settle the
+        late effect; its status."""
         sid, step_id, key = row["session_id"], row["step_id"], row["idempotency_key"]
-        ended = self._wait_for_end(sid)
+        wait_s = self.settle_s if wait_s is None else wait_s
+        ended = self._wait_for_end(sid, wait_s)
         if ended is None:
             log.warning(
                 "session=%s step=%s late effect %s still pending: the session did not end "
@@ -109,7 +165,7 @@ class LateEffectSettler:
                 sid,
                 step_id,
                 key,
-                self.settle_s,
+                wait_s,
             )
             return "pending"
         match = _TURN.search(key)
@@ -133,8 +189,8 @@ class LateEffectSettler:
         )
         return self._record(key, status, "late", tool=tool, error=error)
 
-    def _wait_for_end(self, sid: str) -> Ended | None:
-        deadline = time.monotonic() + self.settle_s
+    def _wait_for_end(self, sid: str, wait_s: float) -> Ended | None:
+        deadline = time.monotonic() + wait_s
         while True:
             with self.ledger.engine.connect() as conn:
                 found = conn.execute(

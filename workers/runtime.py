@@ -73,7 +73,9 @@ def build_executor(settings: Settings) -> StepExecutor:
     cache = RedisEffectCache(connect(redis_address(settings)), keys)
     effects = SqlEffectLedger.from_settings(settings, cache=cache)
     # A write that commits after its attempt's timeout is settled once its session ends.
-    effects.on_late = LateEffectSettler(effects, tools, settings.late_effect_settle_s)
+    settler = LateEffectSettler(effects, tools, settings.late_effect_settle_s)
+    effects.on_late = settler
+    settler.start_sweeping()  # and those a worker that stopped left pending
     executor = StepExecutor(
         HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
         tools,

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import update
 
 from planloop.core.effects import SqlEffectLedger, _insert_late
 from planloop.core.record import Checkpoint, Claim, SqlRecord
 from planloop.core.tools import ToolContext, ToolRegistry, tool
-from planloop.workers.late_effects import Ended, LateEffectSettler, settlement
+from planloop.workers.late_effects import LATE, Ended, LateEffectSettler, settlement
 
 SID = "S1"
 PLAN = {"goal": "g", "steps": [{"id": "w", "tool": "t.write", "params": {"label": "x"}}]}
@@ -116,3 +117,32 @@ def test_settlement_matches_an_agent_steps_write_by_its_turn() -> None:
     assert settlement(ended, "a", 2) == "ending"
     assert settlement(ended, "a", 1) == "undo"
     assert settlement(ended, "a", None) == "undo"
+
+
+def _left_pending(ledger: SqlEffectLedger, ago_s: float) -> None:
+    """The late row as a worker that stopped left it: pending, committed ``ago_s`` ago, its
+    receipt in the ledger."""
+    with ledger.engine.begin() as conn:
+        conn.execute(update(LATE).values(committed_at=time.time() - ago_s))
+    ledger.apply_once(f"{SID}:w", lambda: {"label": "x"})  # the receipt committed with it
+
+
+def test_a_late_write_a_stopped_worker_left_pending_is_settled_by_a_sweep(tmp_path: Path) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    _left_pending(ledger, ago_s=10)
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle_left_over() == 1
+    assert settler.settle_left_over() == 0  # settled: not looked at again
+    assert undone == [f"{SID}:w:compensate"]
+    assert _late(ledger) == [("compensated", "late", "t.undo")]
+
+
+def test_a_sweep_leaves_a_late_write_its_own_settler_may_still_wait_for(tmp_path: Path) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    _left_pending(ledger, ago_s=1)  # within settle_s: the worker that recorded it waits
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle_left_over() == 0
+    assert undone == []
+    assert _late(ledger) == [("pending", "", "")]
