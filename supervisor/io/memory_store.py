@@ -142,7 +142,7 @@ class MemorySessionStore:
         self.streams.setdefault(self.keys.events(sid), [])
 
     async def read_events(
-        self, sid: str, consumer: str, *, count: int, block_ms: int
+        self, sid: str, consumer: str, *, count: int, block_ms: int | None
     ) -> list[Entry]:
         stream = self.keys.events(sid)
         entries = self.streams.get(stream, [])

@@ -69,8 +69,10 @@ class SessionStorePort(Protocol):
     async def ensure_groups(self, sid: str) -> None: ...
 
     async def read_events(
-        self, sid: str, consumer: str, *, count: int, block_ms: int
-    ) -> list[Entry]: ...
+        self, sid: str, consumer: str, *, count: int, block_ms: int | None
+    ) -> list[Entry]:
+        """Up to ``count`` new entries, waiting up to ``block_ms`` for the first; None: no
+        wait at all (a look)."""
 
     async def claim_pending(
         self, sid: str, consumer: str, *, min_idle_ms: int = 0
