@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
 READ_BLOCK_MAX_MS = 5_000  # the hub's own read; sessions wait as long as they ask to
 FAULT_PAUSE_S = 0.05  # after a failed read, so a fault does not spin the hub
-DIRECT_READ_MS = 50  # a shorter wait reads the stream directly (a look, not a wait)
+DIRECT_READ_MS = 50  # a shorter wait looks at the stream directly first (see EventHub.read)
 STALE_S = 1.0  # a mailbox entry older than this gets its delivery time reset
 SWEEP_S = 60.0  # held sessions' pending entries and cancel field, looked at this often
 SWEEP_BATCH = 1_000  # sessions per pipeline of the sweep
@@ -131,24 +131,33 @@ class EventHub:
         if box is None:
             box = self._boxes[sid] = Mailbox()
         if not box.entries and box.error is None:
-            if block_ms is not None and block_ms < DIRECT_READ_MS:
-                return await self._read_now(sid, box, count, block_ms)
-            await self._wait(sid, box, None if block_ms is None else block_ms / 1000)
+            timeout_s = None if block_ms is None else block_ms / 1000
+            if timeout_s is not None and timeout_s < DIRECT_READ_MS / 1000:
+                # A short wait (a timer about due) looks first: what is there already is
+                # read without joining the hub's read. The look never blocks: Redis times a
+                # blocked read out with its cron, up to 100 ms late on a quiet server, so the
+                # rest of the wait, if the look found nothing, is the hub's timer.
+                looked = asyncio.get_running_loop().time()
+                found = await self._read_now(sid, box, count)
+                timeout_s -= asyncio.get_running_loop().time() - looked
+                if found or timeout_s <= 0:
+                    return found
+            await self._wait(sid, box, timeout_s)
         if box.error is not None:
             error, box.error = box.error, None
             raise error
         return await self._take(sid, box, count)
 
-    async def _read_now(self, sid: str, box: Mailbox, count: int, block_ms: int) -> list[Entry]:
-        """A look that must not wait (draining a stream at the end): read the stream
-        directly, once a hub read still in flight for it has put its entries in the box."""
+    async def _read_now(self, sid: str, box: Mailbox, count: int) -> list[Entry]:
+        """A look that does not wait: read the stream directly, once a hub read still in
+        flight for it has put its entries in the box."""
         while sid in self._reading:
             self._unblock()
             await self._read_done.wait()
         if box.entries:
             return await self._take(sid, box, count)
         reply: Any = await self._r.xreadgroup(
-            EVENTS_GROUP, self.consumer, {self.keys.events(sid): ">"}, count=count, block=block_ms
+            EVENTS_GROUP, self.consumer, {self.keys.events(sid): ">"}, count=count
         )
         return [(entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any, ClassVar
 
 import pytest
 import redis
@@ -16,6 +17,23 @@ from planloop.supervisor.io.redis_store import SessionStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 CONSUMER = "hub-test"
+
+
+class Recording:
+    """The hub's store client, noting the BLOCK of each XREADGROUP it sends itself."""
+
+    blocks: ClassVar[list[int | None]] = []
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        Recording.blocks = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def xreadgroup(self, *args: Any, **options: Any) -> Any:
+        Recording.blocks.append(options.get("block"))
+        return await self._client.xreadgroup(*args, **options)
 
 
 def _event(step: str) -> dict[str, str]:
@@ -126,6 +144,48 @@ def test_a_parked_read_waits_without_a_time_and_a_timed_one_is_woken_by_the_heap
     assert still_parked
     assert timers_left == 0  # a parked read holds no timer
     for sid in (parked, timed):
+        redis_client.delete(keys.events(sid))
+
+
+def test_a_short_wait_looks_first_then_waits_on_the_heap(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A wait shorter than ``DIRECT_READ_MS`` reads what is there without the hub's read, and
+    on an empty stream waits the rest on the hub's timer (never a blocked read of its own,
+    which Redis would time out up to 100 ms late), leaving no timer and no waiter behind."""
+    keys = Keys(test_settings.key_prefix)
+    full, empty = f"hub-{uuid.uuid4().hex[:6]}", f"hub-{uuid.uuid4().hex[:6]}"
+    for sid in (full, empty):
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+    redis_client.xadd(keys.events(full), _event("there"))  # type: ignore[arg-type]
+
+    async def scenario() -> tuple[list[str], list[str], int, list[str]]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, Recording(store.r), keys, CONSUMER, count=100)
+        try:
+            there = await asyncio.wait_for(hub.read(full, count=100, block_ms=20), 5.0)
+            nothing = await asyncio.wait_for(hub.read(empty, count=100, block_ms=20), 5.0)
+            timers_left = len(hub.timers)
+            await store.r.xadd(keys.events(empty), _event("later"))  # type: ignore[arg-type]
+            later = await asyncio.wait_for(hub.read(empty, count=100, block_ms=2_000), 5.0)
+            return (
+                [f["step_id"] for _, f in there],
+                [f["step_id"] for _, f in nothing],
+                timers_left,
+                [f["step_id"] for _, f in later],
+            )
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    there, nothing, timers_left, later = asyncio.run(scenario())
+    assert Recording.blocks == [None, None]  # the two looks, neither a blocked read
+    assert there == ["there"]
+    assert nothing == []
+    assert timers_left == 0
+    assert later == ["later"]
+    assert redis_client.xpending(keys.events(full), EVENTS_GROUP)["pending"] == 1
+    for sid in (full, empty):
         redis_client.delete(keys.events(sid))
 
 
