@@ -59,6 +59,10 @@ class SessionStorePort(Protocol):
 
     async def note_progress(self, sid: str, kind: str, **fields: Any) -> None: ...
 
+    def progress_op(self, sid: str, kind: str, **fields: Any) -> WriteOp:
+        """:meth:`note_progress` as an op of a fenced :meth:`write` (noted with it)."""
+        ...
+
     async def leave_active(self, sid: str) -> None: ...
 
     async def keep_blobs(self, needed: Mapping[str, Callable[[], str]], *, ttl_s: float) -> None:
