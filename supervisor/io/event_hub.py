@@ -67,9 +67,9 @@ _NOGROUP_KEY = re.compile(r"No such key '([^']+)'")
 
 def read_block_ms(socket_timeout: float | None) -> int:
     """How long the hub's read blocks: long, since each read names the stream of every
-    waiting session (10,000 parked sessions: 10,000 keys sent, parsed and blocked on per
-    read), and a read is re-sent early whenever an entry arrives or a session starts
-    waiting; but well inside a socket timeout the Redis URL sets, which would fail a read
+    held session (10,000 parked sessions: 10,000 keys sent, parsed and blocked on per
+    read), and a read is re-sent early whenever an entry arrives or a session not in it
+    starts waiting; but well inside a socket timeout the Redis URL sets, which would fail a read
     that blocks as long as it was asked to."""
     if not socket_timeout:
         return READ_BLOCK_MAX_MS
