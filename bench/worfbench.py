@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from bench.common import (
     print_table,
     redis_pid,
 )
+from bench.worfbench_runs import Dag, PlanRun, attribution, ms, phases, rows_of
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan, Step
 from planloop.producer.client import Producer
@@ -38,9 +38,6 @@ from planloop.producer.client import Producer
 TARGET_RATIO_P95 = 1.10
 TARGET_CLOSE_P50_MS = 10.0
 POLL_S = 0.01  # how often the driver looks for ended sessions (never inside a measured span)
-
-# node id -> dependencies; every node sleeps the same time
-Dag = dict[str, list[str]]
 
 
 def generate(rng: random.Random) -> tuple[Dag, int]:
@@ -77,30 +74,6 @@ def as_plan(dag: Dag, node_s: float, index: int) -> Plan:
         for s, deps in dag.items()
     ]
     return Plan(goal=f"worfbench-shaped plan {index}", steps=steps)
-
-
-@dataclass
-class PlanRun:
-    """Timestamps (epoch seconds) of one plan's execution and what follows from them."""
-
-    dag: Dag
-    ideal: float
-    dispatched: dict[str, float] = field(default_factory=dict)
-    started: dict[str, float] = field(default_factory=dict)
-    finished: dict[str, float] = field(default_factory=dict)
-    closed: float = 0.0  # the session's finished_at (Planloop only)
-    visible: float = 0.0  # when its end was announced in Redis (Planloop only)
-
-    @property
-    def ratio(self) -> float:
-        """First dispatch to the last node's end, over the critical path."""
-        return (max(self.finished.values()) - min(self.dispatched.values())) / self.ideal
-
-    def released(self, until: dict[str, float]) -> list[float]:
-        """Per dependent node: ``until[node]`` minus the latest end of its dependencies."""
-        return [
-            until[s] - max(self.finished[d] for d in deps) for s, deps in self.dag.items() if deps
-        ]
 
 
 # --- (a) Planloop on the real stack ------------------------------------------------------
@@ -220,37 +193,6 @@ def _meter(processes: list[Any], server: int | None) -> CpuMeter:
 
 
 # --- the report --------------------------------------------------------------------------
-def ms(values: list[float], q: float) -> str:
-    return f"{percentile(values, q) * 1000:.1f}"
-
-
-def rows_of(name: str, runs: list[PlanRun]) -> list[str]:
-    ratios = [r.ratio for r in runs]
-    return [
-        name,
-        str(len(runs)),
-        f"{percentile(ratios, 50):.3f}",
-        f"{percentile(ratios, 95):.3f}",
-        f"{max(ratios):.3f}",
-        ms([g for r in runs for g in r.released(r.started)], 50),
-        ms([g for r in runs for g in r.released(r.started)], 95),
-    ]
-
-
-def phases(runs: list[PlanRun]) -> list[list[str]]:
-    react = [g for r in runs for g in r.released(r.dispatched)]
-    pickup = [r.started[s] - r.dispatched[s] for r in runs for s in r.dag]
-    close = [r.closed - max(r.finished.values()) for r in runs]
-    visible = [r.visible - max(r.finished.values()) for r in runs]
-    rows = [
-        ("last dependency finished -> dispatched (supervisor)", react),
-        ("dispatched -> started (broker + worker claim), every step", pickup),
-        ("last step finished -> session finished_at", close),
-        ("last step finished -> end announced in Redis (1 ms clock)", visible),
-    ]
-    return [[label, ms(v, 50), ms(v, 95)] for label, v in rows]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", "--plans", type=int, default=200, help="Plans per executor.")
@@ -312,14 +254,23 @@ def main(argv: list[str] | None = None) -> int:
         ["phase", "p50 ms", "p95 ms"],
         phases(ours),
     )
+    print_table(
+        "Planloop: where each plan's excess over the ideal goes (its critical chain)",
+        ["part", "ms per plan, mean", f"mean of the worst {max(1, len(ours) // 10)}"],
+        attribution(ours, args.node_s),
+    )
     console.print(f"CPU ms per node over the measured run: {meter.per_item_ms(nodes)}")
     ratio = [r.ratio for r in ours]
     close = [r.closed - max(r.finished.values()) for r in ours]
+    seen = [r.visible - max(r.finished.values()) for r in ours]
+    react = [g for r in ours for g in r.released(r.dispatched)]
     pickup = [r.started[s] - r.dispatched[s] for r in ours for s in r.dag]
     base_part = f" event-driven={percentile([r.ratio for r in base], 95):.3f}" if base else ""
     print(
         f"per-plan/ideal p95: planloop={percentile(ratio, 95):.3f}{base_part} "
-        f"| close p50={ms(close, 50)}ms | dispatched->started p95={ms(pickup, 95)}ms "
+        f"| close p50={ms(close, 50)}ms end announced p50={ms(seen, 50)}ms "
+        f"| finished->dispatched p50/p95={ms(react, 50)}/{ms(react, 95)}ms "
+        f"| dispatched->started p50/p95={ms(pickup, 50)}/{ms(pickup, 95)}ms "
         f"(targets: p95<={TARGET_RATIO_P95} close p50<={TARGET_CLOSE_P50_MS:g}ms)"
     )
     return 0

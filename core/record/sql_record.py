@@ -17,7 +17,13 @@ from planloop.core.models import Event
 from planloop.core.record.batches import Checkpoint, Claim
 from planloop.core.record.claims import claim_many_rows
 from planloop.core.record.engine import make_engine
-from planloop.core.record.statements import blob_values, event_values, insert_new, upsert
+from planloop.core.record.statements import (
+    BumpStatements,
+    blob_values,
+    event_values,
+    insert_new,
+    upsert,
+)
 from planloop.core.record.tables import (
     ENDED_STATUSES,
     BlobRow,
@@ -41,6 +47,9 @@ class SqlRecord:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        # On the table, not the mapped class: a Core UPDATE, without the ORM's bulk-update
+        # bookkeeping (synchronising the session) per row of a thousand sessions.
+        self._bumps = BumpStatements(cast(Table, SessionRow.__table__), ENDED_STATUSES)
 
     @classmethod
     def from_url(cls, url: str, *, auto_migrate: bool = True) -> SqlRecord:
@@ -110,25 +119,13 @@ class SqlRecord:
         together, one statement per table: one commit for a whole supervisor's turn.
         """
         fenced: set[str] = set()
-        # On the table, not the mapped class: a Core UPDATE, without the ORM's bulk-update
-        # bookkeeping (synchronising the session) per row of a thousand sessions.
-        sessions = cast(Table, SessionRow.__table__)
         with self._tx() as db:
             kept: list[tuple[str, int, Checkpoint]] = []
             for sid, epoch, batch in batches:
                 if not batch:
                     continue
                 values = {"updated_at": time.time(), **batch.session}
-                bumped = db.execute(
-                    update(sessions)
-                    .where(
-                        sessions.c.id == sid,
-                        sessions.c.epoch == epoch,
-                        sessions.c.status.notin_(ENDED_STATUSES),  # ended is written once
-                    )
-                    .values(**values)
-                )
-                if bumped.rowcount != 1:  # type: ignore[attr-defined]
+                if self._bumps.execute(db, sid, epoch, values) != 1:
                     fenced.add(sid)
                 else:
                     kept.append((sid, epoch, batch))

@@ -1,15 +1,23 @@
-"""One XREADGROUP for the event streams of every waiting session, fanned out to each.
+"""One XREADGROUP for the event streams of every session held here, fanned out to each.
 
 A session loop waits for its events between turns. Reading them with one blocking
 XREADGROUP per session held one Redis connection per waiting session and cost one command
 (and one wake-up) per session per turn: a supervisor holding a thousand sessions spent its
-time sending them. The hub reads the streams of all sessions waiting right now in one
-XREADGROUP (same consumer group and consumer name as before, so pending entries, takeover
-and XAUTOCLAIM work unchanged) and puts what it gets in each session's mailbox.
+time sending them. While any session waits, the hub reads the streams of all sessions held
+here in one XREADGROUP (same consumer group and consumer name as before, so pending entries,
+takeover and XAUTOCLAIM work unchanged) and puts what it gets in each session's mailbox.
+
+The read names the sessions in a turn too, not only those waiting: a session that finishes
+its turn and waits again finds its stream in the read in flight, or its entries already in
+its mailbox. Naming only the waiting ones made every turn's end unblock the read and send it
+again (a lap of the loop and a read of every stream, per session per turn). A mailbox that
+holds ``count`` entries is left out until its session takes them, so a busy session's
+events wait in Redis, not in memory.
 
 The read blocks on its own connection. A session that starts waiting while the hub is
-blocked on a read that does not include its stream unblocks it (``CLIENT UNBLOCK``, as if
-the read timed out), and the hub reads again with the new set of streams.
+blocked on a read that does not include its stream (its first wait, or a full mailbox)
+unblocks it (``CLIENT UNBLOCK``, as if the read timed out), and the hub reads again with the
+new set of streams.
 
 A session with nothing due parks: it waits on its mailbox without a time. One that must
 look again at a time (a back-off ending, its deadline) gets a timer in the hub's one timer
@@ -50,7 +58,6 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str]]
 READ_BLOCK_MAX_MS = 5_000  # the hub's own read; sessions wait as long as they ask to
 FAULT_PAUSE_S = 0.05  # after a failed read, so a fault does not spin the hub
-DIRECT_READ_MS = 50  # a shorter wait reads the stream directly (a look, not a wait)
 STALE_S = 1.0  # a mailbox entry older than this gets its delivery time reset
 SWEEP_S = 60.0  # held sessions' pending entries and cancel field, looked at this often
 SWEEP_BATCH = 1_000  # sessions per pipeline of the sweep
@@ -60,9 +67,9 @@ _NOGROUP_KEY = re.compile(r"No such key '([^']+)'")
 
 def read_block_ms(socket_timeout: float | None) -> int:
     """How long the hub's read blocks: long, since each read names the stream of every
-    waiting session (10,000 parked sessions: 10,000 keys sent, parsed and blocked on per
-    read), and a read is re-sent early whenever an entry arrives or a session starts
-    waiting; but well inside a socket timeout the Redis URL sets, which would fail a read
+    held session (10,000 parked sessions: 10,000 keys sent, parsed and blocked on per
+    read), and a read is re-sent early whenever an entry arrives or a session not in it
+    starts waiting; but well inside a socket timeout the Redis URL sets, which would fail a read
     that blocks as long as it was asked to."""
     if not socket_timeout:
         return READ_BLOCK_MAX_MS
@@ -131,26 +138,13 @@ class EventHub:
         if box is None:
             box = self._boxes[sid] = Mailbox()
         if not box.entries and box.error is None:
-            if block_ms is not None and block_ms < DIRECT_READ_MS:
-                return await self._read_now(sid, box, count, block_ms)
+            # However short, the wait is on the hub's timer, never a blocked read of its own:
+            # Redis times those out with its cron, up to 100 ms late on a quiet server.
             await self._wait(sid, box, None if block_ms is None else block_ms / 1000)
         if box.error is not None:
             error, box.error = box.error, None
             raise error
         return await self._take(sid, box, count)
-
-    async def _read_now(self, sid: str, box: Mailbox, count: int, block_ms: int) -> list[Entry]:
-        """A look that must not wait (draining a stream at the end): read the stream
-        directly, once a hub read still in flight for it has put its entries in the box."""
-        while sid in self._reading:
-            self._unblock()
-            await self._read_done.wait()
-        if box.entries:
-            return await self._take(sid, box, count)
-        reply: Any = await self._r.xreadgroup(
-            EVENTS_GROUP, self.consumer, {self.keys.events(sid): ">"}, count=count, block=block_ms
-        )
-        return [(entry_id, fields) for _, entries in reply or [] for entry_id, fields in entries]
 
     def leave(self, sid: str) -> None:
         """The session's loop ended here: what was read for it stays pending in Redis."""
@@ -230,7 +224,7 @@ class EventHub:
 
     # --- the hub's side -------------------------------------------------------------------
     async def _run(self) -> None:
-        """Read for the waiting sessions, fan out, again; sleep while nobody waits."""
+        """Read for the held sessions, fan out, again; sleep while nobody waits."""
         task = asyncio.current_task()
         while True:
             # redis-py can swallow a cancel that lands as a reply arrives: a hub being
@@ -241,7 +235,7 @@ class EventHub:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
-            reading = sorted(self._waiting)
+            reading = self._to_read()
             try:
                 reply = await self._read(reading)
             except asyncio.CancelledError:
@@ -259,6 +253,16 @@ class EventHub:
                     continue  # its session left: the entries stay pending for the next owner
                 box.entries.extend((now, entry) for entry in entries)
                 box.arrived.set()
+
+    def _to_read(self) -> list[str]:
+        """The sessions the next read names: every one held here whose mailbox has room
+        (the waiting ones' are empty) and no error its session has not taken yet (a stream
+        whose group is missing would fail every read until its loop sees why)."""
+        return sorted(
+            sid
+            for sid, box in self._boxes.items()
+            if box.error is None and len(box.entries) < self.count
+        )
 
     async def _read(self, reading: list[str]) -> Any:
         if self._reader_id is None:
@@ -322,16 +326,18 @@ class EventHub:
         )
 
     def _fail(self, reading: list[str], exc: Exception) -> None:
-        """Hand a failed read to the sessions it was for (their loops decide what it means).
+        """Hand a failed read to the sessions that wait for it (their loops decide what it
+        means); one in a turn reads again with its next wait.
 
-        A missing group names its stream: only that session gets the error, and the others
-        are read again at once.
+        A missing group names its stream: only that session gets the error (waiting or not),
+        and the others are read again at once.
         """
-        culprits = reading
+        culprits = waiting = [sid for sid in reading if sid in self._waiting]
         match = _NOGROUP_KEY.search(str(exc)) if is_missing_group(exc) else None
         if match is not None:
-            culprits = [sid for sid in reading if self.keys.events(sid) == match.group(1)]
-        for sid in culprits or reading:
+            named = [sid for sid in reading if self.keys.events(sid) == match.group(1)]
+            culprits = named or waiting
+        for sid in culprits:
             box = self._boxes.get(sid)
             if box is not None:
                 box.error = exc

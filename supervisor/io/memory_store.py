@@ -38,6 +38,7 @@ class MemorySessionStore:
         self._delivered: dict[str, int] = {}  # per stream: entries handed out so far
         self._pending: dict[str, dict[str, int]] = {}  # per stream: entry id -> deliveries
         self._ids = itertools.count(1)
+        self._progress_of: dict[str, str] = {}  # progress stream -> its session
 
     # --- set-up helpers for tests ---------------------------------------------------------
     def own(self, sid: str, epoch: int, **fields: Any) -> None:
@@ -130,6 +131,15 @@ class MemorySessionStore:
         # encoded as the Redis store encodes them: what ``watch`` reads is text
         self.progress.append((sid, kind, {k: arg_text(v) for k, v in fields.items()}))
 
+    def progress_op(self, sid: str, kind: str, **fields: Any) -> tuple[str, str, list[Any]]:
+        # An XADD to the session's progress stream, which :meth:`write` notes in ``progress``.
+        stream = self.keys.progress(sid)
+        self._progress_of[stream] = sid
+        flat: list[Any] = ["*", "kind", kind]
+        for name, value in fields.items():
+            flat += [name, value]
+        return ("XADD", stream, flat)
+
     async def leave_active(self, sid: str) -> None:
         self.sets.get(self.keys.active, set()).discard(sid)
 
@@ -142,7 +152,7 @@ class MemorySessionStore:
         self.streams.setdefault(self.keys.events(sid), [])
 
     async def read_events(
-        self, sid: str, consumer: str, *, count: int, block_ms: int
+        self, sid: str, consumer: str, *, count: int, block_ms: int | None
     ) -> list[Entry]:
         stream = self.keys.events(sid)
         entries = self.streams.get(stream, [])
@@ -215,9 +225,15 @@ class MemorySessionStore:
         elif command == "PUBLISH":
             self.published.append((key, args))
         elif command == "XADD":
-            self._xadd(key, dict(zip(args[1::2], args[2::2], strict=True)))
+            self._run_xadd(key, dict(zip(args[1::2], args[2::2], strict=True)))
         else:
             raise ValueError(f"memory store: command not supported: {command}")
+
+    def _run_xadd(self, stream: str, fields: dict[str, str]) -> None:
+        if stream in self._progress_of:  # a progress note written with a fenced write
+            self.progress.append((self._progress_of[stream], fields.pop("kind"), fields))
+        else:
+            self._xadd(stream, fields)
 
     def _xadd(self, stream: str, fields: dict[str, str]) -> str:
         entry_id = f"{next(self._ids)}-0"

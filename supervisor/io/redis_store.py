@@ -34,6 +34,7 @@ Op = list[Any]
 CLIENT_RETRIES = 3  # quick retries of one call before a fault reaches the caller
 MAX_CONNECTIONS = 512
 CONNECTION_WAIT_S = 10.0  # a command waits this long for a free connection, then fails
+PROGRESS_MAXLEN = 10_000  # progress notes kept per session (about; trimmed as Redis sees fit)
 
 
 class SessionStore(RedisStreams):
@@ -293,7 +294,14 @@ class SessionStore(RedisStreams):
             "at": repr(time.time()),
             **{k: arg_text(v) for k, v in fields.items()},
         }
-        await self.r.xadd(self.keys.progress(sid), data, maxlen=10_000, approximate=True)  # type: ignore[arg-type]
+        await self.r.xadd(self.keys.progress(sid), data, maxlen=PROGRESS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+
+    def progress_op(self, sid: str, kind: str, **fields: Any) -> tuple[str, str, list[Any]]:
+        """The XADD of :meth:`note_progress` as an op for :meth:`write`."""
+        flat: list[Any] = ["MAXLEN", "~", PROGRESS_MAXLEN, "*", "kind", kind, "at", time.time()]
+        for name, value in fields.items():
+            flat += [name, value]
+        return ("XADD", self.keys.progress(sid), flat)
 
     async def last_note(self, sid: str, kinds: Sequence[str]) -> dict[str, str] | None:
         """The newest of the session's last 100 progress notes of one of ``kinds``."""

@@ -48,8 +48,11 @@ class RedisStreams:
                 return taken
 
     async def read_events(
-        self, sid: str, consumer: str, *, count: int, block_ms: int
+        self, sid: str, consumer: str, *, count: int, block_ms: int | None
     ) -> list[tuple[str, dict[str, str]]]:
+        """New entries; ``block_ms`` None sends no BLOCK. A look must not block even briefly:
+        Redis times a blocked read out in its cron (every 100 ms at the default ``hz``), so
+        on a quiet server BLOCK 1 on an empty stream answers after up to 100 ms."""
         reply: Any = await self.r.xreadgroup(
             EVENTS_GROUP, consumer, {self.keys.events(sid): ">"}, count=count, block=block_ms
         )

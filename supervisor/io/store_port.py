@@ -59,6 +59,10 @@ class SessionStorePort(Protocol):
 
     async def note_progress(self, sid: str, kind: str, **fields: Any) -> None: ...
 
+    def progress_op(self, sid: str, kind: str, **fields: Any) -> WriteOp:
+        """:meth:`note_progress` as an op of a fenced :meth:`write` (noted with it)."""
+        ...
+
     async def leave_active(self, sid: str) -> None: ...
 
     async def keep_blobs(self, needed: Mapping[str, Callable[[], str]], *, ttl_s: float) -> None:
@@ -69,8 +73,10 @@ class SessionStorePort(Protocol):
     async def ensure_groups(self, sid: str) -> None: ...
 
     async def read_events(
-        self, sid: str, consumer: str, *, count: int, block_ms: int
-    ) -> list[Entry]: ...
+        self, sid: str, consumer: str, *, count: int, block_ms: int | None
+    ) -> list[Entry]:
+        """Up to ``count`` new entries, waiting up to ``block_ms`` for the first; None: no
+        wait at all (a look)."""
 
     async def claim_pending(
         self, sid: str, consumer: str, *, min_idle_ms: int = 0

@@ -39,22 +39,27 @@ class WriteBatch(Generic[C]):
     async def run(self, call: C) -> object:
         """``call``'s reply, sent with the other calls of this loop turn; raises the error
         Redis answered it with, or the one that failed the whole round trip."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[object] = loop.create_future()
+        done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         if not self._pending:
-            # After every callback already queued for this turn: the calls they make join.
-            loop.call_soon(self._flush)
+            # Its first step comes after every callback already queued for this turn: the
+            # calls they make join. It sends right then, not from a task of its own (a
+            # second hop, one more lap of a busy loop before the write leaves).
+            task = asyncio.ensure_future(self._flush())
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
         self._pending.append((call, done))
         return await done
 
-    def _flush(self) -> None:
+    async def _flush(self) -> None:
         # A caller cancelled before its call left is dropped: nothing was sent for it.
         pending = [(c, f) for c, f in self._pending if not f.done()]
         self._pending = []
-        for start in range(0, len(pending), self._max_batch):
-            task = asyncio.ensure_future(self._send_batch(pending[start : start + self._max_batch]))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
+        size = self._max_batch
+        batches = [pending[start : start + size] for start in range(0, len(pending), size)]
+        if len(batches) == 1:
+            await self._send_batch(batches[0])
+        elif batches:
+            await asyncio.gather(*(self._send_batch(batch) for batch in batches))
 
     async def _send_batch(self, batch: list[tuple[C, asyncio.Future[object]]]) -> None:
         try:

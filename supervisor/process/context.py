@@ -45,7 +45,7 @@ class SupervisorContext:
     # The SQL writes of every session, grouped into one transaction per round.
     claims: ClaimBatcher = field(init=False)
     checkpoints: CheckpointWriter = field(init=False)
-    # One XREADGROUP for the event streams of every waiting session (None: a store without
+    # One XREADGROUP for the event streams of every held session (None: a store without
     # Redis behind it, as in unit tests; each session then reads its own stream).
     events: EventHub | None = field(init=False)
 

@@ -1,7 +1,10 @@
 """The session hash's cancel field, looked at once a second at most.
 
 The cancel's event on the stream ends a session at once; the field is for a loop that cannot
-get that far (a cancel asked for before the session was loaded, or while it plans).
+get that far (a cancel asked for before the session was loaded, or while it plans). So the
+first look comes before the session's first dispatch, and the later ones (once a second)
+after a turn's dispatch: a look is a round trip, and it would otherwise hold up the steps
+an outcome just released, in one turn of each session per second.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ class CancelWatch:
         self.store = store
         self.state = state
         self._next_check = 0.0
+
+    @property
+    def never_looked(self) -> bool:
+        """Neither this watch nor the start's read looked at the field yet."""
+        return self._next_check == 0.0
 
     def looked(self) -> None:
         """The field was just read another way (with the lease): no need to look again yet."""

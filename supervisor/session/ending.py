@@ -76,16 +76,17 @@ async def drain_events(end: Ending) -> None:
     leaves events delivered but never applied, and the end may come before the idle claim.
     The claim and the first read of new entries go out together (one wait, not two, before
     the end is written); an entry both return is recorded once. New entries are read from
-    the stream itself, not through the process's event hub: a hub read still blocked on
-    this stream (the session was woken by it a moment ago) would otherwise be unblocked and
-    waited for. What that read delivered before the claim is pending under this consumer,
-    so the claim takes it (the hub's copy stays in a mailbox nobody reads); what comes later
-    arrives after the drain, as it always could.
+    the stream itself, with a look that does not block (a blocked read's timeout comes with
+    Redis's cron, up to 100 ms late on a quiet server), not through the process's event
+    hub: a hub read still blocked on this stream (the session was woken by it a moment ago)
+    would otherwise be unblocked and waited for. What that read delivered before the claim
+    is pending under this consumer, so the claim takes it (the hub's copy stays in a mailbox
+    nobody reads); what comes later arrives after the drain, as it always could.
     """
     io = end.io
 
     async def read_new() -> list[tuple[str, dict[str, str]]]:
-        return await io.store.read_events(io.sid, io.consumer, count=500, block_ms=1)
+        return await io.store.read_events(io.sid, io.consumer, count=500, block_ms=None)
 
     pending, entries = await asyncio.gather(io.store.claim_pending(io.sid, io.consumer), read_new())
     seen: set[str] = set()

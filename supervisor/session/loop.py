@@ -191,7 +191,8 @@ class SessionRunner:
     async def _send(self) -> bool:
         """A turn's first half: a cancel wins, then dispatch what is ready and checkpoint.
         False when the session has an outcome and the turn stops here."""
-        await self.cancel.check()  # before anything new is dispatched
+        if self.cancel.never_looked:  # a cancel asked for before it loaded: nothing is sent
+            await self.cancel.check()
         if self.state.outcome is not None:
             return False
         await self.scheduling.dispatch_ready()
@@ -200,6 +201,7 @@ class SessionRunner:
         # Checkpoint after dispatching, in the background: the next steps never wait on SQL.
         self._checkpoint()
         self.checkpointer.raise_if_failed()
+        await self.cancel.check()  # once a second: after the dispatch, not before it
         return self.state.outcome is None
 
     async def _turn(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any, ClassVar
 
 import pytest
 import redis
@@ -16,6 +17,30 @@ from planloop.supervisor.io.redis_store import SessionStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 CONSUMER = "hub-test"
+
+
+class Recording:
+    """The hub's store client, noting the BLOCK of each XREADGROUP it sends itself and
+    counting its CLIENT UNBLOCKs."""
+
+    blocks: ClassVar[list[int | None]] = []
+    unblocks: ClassVar[int] = 0
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        Recording.blocks = []
+        Recording.unblocks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def xreadgroup(self, *args: Any, **options: Any) -> Any:
+        Recording.blocks.append(options.get("block"))
+        return await self._client.xreadgroup(*args, **options)
+
+    async def client_unblock(self, *args: Any, **options: Any) -> Any:
+        Recording.unblocks += 1
+        return await self._client.client_unblock(*args, **options)
 
 
 def _event(step: str) -> dict[str, str]:
@@ -126,6 +151,96 @@ def test_a_parked_read_waits_without_a_time_and_a_timed_one_is_woken_by_the_heap
     assert still_parked
     assert timers_left == 0  # a parked read holds no timer
     for sid in (parked, timed):
+        redis_client.delete(keys.events(sid))
+
+
+def test_a_short_wait_is_the_hubs_on_its_timer_never_a_blocked_read_of_its_own(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """However short, a wait gets what is there or what arrives through the hub's read, and
+    comes back empty when its timer is due: never a blocked read of its own, which Redis
+    would time out up to 100 ms late. It leaves no timer behind."""
+    keys = Keys(test_settings.key_prefix)
+    full, empty = f"hub-{uuid.uuid4().hex[:6]}", f"hub-{uuid.uuid4().hex[:6]}"
+    for sid in (full, empty):
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+    redis_client.xadd(keys.events(full), _event("there"))  # type: ignore[arg-type]
+
+    async def scenario() -> tuple[list[str], list[str], int, list[str]]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, Recording(store.r), keys, CONSUMER, count=100)
+        try:
+            there = await asyncio.wait_for(hub.read(full, count=100, block_ms=20), 5.0)
+            nothing = await asyncio.wait_for(hub.read(empty, count=100, block_ms=20), 5.0)
+            timers_left = len(hub.timers)
+            await store.r.xadd(keys.events(empty), _event("later"))  # type: ignore[arg-type]
+            later = await asyncio.wait_for(hub.read(empty, count=100, block_ms=20), 5.0)
+            if not later:  # the timer came first on a slow machine: the next wait has it
+                later = await asyncio.wait_for(hub.read(empty, count=100, block_ms=2_000), 5.0)
+            return (
+                [f["step_id"] for _, f in there],
+                [f["step_id"] for _, f in nothing],
+                timers_left,
+                [f["step_id"] for _, f in later],
+            )
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    there, nothing, timers_left, later = asyncio.run(scenario())
+    assert Recording.blocks == []  # no read of its own: the hub's reader read them all
+    assert there == ["there"]
+    assert nothing == []
+    assert timers_left == 0
+    assert later == ["later"]
+    assert redis_client.xpending(keys.events(full), EVENTS_GROUP)["pending"] == 1
+    for sid in (full, empty):
+        redis_client.delete(keys.events(sid))
+
+
+def test_a_session_in_a_turn_stays_in_the_read_and_finds_its_events_waiting(
+    test_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A session that took its events and is busy (not waiting) is still read for: what
+    arrives meanwhile is in its mailbox when it waits again, without unblocking the read;
+    a session that never waited is not read for."""
+    keys = Keys(test_settings.key_prefix)
+    busy, parked, other, never = (f"hub-{uuid.uuid4().hex[:6]}" for _ in range(4))
+    for sid in (busy, parked, other, never):
+        redis_client.xgroup_create(keys.events(sid), EVENTS_GROUP, id="0", mkstream=True)
+
+    async def scenario() -> tuple[list[str], list[str], int]:
+        store = SessionStore.from_url(test_settings.redis_url, keys)
+        hub = EventHub(test_settings.redis_url, Recording(store.r), keys, CONSUMER, count=100)
+        try:
+            waiting = asyncio.create_task(hub.read(parked, count=100, block_ms=None))
+            await store.r.xadd(keys.events(busy), _event("first"))  # type: ignore[arg-type]
+            first = await asyncio.wait_for(hub.read(busy, count=100, block_ms=5_000), 5.0)
+            # busy is in its turn now; the parked session keeps the hub reading, and one
+            # more starting to wait makes it read again with the sessions it holds.
+            late = asyncio.create_task(hub.read(other, count=100, block_ms=None))
+            await asyncio.sleep(0.2)
+            unblocks = Recording.unblocks
+            await store.r.xadd(keys.events(busy), _event("meanwhile"))  # type: ignore[arg-type]
+            await store.r.xadd(keys.events(never), _event("unread"))  # type: ignore[arg-type]
+            for _ in range(100):  # the hub's read delivers it as it arrives
+                summary: Any = await store.r.xpending(keys.events(busy), EVENTS_GROUP)
+                if summary["pending"] == 2:
+                    break
+                await asyncio.sleep(0.05)
+            again = await asyncio.wait_for(hub.read(busy, count=100, block_ms=5_000), 5.0)
+            waiting.cancel()
+            late.cancel()
+            return [f["step_id"] for _, f in first + again], [never], Recording.unblocks - unblocks
+        finally:
+            await hub.close()
+            await store.r.aclose()
+
+    got, _, unblocks = asyncio.run(scenario())
+    assert got == ["first", "meanwhile"]
+    assert unblocks == 0  # its stream was in the read all along
+    assert redis_client.xpending(keys.events(never), EVENTS_GROUP)["pending"] == 0
+    for sid in (busy, parked, other, never):
         redis_client.delete(keys.events(sid))
 
 

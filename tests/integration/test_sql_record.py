@@ -179,6 +179,36 @@ def test_stale_epoch_cannot_write_the_sql_record(tmp_path: Path) -> None:
         record.engine.dispose()
 
 
+def test_one_checkpoint_fences_each_row_by_its_own_epoch_and_end(tmp_path: Path) -> None:
+    """The bump statements are kept per set of columns: rows with other columns, a stale
+    epoch or an ended status in the same transaction are each fenced on their own."""
+    record = SqlRecord.from_url(f"sqlite:///{tmp_path / 'many.db'}")
+    try:
+        for sid in ("a", "b", "c", "d"):
+            record.claim(sid, 1, owner="me", fields={"status": "running"})
+        record.checkpoint("d", 1, Checkpoint(session={"status": "completed"}))
+        fenced = record.checkpoint_many(
+            [
+                ("a", 1, Checkpoint(session={"error": "one"})),
+                ("b", 2, Checkpoint(session={"error": "stale"})),
+                ("c", 1, Checkpoint(session={"status": "failed", "error": "two"})),
+                ("d", 1, Checkpoint(session={"error": "after the end"})),
+                ("a", 1, Checkpoint(session={"replans": 1})),
+            ]
+        )
+        assert fenced == {"b", "d"}
+        rows = {sid: record.session(sid) for sid in ("a", "b", "c", "d")}
+        seen = {sid: (r.status, r.error, r.replans) for sid, r in rows.items() if r is not None}
+        assert seen == {
+            "a": ("running", "one", 1),
+            "b": ("running", "", 0),
+            "c": ("failed", "two", 0),
+            "d": ("completed", "", 0),
+        }
+    finally:
+        record.engine.dispose()
+
+
 @dataclass
 class PgStack:
     """A second stack on its own key prefix and queue, recording to PostgreSQL."""

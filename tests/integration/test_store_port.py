@@ -247,6 +247,25 @@ def test_note_progress_encodes_values_as_text_and_last_note_finds_the_newest(
     conform(backend, test_settings, check)
 
 
+def test_a_progress_op_is_noted_with_its_fenced_write_and_refused_with_it(
+    backend: tuple[str, Keys], test_settings: Settings
+) -> None:
+    async def check(store: SessionStorePort, own: Own) -> None:
+        await own("s", 1)
+        status = ("HSET", store.keys.session("s"), ["status", "completed"])
+        with pytest.raises(FencedOutError):  # a stale epoch notes nothing
+            await store.write("s", 2, [store.progress_op("s", "ended", status="failed")])
+        assert await store.last_note("s", ["ended"]) is None
+        await store.write("s", 1, [status, store.progress_op("s", "ended", status="completed")])
+        note = await store.last_note("s", ["ended"])
+        assert note is not None
+        note.pop("at", None)
+        assert note == {"kind": "ended", "status": "completed"}
+        assert (await store.session_fields("s"))["status"] == "completed"
+
+    conform(backend, test_settings, check)
+
+
 def test_leave_active_takes_the_session_off_the_active_set(
     backend: tuple[str, Keys], test_settings: Settings
 ) -> None:

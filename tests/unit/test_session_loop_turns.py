@@ -3,12 +3,17 @@ workers' outcomes, settle failures, deliberate, end. No Redis, no workers, no SQ
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import pytest
 
 from planloop.config.settings import Settings
 from planloop.core.models import ErrorKind, Event, EventType, SessionStatus, StepState, StepStatus
 from planloop.planner.plan import Plan
 from planloop.supervisor.io.memory_store import MemorySessionStore
+from planloop.supervisor.session import cancel_watch
+from planloop.supervisor.session.cancel_watch import CANCEL_CHECK_INTERVAL_S
 from planloop.supervisor.session.loop import SessionRunner
 from planloop.supervisor.session.state import SessionState
 from tests.unit.loop_fixtures import EPOCH, SID, Dispatcher, Record, context, run, step, wired
@@ -221,3 +226,26 @@ def test_a_step_no_live_worker_serves_fails_unserved_when_its_wait_ends() -> Non
     status, error = loop.state.outcome
     assert status == SessionStatus.FAILED
     assert error.startswith("no worker serves t.b (steps b)")
+
+
+def test_a_cancel_field_found_at_the_first_look_wins_over_the_first_dispatch() -> None:
+    loop, store = runner(Plan(steps=[step("a")]))
+    store.hashes[store.keys.session(SID)]["cancel_requested"] = "stop"
+    assert run(loop._send()) is False
+    assert loop.state.outcome == (SessionStatus.CANCELLED, "stop")
+    assert queued(store) == 0
+
+
+def test_a_later_look_at_the_cancel_field_comes_after_the_turns_dispatch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The look is a round trip: before the dispatch it held up the steps just released.
+    loop, store = runner(Plan(steps=[step("a"), step("b", "a")]))
+    assert run(loop._send()) is True  # the first look found nothing; a is sent
+    store.hashes[store.keys.session(SID)]["cancel_requested"] = "stop"
+    outcome(loop, store, "a")
+    later = time.monotonic() + 2 * CANCEL_CHECK_INTERVAL_S
+    monkeypatch.setattr(cancel_watch.time, "monotonic", lambda: later)
+    assert run(loop._send()) is False
+    assert loop.state.states["b"].status == StepStatus.RUNNING  # sent, then the look
+    assert loop.state.outcome == (SessionStatus.CANCELLED, "stop")

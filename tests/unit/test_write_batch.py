@@ -98,3 +98,31 @@ def test_a_caller_cancelled_before_the_send_sends_nothing() -> None:
 def test_a_batch_needs_room_for_a_call() -> None:
     with pytest.raises(ValueError, match="at least one call"):
         WriteBatch(Redis().send, max_batch=0)
+
+
+def test_a_call_leaves_in_the_loop_turn_after_it_was_made() -> None:
+    # Not two turns later (a flush callback, then a task of its own): on a busy loop each
+    # turn is a lap of every session's work.
+    async def scenario() -> int:
+        turns = 0
+        sent_at: list[int] = []
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        async def send(calls: Sequence[int]) -> list[object]:
+            sent_at.append(turns)
+            return list(calls)
+
+        ticker = asyncio.ensure_future(count_turns())
+        await asyncio.sleep(0)
+        batch: WriteBatch[int] = WriteBatch(send)
+        asked_at = turns
+        await batch.run(1)
+        ticker.cancel()
+        return sent_at[0] - asked_at
+
+    assert asyncio.run(scenario()) <= 1
