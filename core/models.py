@@ -359,22 +359,10 @@ class SessionRecord(BaseModel):
         try:
             data: dict[str, Any] = {k: v for k, v in fields.items() if k in cls.model_fields}
             data["id"] = sid
-            for name in (
-                "options",
-                "deliberation",
-                "llm_usage",
-                "carried",
-                "redone",
-                "approved",
-                "report",
-            ):
-                data[name] = json_field(sid, fields, name)
-            data["options"] = data["options"] or {}
-            data["deliberation"] = data["deliberation"] or {}
-            data["llm_usage"] = data["llm_usage"] or {}
-            data["carried"] = data["carried"] or {}
-            data["redone"] = data["redone"] or {}
-            data["approved"] = data["approved"] or []
+            for name in ("options", "deliberation", "llm_usage", "carried", "redone"):
+                data[name] = json_field(sid, fields, name) or {}
+            data["approved"] = json_field(sid, fields, "approved") or []
+            data["report"] = json_field(sid, fields, "report")
             return cls.model_validate(data)
         except ValidationError as exc:
             raise StoredSessionError(sid, validation_summary(exc)) from None
