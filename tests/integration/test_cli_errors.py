@@ -30,6 +30,7 @@ goal: one step done, one waiting for a person
 steps:
   - {id: a, tool: bench.echo, params: {value: 1}}
   - {id: gate, tool: bench.echo, params: {value: 2}, dependencies: [a], requires_approval: true}
+  - {id: last, tool: bench.echo, params: {value: 3}, dependencies: [gate], requires_approval: true}
 """
 
 
@@ -167,7 +168,7 @@ def gated(stack: Stack, producer: Producer, hot_state: HotState) -> Iterator[str
         (
             ("retry", "{sid}", "nope"),
             "cannot retry step 'nope' of session {sid}: the session has no such step "
-            "(its steps: a, gate)",
+            "(its steps: a, gate, last)",
         ),
         (("skip", "{sid}", "nope"), "cannot skip step 'nope' of session {sid}: the session has"),
         (("approve", "{sid}", "--step", "nope"), "cannot approve step 'nope' of session {sid}"),
@@ -210,10 +211,12 @@ def test_the_sdk_raises_the_refusal_with_step_and_state(
         assert hot_state.r.xlen(stream) == before
 
         # what applies still goes through, and then the same approval no longer applies
+        # (step 'last' keeps the session waiting, so the refusal is the step's, not an end's)
         client.approve(gated, step="gate", note="go")
         wait_for(lambda: "gate" in producer.session(gated).approved, 30, "the owner to apply it")
         with pytest.raises(planloop.CommandRefusedError, match="step 'gate'"):
             client.approve(gated, step="gate")
+        client.approve(gated, step="last")
         report = client.wait(gated, timeout_s=30)
     assert report.status == SessionStatus.COMPLETED
 
