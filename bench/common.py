@@ -113,10 +113,14 @@ def planloop_stack(
 
 
 @contextmanager
-def bare_worker(bench: BenchEnv, *, concurrency: int = 8) -> Iterator[subprocess.Popen[bytes]]:
-    """A Celery worker for :mod:`bench.bare_tasks`, same pool and concurrency as ours."""
+def bare_worker(
+    bench: BenchEnv, *, concurrency: int = 8, index: int = 0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A Celery worker for :mod:`bench.bare_tasks`, same pool and concurrency as ours;
+    ``index`` tells several apart (node name and log file)."""
     env = {**os.environ, **bench.env, "PYTHONPATH": str(REPO_ROOT)}
-    log_path = bench.directory / "bare-worker.log"
+    suffix = f"-{index}" if index else ""
+    log_path = bench.directory / f"bare-worker{suffix}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
@@ -135,7 +139,7 @@ def bare_worker(bench: BenchEnv, *, concurrency: int = 8) -> Iterator[subprocess
                 "--loglevel",
                 "WARNING",
                 "-n",
-                f"bare-{os.getpid()}@%h",
+                f"bare{suffix}-{os.getpid()}@%h",
                 "--without-mingle",
                 "--without-gossip",
             ],

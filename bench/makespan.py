@@ -6,7 +6,6 @@ Run from the repo root: ``python bench/makespan.py`` or ``python -m bench.makesp
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -18,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runnable as
 
 from celery import Celery
 
-from bench.bare_tasks import SLEEP_TASK, stock_celery_config
+from bench.bare_driver import bare_sender, drive_bare
 from bench.common import (
     BenchEnv,
     bare_worker,
@@ -143,33 +142,8 @@ def run_waves(dag: Dag) -> Run:
 # --- (c) bare Celery driver --------------------------------------------------------------
 def run_bare(bench: BenchEnv, sender: Celery, dag: Dag, rep: int, timeout_s: float) -> Run:
     """Send ready steps as bare tasks; each completion (pushed to a list) releases dependents."""
-    done_list = f"{bench.settings.key_prefix}:bare:done:{rep}"
-    waiting = {s: set(deps) for s, (_, deps) in dag.items()}
-    dependents: dict[str, list[str]] = {s: [] for s in dag}
-    for s, (_, deps) in dag.items():
-        for d in deps:
-            dependents[d].append(s)
     run = Run(origin=time.time())
-
-    def send(step: str) -> None:
-        run.dispatched[step] = time.time()
-        sender.send_task(
-            SLEEP_TASK, args=[done_list, step, dag[step][0]], queue=bench.settings.queue
-        )
-
-    for s in [s for s, deps in waiting.items() if not deps]:
-        send(s)
-    while len(run.finished) < len(dag):
-        item = bench.redis.blpop([done_list], timeout=timeout_s)
-        if item is None:
-            raise SystemExit(f"bare Celery run {rep}: no completion within {timeout_s:g}s")
-        done = json.loads(item[1])
-        run.started[done["step"]] = done["started_at"]
-        run.finished[done["step"]] = done["finished_at"]
-        for child in dependents[done["step"]]:
-            waiting[child].discard(done["step"])
-            if not waiting[child]:
-                send(child)
+    drive_bare(bench, sender, [dag], [run], in_flight=1, tag=str(rep), timeout_s=timeout_s)
     return run
 
 
@@ -223,12 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         waves = [run_waves(dag) for _ in range(args.reps)]
         bare: list[Run] = []
         if not args.no_bare:
-            sender = Celery("bench-driver", set_as_current=False)
-            sender.conf.update(stock_celery_config(bench.settings))
-            with bare_worker(bench, concurrency=WIDTH):
+            with bare_sender(bench) as sender, bare_worker(bench, concurrency=WIDTH):
                 run_bare(bench, sender, dag, -1, timeout_s=120)
                 bare = [run_bare(bench, sender, dag, i, timeout_s=60) for i in range(args.reps)]
-            sender.close()
     rows = [
         summarize("planloop (real stack)", ours, dag, cp, f"<= {TARGET_OURS}"),
         summarize("wave executor", waves, dag, cp, f"~ {TARGET_WAVE}"),

@@ -1,8 +1,9 @@
-"""Many small fan-out/fan-in DAGs, 50 in flight: Planloop vs. an in-process event-driven executor.
+"""Many small fan-out/fan-in DAGs, 50 in flight: Planloop, a bare Celery driver, in-process events.
 
 The plans have the shape of WorFBench's gold workflow graphs (3-12 nodes, a few parallel
 branches that join again). They are generated here from a seed: this bench never reads the
-dataset over the network. Every node is ``bench.sleep`` for ``--node-s`` seconds (0.3).
+dataset over the network. Every node is ``bench.sleep`` for ``--node-s`` seconds (0.3). The
+bare Celery driver (bench/worfbench_bare.py) runs them on stock Celery with the same workers.
 
 Run from the repo root: ``python bench/worfbench.py`` or ``python -m bench.worfbench``.
 """
@@ -30,6 +31,7 @@ from bench.common import (
     print_table,
     redis_pid,
 )
+from bench.worfbench_bare import run_bare
 from bench.worfbench_runs import Dag, PlanRun, attribution, ms, phases, rows_of
 from planloop.core.models import SessionStatus
 from planloop.planner.plan import Plan, Step
@@ -183,6 +185,12 @@ def run_events(
     return runs
 
 
+def beside(rows: list[list[str]], others: list[list[str]]) -> list[list[str]]:
+    """``rows`` with the figures of the same-labelled ``others`` row appended (blank if none)."""
+    more = {row[0]: row[1:] for row in others}
+    return [[*row, *more.get(row[0], [""] * (len(row) - 1))] for row in rows]
+
+
 def _meter(processes: list[Any], server: int | None) -> CpuMeter:
     """CPU of the stack's supervisor, its workers and a local Redis."""
     named: dict[str, int] = {} if server is None else {"redis": server}
@@ -202,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=160, help="Worker threads (both sides).")
     parser.add_argument("--workers", type=int, default=1, help="Worker processes (Planloop).")
     parser.add_argument("--no-baseline", action="store_true", help="Skip the in-process run.")
+    parser.add_argument("--no-bare", action="store_true", help="Skip the bare Celery driver.")
     parser.add_argument("--dump", type=Path, help="Write every plan's timestamps here (JSON).")
     parser.add_argument(
         "--set",
@@ -232,17 +241,36 @@ def main(argv: list[str] | None = None) -> int:
             ours = run_planloop(producer, plans, args.node_s, args.in_flight, timeout_s=900)
             meter.stop()
             console.print(f"planloop logs: {stack.log_dir}")
+        bare: list[PlanRun] = []
+        bare_meter = CpuMeter({})
+        if not args.no_bare:
+            bare, bare_meter = run_bare(
+                bench,
+                plans,
+                warm,
+                node_s=args.node_s,
+                in_flight=args.in_flight,
+                workers=args.workers,
+                concurrency=per_worker,
+                timeout_s=60,
+            )
     base = [] if args.no_baseline else run_events(plans, args.node_s, args.in_flight, args.threads)
     if args.dump is not None:
-        args.dump.write_text(json.dumps({"planloop": [vars(r) for r in ours]}))
+        sides = {"planloop": ours, "bare_celery": bare, "event_driven": base}
+        args.dump.write_text(json.dumps({k: [vars(r) for r in v] for k, v in sides.items()}))
     columns = ["executor", "plans", "÷ ideal p50", "p95", "max", "dep->start p50 ms", "p95 ms"]
-    rows = [rows_of("planloop (real stack)", ours)]
-    if base:
-        rows.append(rows_of("in-process event-driven", base))
-    if len(ours) > args.in_flight:  # the first wave starts as one burst of sessions
-        rows.append(rows_of("planloop, after the first wave", ours[args.in_flight :]))
-    if base and len(base) > args.in_flight:
-        rows.append(rows_of("event-driven, after the first wave", base[args.in_flight :]))
+    named = [
+        ("planloop (real stack)", "planloop", ours),
+        ("bare Celery driver", "bare-celery", bare),
+        ("in-process event-driven", "event-driven", base),
+    ]
+    rows = [rows_of(label, runs) for label, _, runs in named if runs]
+    # the first wave starts as one burst of plans
+    rows += [
+        rows_of(f"{short}, after the first wave", runs[args.in_flight :])
+        for _, short, runs in named
+        if len(runs) > args.in_flight
+    ]
     print_table(
         f"Per-plan duration (first dispatch -> last node's end) ÷ ideal (critical path); "
         f"target p95 <= {TARGET_RATIO_P95}",
@@ -250,24 +278,32 @@ def main(argv: list[str] | None = None) -> int:
         rows,
     )
     print_table(
-        f"Planloop phases (target: session close p50 <= {TARGET_CLOSE_P50_MS:g} ms)",
-        ["phase", "p50 ms", "p95 ms"],
-        phases(ours),
+        f"Planloop phases, beside the bare Celery driver's (target: session close p50 <= "
+        f"{TARGET_CLOSE_P50_MS:g} ms)",
+        ["phase", "p50 ms", "p95 ms", "bare p50 ms", "bare p95 ms"],
+        beside(phases(ours), phases(bare)[:4] if bare else []),
     )
+    worst = f"mean of the worst {max(1, len(ours) // 10)}"
     print_table(
-        "Planloop: where each plan's excess over the ideal goes (its critical chain)",
-        ["part", "ms per plan, mean", f"mean of the worst {max(1, len(ours) // 10)}"],
-        attribution(ours, args.node_s),
+        "Where each plan's excess over the ideal goes (its critical chain)",
+        ["part", "ms per plan, mean", worst, "bare: mean", "bare: worst"],
+        beside(attribution(ours, args.node_s), attribution(bare, args.node_s)),
     )
     console.print(f"CPU ms per node over the measured run: {meter.per_item_ms(nodes)}")
-    ratio = [r.ratio for r in ours]
+    if bare:
+        console.print(f"bare Celery driver, CPU ms per node: {bare_meter.per_item_ms(nodes)}")
     close = [r.closed - max(r.finished.values()) for r in ours]
     seen = [r.visible - max(r.finished.values()) for r in ours]
     react = [g for r in ours for g in r.released(r.dispatched)]
     pickup = [r.started[s] - r.dispatched[s] for r in ours for s in r.dag]
-    base_part = f" event-driven={percentile([r.ratio for r in base], 95):.3f}" if base else ""
+    ratios = " ".join(
+        f"{short}={percentile([r.ratio for r in runs], 50):.3f}/"
+        f"{percentile([r.ratio for r in runs], 95):.3f}"
+        for _, short, runs in named
+        if runs
+    )
     print(
-        f"per-plan/ideal p95: planloop={percentile(ratio, 95):.3f}{base_part} "
+        f"per-plan/ideal p50/p95: {ratios} "
         f"| close p50={ms(close, 50)}ms end announced p50={ms(seen, 50)}ms "
         f"| finished->dispatched p50/p95={ms(react, 50)}/{ms(react, 95)}ms "
         f"| dispatched->started p50/p95={ms(pickup, 50)}/{ms(pickup, 95)}ms "
