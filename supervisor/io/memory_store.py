@@ -137,7 +137,7 @@ class MemorySessionStore:
         self._progress_of[stream] = sid
         flat: list[Any] = ["*", "kind", kind]
         for name, value in fields.items():
-            flat += [name, value]
+            flat += [name, arg_text(value)]  # encoded as note_progress encodes them
         return ("XADD", stream, flat)
 
     async def leave_active(self, sid: str) -> None:

@@ -298,9 +298,10 @@ class SessionStore(RedisStreams):
 
     def progress_op(self, sid: str, kind: str, **fields: Any) -> tuple[str, str, list[Any]]:
         """The XADD of :meth:`note_progress` as an op for :meth:`write`."""
-        flat: list[Any] = ["MAXLEN", "~", PROGRESS_MAXLEN, "*", "kind", kind, "at", time.time()]
+        at = repr(time.time())
+        flat: list[Any] = ["MAXLEN", "~", PROGRESS_MAXLEN, "*", "kind", kind, "at", at]
         for name, value in fields.items():
-            flat += [name, value]
+            flat += [name, arg_text(value)]  # encoded as note_progress encodes them
         return ("XADD", self.keys.progress(sid), flat)
 
     async def last_note(self, sid: str, kinds: Sequence[str]) -> dict[str, str] | None:
