@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Planloop phases, beside the bare Celery driver's (target: session close p50 <= "
         f"{TARGET_CLOSE_P50_MS:g} ms)",
         ["phase", "p50 ms", "p95 ms", "bare p50 ms", "bare p95 ms"],
-        beside(phases(ours), phases(bare)[:4] if bare else []),
+        beside(phases(ours), phases(bare, sessions=False) if bare else []),
     )
     worst = f"mean of the worst {max(1, len(ours) // 10)}"
     print_table(

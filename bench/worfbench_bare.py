@@ -39,24 +39,18 @@ def run_bare(
             stack.enter_context(bare_worker(bench, concurrency=concurrency, index=i))
             for i in range(workers)
         ]
-        warm_runs = [PlanRun(dag, depth * node_s) for dag, depth in warm]
-        warm_dags = [_timed(dag, node_s) for dag, _ in warm]
-        drive_bare(
-            bench, sender, warm_dags, warm_runs, in_flight=in_flight, tag="warm", timeout_s=120
-        )
+
+        def drive(some: list[tuple[Dag, int]], tag: str, wait_s: float) -> list[PlanRun]:
+            runs = [PlanRun(dag, depth * node_s) for dag, depth in some]
+            dags = [_timed(dag, node_s) for dag, _ in some]
+            drive_bare(bench, sender, dags, runs, in_flight=in_flight, tag=tag, timeout_s=wait_s)
+            return runs
+
+        drive(warm, "warm", 120)
         server = redis_pid(bench.redis)
         named = {"driver": os.getpid(), **{f"worker{i}": p.pid for i, p in enumerate(procs)}}
         meter = CpuMeter(named if server is None else {**named, "redis": server})
-        runs = [PlanRun(dag, depth * node_s) for dag, depth in plans]
         meter.start()
-        drive_bare(
-            bench,
-            sender,
-            [_timed(dag, node_s) for dag, _ in plans],
-            runs,
-            in_flight=in_flight,
-            tag="measured",
-            timeout_s=timeout_s,
-        )
+        runs = drive(plans, "measured", timeout_s)
         meter.stop()
     return runs, meter

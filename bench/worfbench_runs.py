@@ -81,32 +81,38 @@ def ms(values: list[float], q: float) -> str:
 
 def rows_of(name: str, runs: list[PlanRun]) -> list[str]:
     ratios = [r.ratio for r in runs]
+    dep_to_start = [g for r in runs for g in r.released(r.started)]
     return [
         name,
         str(len(runs)),
         f"{percentile(ratios, 50):.3f}",
         f"{percentile(ratios, 95):.3f}",
         f"{max(ratios):.3f}",
-        ms([g for r in runs for g in r.released(r.started)], 50),
-        ms([g for r in runs for g in r.released(r.started)], 95),
+        ms(dep_to_start, 50),
+        ms(dep_to_start, 95),
     ]
 
 
-def phases(runs: list[PlanRun]) -> list[list[str]]:
+def phases(runs: list[PlanRun], *, sessions: bool = True) -> list[list[str]]:
+    """The phases of every node's run; with ``sessions``, also of each session's end (a
+    Planloop run's: the bare driver has no session to close)."""
     react = [g for r in runs for g in r.released(r.dispatched)]
     pickup = [r.started[s] - r.dispatched[s] for r in runs for s in r.dag]
     roots = [r.started[s] - r.dispatched[s] for r in runs for s, deps in r.dag.items() if not deps]
     dependents = [r.started[s] - r.dispatched[s] for r in runs for s, deps in r.dag.items() if deps]
     close = [r.closed - max(r.finished.values()) for r in runs]
     visible = [r.visible - max(r.finished.values()) for r in runs]
-    rows = [
+    rows: list[tuple[str, list[float]]] = [
         ("last dependency finished -> dispatched (supervisor)", react),
         ("dispatched -> started (broker + worker claim), every step", pickup),
         ("  of it, roots (dispatched with their session's start)", roots),
         ("  of it, dependents", dependents),
-        ("last step finished -> session finished_at", close),
-        ("last step finished -> end announced in Redis (1 ms clock)", visible),
     ]
+    if sessions:
+        rows += [
+            ("last step finished -> session finished_at", close),
+            ("last step finished -> end announced in Redis (1 ms clock)", visible),
+        ]
     return [[label, ms(v, 50), ms(v, 95)] for label, v in rows]
 
 
