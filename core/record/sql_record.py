@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,13 +17,7 @@ from planloop.core.models import Event
 from planloop.core.record.batches import Checkpoint, Claim
 from planloop.core.record.claims import claim_many_rows
 from planloop.core.record.engine import make_engine
-from planloop.core.record.statements import (
-    BumpStatements,
-    blob_values,
-    event_values,
-    insert_new,
-    upsert,
-)
+from planloop.core.record.statements import blob_values, bump, event_values, insert_new, upsert
 from planloop.core.record.tables import (
     ENDED_STATUSES,
     BlobRow,
@@ -47,9 +41,6 @@ class SqlRecord:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-        # On the table, not the mapped class: a Core UPDATE, without the ORM's bulk-update
-        # bookkeeping (synchronising the session) per row of a thousand sessions.
-        self._bumps = BumpStatements(cast(Table, SessionRow.__table__), ENDED_STATUSES)
 
     @classmethod
     def from_url(cls, url: str, *, auto_migrate: bool = True) -> SqlRecord:
@@ -125,7 +116,7 @@ class SqlRecord:
                 if not batch:
                     continue
                 values = {"updated_at": time.time(), **batch.session}
-                if self._bumps.execute(db, sid, epoch, values) != 1:
+                if bump(db, sid, epoch, values) != 1:
                     fenced.add(sid)
                 else:
                     kept.append((sid, epoch, batch))

@@ -3,9 +3,9 @@ once (by content address), and the row values of an event and a blob."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, Update, bindparam, update
@@ -14,7 +14,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from planloop.core.models import Event
-from planloop.core.record.tables import Base
+from planloop.core.record.tables import ENDED_STATUSES, Base, SessionRow
 
 
 def event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
@@ -32,42 +32,34 @@ def event_values(sid: str, event_id: str, ev: Event) -> dict[str, Any]:
     }
 
 
-def bump_statement(sessions: Table, ended: Sequence[str], columns: Sequence[str]) -> Update:
+@functools.cache
+def bump_statement(columns: tuple[str, ...]) -> Update:
     """The fenced UPDATE of a session row (id ``b_sid`` at epoch ``b_epoch``, not ended)
     setting ``columns`` from the parameters ``v_<column>``.
 
-    Built once per set of columns and kept (:class:`BumpStatements`): constructing the
-    statement and its cache key for every session of every checkpoint was half the SQL
-    thread's time, held under the GIL the event loop needs.
+    Cached per set of columns (a few shapes: a turn's fields, an end's, a re-plan's):
+    constructing the statement and its cache key for every session of every checkpoint was
+    half the SQL thread's time, held under the GIL the event loop needs.
     """
+    # On the table, not the mapped class: a Core UPDATE, without the ORM's bulk-update
+    # bookkeeping (synchronising the session) per row of a thousand sessions.
+    sessions = cast(Table, SessionRow.__table__)
     return (
         update(sessions)
         .where(
             sessions.c.id == bindparam("b_sid"),
             sessions.c.epoch == bindparam("b_epoch"),
-            sessions.c.status.notin_(ended),  # ended is written once
+            sessions.c.status.notin_(ENDED_STATUSES),  # ended is written once
         )
         .values({c: bindparam(f"v_{c}") for c in columns})
     )
 
 
-class BumpStatements:
-    """:func:`bump_statement` per set of columns, kept for the record's lifetime (a few
-    shapes: a turn's fields, an end's, a re-plan's)."""
-
-    def __init__(self, sessions: Table, ended: Sequence[str]) -> None:
-        self._sessions = sessions
-        self._ended = list(ended)
-        self._made: dict[tuple[str, ...], Update] = {}
-
-    def execute(self, db: Session, sid: str, epoch: int, values: dict[str, Any]) -> int:
-        """Bump one session's row with ``values``; the rows it changed (0: fenced out)."""
-        columns = tuple(values)
-        statement = self._made.get(columns)
-        if statement is None:
-            statement = self._made[columns] = bump_statement(self._sessions, self._ended, columns)
-        params = {"b_sid": sid, "b_epoch": epoch, **{f"v_{c}": v for c, v in values.items()}}
-        return int(db.execute(statement, params).rowcount)  # type: ignore[attr-defined]
+def bump(db: Session, sid: str, epoch: int, values: dict[str, Any]) -> int:
+    """Bump session ``sid``'s row at ``epoch`` with ``values``; the rows it changed (0: fenced
+    out or ended)."""
+    params = {"b_sid": sid, "b_epoch": epoch, **{f"v_{c}": v for c, v in values.items()}}
+    return int(db.execute(bump_statement(tuple(values)), params).rowcount)  # type: ignore[attr-defined]
 
 
 def blob_values(digest: str, text: str) -> dict[str, Any]:
@@ -94,21 +86,18 @@ def upsert(db: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
     """
     if not rows:
         return
-    table = cast(Table, model.__table__)
-    dialect = db.get_bind().dialect.name
-    shape = (table.name, dialect, tuple(rows[0]))
-    statement = _UPSERTS.get(shape)
-    if statement is None:  # built once per table and columns, as the bump statements are
-        keys = [c.name for c in table.primary_key.columns]
-        # On the table, not the mapped class: a Core executemany, without the ORM's per-row
-        # bulk-insert bookkeeping (a fifth less CPU per checkpoint row on SQLite, measured).
-        insert = pg_insert(table) if dialect == "postgresql" else sqlite_insert(table)
-        updates = {c: insert.excluded[c] for c in rows[0] if c not in keys}
-        statement = _UPSERTS[shape] = insert.on_conflict_do_update(
-            index_elements=keys, set_=updates
-        )
+    statement = upsert_statement(model, db.get_bind().dialect.name, tuple(rows[0]))
     db.execute(statement, rows)
 
 
-# (table, dialect, columns) -> its upsert statement; a few shapes per table
-_UPSERTS: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+@functools.cache
+def upsert_statement(model: type[Base], dialect: str, columns: tuple[str, ...]) -> Any:
+    """The upsert of ``columns`` into ``model``'s table, cached as :func:`bump_statement`
+    is (a few shapes per table)."""
+    table = cast(Table, model.__table__)
+    keys = [c.name for c in table.primary_key.columns]
+    # On the table, not the mapped class: a Core executemany, without the ORM's per-row
+    # bulk-insert bookkeeping (a fifth less CPU per checkpoint row on SQLite, measured).
+    insert = pg_insert(table) if dialect == "postgresql" else sqlite_insert(table)
+    updates = {c: insert.excluded[c] for c in columns if c not in keys}
+    return insert.on_conflict_do_update(index_elements=keys, set_=updates)
