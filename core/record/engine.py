@@ -8,6 +8,9 @@ from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
+
+SQLITE_BUSY_S = 30.0
 
 
 def make_engine(url: str) -> Engine:
@@ -27,7 +30,7 @@ def make_engine(url: str) -> Engine:
         url,
         future=True,
         pool_pre_ping=not is_sqlite,
-        connect_args={"timeout": 30} if is_sqlite else {},
+        connect_args={"timeout": SQLITE_BUSY_S} if is_sqlite else {},
     )
     if engine.dialect.name == "postgresql":
         # PostgreSQL text cannot hold NUL; a goal or an error carrying one must not wedge
@@ -43,11 +46,36 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(conn: Any, _record: Any) -> None:
             cur = conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
+            try:
+                _into_wal(cur)
+                cur.execute("PRAGMA synchronous=NORMAL")
+            finally:
+                cur.close()
 
     return engine
+
+
+def _is_busy(exc: BaseException) -> bool:
+    return "database is locked" in str(exc) or "database is busy" in str(exc)
+
+
+@retry(
+    retry=retry_if_exception(_is_busy),
+    wait=wait_random_exponential(multiplier=0.01, max=0.5),
+    stop=stop_after_delay(SQLITE_BUSY_S),
+    reraise=True,
+)
+def _into_wal(cur: Any) -> None:
+    """Put the database file in WAL mode unless it already is.
+
+    WAL is a property of the file, so only the first connection to a fresh file switches it.
+    Switching needs the file to itself, and SQLite answers "database is locked" at once,
+    without its busy handler, when another process opens the same fresh file in that moment:
+    so the switch is tried again for as long as the busy timeout would have waited.
+    """
+    if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        return
+    cur.execute("PRAGMA journal_mode=WAL")
 
 
 def without_nul(value: Any) -> Any:
