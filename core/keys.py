@@ -93,8 +93,15 @@ class Keys:
         return f"{self.prefix}:inbox:to:{{{supervisor}}}"
 
     def shard_lease(self, shard: int) -> str:
-        """The lease of one session shard: tagged by the shard, like :meth:`shard_epoch`."""
+        """Who holds one session shard (a holder's token, no expiry): tagged by the shard,
+        like :meth:`shard_epoch`. The hold lasts while :meth:`holder_alive` of that token
+        does."""
         return f"{self.prefix}:shard:{{shard-{shard}}}:lease"
+
+    def holder_alive(self, token: str) -> str:
+        """The liveness of one supervisor's hold on its shards (a key with a TTL, renewed
+        while it runs; never written again once gone)."""
+        return f"{self.prefix}:alive:{{{token}}}"
 
     def shard_epoch(self, shard: int) -> str:
         return f"{self.prefix}:shard:{{shard-{shard}}}:epoch"

@@ -1,15 +1,22 @@
-"""Which session shard a session belongs to, and who holds a shard's lease.
+"""Which session shard a session belongs to, and who holds a shard.
 
 Sessions are owned by shard, as Temporal owns workflow histories: a fixed number of shards
-(``PLANLOOP_SESSION_SHARDS``), each leased by one supervisor with a fencing epoch of its own,
-so lease traffic grows with the shards, not with the sessions. Every process must agree on
-a session's shard, so it is a stable hash of the id (CRC32: the same in every process and
-release, unlike Python's salted ``hash``).
+(``PLANLOOP_SESSION_SHARDS``), each held by one supervisor with a fencing epoch of its own.
+Every process must agree on a session's shard, so it is a stable hash of the id (CRC32: the
+same in every process and release, unlike Python's salted ``hash``).
+
+A shard's key names its holder's token and never expires; the hold lasts while the holder's
+liveness key (``Keys.holder_alive``, one per supervisor run, renewed a few times per lease
+TTL) does. So keeping every shard costs one PEXPIRE per renewal, however many shards and
+sessions a supervisor holds. A liveness key once gone is never written again (its holder
+renews with PEXPIRE, which cannot bring it back, and starts a new token), so a shard naming
+a dead token is free for good: whoever takes it compares and swaps the token it saw.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection, Sequence
 from typing import cast
 
 import redis
@@ -35,6 +42,21 @@ def token_owner(token: str | None) -> str | None:
     return owner or None
 
 
+def live_holders(tokens: Sequence[str | None], alive: Collection[str]) -> list[str | None]:
+    """Per shard, the supervisor holding it (None: free): a token counts while alive."""
+    return [token_owner(t) if t and t in alive else None for t in tokens]
+
+
+def shard_holders(client: redis.Redis, keys: Keys, shards: Sequence[int]) -> list[str | None]:
+    """The supervisor holding each of ``shards`` now (None: nobody); two round trips."""
+    tokens = cast(list[str | None], client.mget([keys.shard_lease(s) for s in shards]))
+    named = sorted({t for t in tokens if t})
+    if not named:
+        return [None] * len(tokens)
+    flags = cast(list[str | None], client.mget([keys.holder_alive(t) for t in named]))
+    return live_holders(tokens, {t for t, flag in zip(named, flags, strict=True) if flag})
+
+
 def shard_holder(client: redis.Redis, keys: Keys, sid: str, shards: int) -> str | None:
     """The supervisor holding the shard of session ``sid`` now (None: nobody)."""
-    return token_owner(cast(str | None, client.get(keys.shard_lease(shard_of(sid, shards)))))
+    return shard_holders(client, keys, [shard_of(sid, shards)])[0]

@@ -1,8 +1,9 @@
-"""Lua of session shards: take a shard's lease, and adopt one session of a shard taken.
+"""Lua of session shards: take a shard, and adopt one session of a shard taken.
 
-A shard's lease is renewed and released like a session's (``RenewLeases``, ``ReleaseLease``
-over the shard lease keys). Each script here stays in one Redis Cluster slot: the shard's
-two keys share the tag ``{shard-<n>}``, a session's two keys the tag ``{<sid>}``.
+A shard is given back like a lease (``ReleaseLease`` over its key); its hold is kept alive
+by its holder's liveness key, not by the shard's key (core/shards.py). Each script here
+stays in one Redis Cluster slot: the shard's two keys share the tag ``{shard-<n>}``, a
+session's two keys the tag ``{<sid>}``.
 """
 
 from __future__ import annotations
@@ -14,22 +15,25 @@ from planloop.core.lua.script import ENDED, LuaScript, arg, key
 
 @dataclass(frozen=True, kw_only=True)
 class AcquireShard(LuaScript):
-    """Take a free shard's lease: its new fencing epoch, or 0 when someone holds it.
+    """Take a free shard: its new fencing epoch, or 0 when its key no longer names ``seen``.
 
-    The epoch lives in a key of its own that never expires, so each take of a shard gets a
-    larger epoch than every take before it, whoever made them.
+    ``seen`` is the token the caller found there ('' = none), whose liveness key it found
+    gone: such a token never holds again, so only a take that raced this one can have
+    changed the key since. The epoch lives in a key of its own that never expires, so each
+    take of a shard gets a larger epoch than every take before it, whoever made them.
     """
 
     shard_lease_key: str = key()
     shard_epoch_key: str = key()
     token: str = arg()
-    ttl_ms: int = arg()
+    seen: str = arg()
 
     BODY = """
-if redis.call('SET', shard_lease_key, token, 'NX', 'PX', ttl_ms) then
-  return redis.call('INCR', shard_epoch_key)
+if (redis.call('GET', shard_lease_key) or '') ~= seen then
+  return 0
 end
-return 0
+redis.call('SET', shard_lease_key, token)
+return redis.call('INCR', shard_epoch_key)
 """
 
 

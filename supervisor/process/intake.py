@@ -17,12 +17,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from planloop.core.keys import INBOX_GROUP, Keys
-from planloop.core.shards import shard_of, token_owner
+from planloop.core.shards import shard_of
+from planloop.supervisor.process.shard_owner import read_holders
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,10 @@ class Intake:
         if not away:
             return
         shards = [shard_of(e.sid, self.shards) for e in away]
-        tokens = cast(
-            list[str | None], await self.r.mget([self.keys.shard_lease(s) for s in shards])
-        )
+        _, owners = await read_holders(self.r, self.keys, shards)
         pipe = self.r.pipeline(transaction=False)
         dropped = 0
-        for entry, token in zip(away, tokens, strict=True):
-            owner = token_owner(token)
+        for entry, owner in zip(away, owners, strict=True):
             if owner is None or owner == self.name or entry.hops >= MAX_HOPS:
                 dropped += 1  # its shard's next owner, or the sweep, finds it
                 continue

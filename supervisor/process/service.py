@@ -34,7 +34,7 @@ from planloop.supervisor.process.batch_start import retrieve_error
 from planloop.supervisor.process.compose import compose
 from planloop.supervisor.process.crashes import settle_crash
 from planloop.supervisor.process.intake import Intake
-from planloop.supervisor.process.lease_keeper import Lease, LeaseKeeper
+from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.process.shard_owner import ShardOwner
 from planloop.supervisor.session.lessons import build_lesson_memory
 from planloop.supervisor.session.loop import SessionRunner
@@ -110,10 +110,11 @@ class Supervisor:
 
         0. Wait for Redis to answer (a supervisor started during an outage waits it out)
            and refuse a Redis older than 6.2.
-        1. Keep the leases of the shards held alive (a thread of its own, so a busy event
-           loop never delays a renewal: supervisor/process/lease_keeper.py; a shard lease
-           that cannot be renewed stops its sessions' loops at once, and so does Redis
-           staying out of reach for longer than the lease TTL: the leases are taken as lost).
+        1. Keep the hold on the shards alive (a thread of its own, so a busy event loop
+           never delays a renewal: supervisor/process/lease_keeper.py; a hold found lapsed
+           stops every session loop at once, and so does Redis staying out of reach for
+           longer than the lease TTL: the shards are taken as lost). A shard a look finds
+           held by another stops its own sessions' loops.
         2. Until told to stop: make sure the inbox consumer groups exist (again after Redis
            lost its data); every reclaim interval take free shards up to a fair share (and
            any left free for a TTL), give back what a new peer needs, and adopt the active
@@ -122,8 +123,8 @@ class Supervisor:
         3. A Redis fault in step 2 is waited out with a back-off and logged once per
            outage; shards whose leases were lost come back through step 2.
            Any other error, or the lease keeper dying, ends the process (exit code 1).
-        4. On stop: cancel the session loops and release the shard leases, so a peer
-           resumes them without waiting for the leases to expire.
+        4. On stop: cancel the session loops, release the shards and end the hold, so a
+           peer resumes them without waiting for the hold to expire.
         """
         log.info(
             "supervisor %s starting (redis at %s)", self.name, redact_url(self.settings.redis_url)
@@ -135,8 +136,7 @@ class Supervisor:
             redis_address(self.settings),
             self.store.keys,
             self.settings.lease_ttl_s,
-            owned=self.shards.leases,
-            lost=self._shard_lost,
+            owner=self.name,
             all_lost=self._stop_loops,
         )
         keeper.start()
@@ -159,8 +159,8 @@ class Supervisor:
         finally:
             if self._rebuilding is not None:
                 self._rebuilding.cancel()
+            await self._let_go()  # the hold is renewed until the loops have stopped
             await asyncio.to_thread(keeper.stop)
-            await self._let_go()
             await self.ctx.checkpoints.close()
             if self.ctx.events is not None:
                 await self.ctx.events.close()
@@ -264,6 +264,8 @@ class Supervisor:
         keeper = self._keeper
         assert keeper is not None, "shards are taken only while the lease keeper runs"
         moves = await self.shards.look(self._per_shard)
+        for shard in moves.lost:
+            self._shard_lost(shard)
         if moves.give_back:
             leaving = set(moves.give_back)
             tasks = [o.task for o in self.owned.values() if o.shard in leaving]
@@ -345,11 +347,8 @@ class Supervisor:
             self._per_shard[self.owned.pop(sid).shard] -= 1
         self.shards.forget(done)
 
-    def _shard_lost(self, lease: Lease) -> None:
-        """A renewal found a shard's lease gone: stop the loops of its sessions at once."""
-        shard = self.shards.lost(lease)
-        if shard is None:  # given back meanwhile
-            return
+    def _shard_lost(self, shard: int) -> None:
+        """A look found a shard held here held by another: stop its loops at once."""
         stopping = {
             sid: o.task for sid, o in self.owned.items() if o.shard == shard and not o.task.done()
         }
@@ -362,9 +361,13 @@ class Supervisor:
     def _stop_loops(self, why: str) -> None:
         """Stop every session loop: the shard leases are taken as lost (taken again later)."""
         self.shards.lose_all()
+        running = [o for o in self.owned.values() if not o.task.done()]
+        log.error("every shard lease lost (%s); stopping %d loops", why, len(running))
         for sid, owned in self.owned.items():
             if not owned.task.done() and not owned.task.cancelling():
-                log.warning("session=%s leases taken as lost (%s); stopping its loop", sid, why)
+                log.warning(
+                    "session=%s lease lost with every shard (%s); stopping its loop", sid, why
+                )
                 owned.task.cancel()
 
     async def _let_go(self) -> None:

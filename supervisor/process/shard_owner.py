@@ -1,9 +1,10 @@
 """The session shards one supervisor holds: look, take, give back, lose, adopt sessions.
 
-A supervisor owns sessions by owning their shards (core/shards.py). Each round it reads who
-holds every shard's lease and which supervisors are alive (two commands, whatever the number
-of sessions), decides what to take and give back (process/shard_plan.py), and takes shards
-in the lease keeper's thread, so a shard is renewed from the moment it is taken.
+A supervisor owns sessions by holding their shards (core/shards.py). Each round it reads who
+holds every shard, whose holds are alive and which supervisors are alive (two round trips,
+whatever the number of sessions), decides what to take and give back
+(process/shard_plan.py), and takes shards in a worker thread through the lease keeper, whose
+token they are held under.
 
 Fencing stays per session and exact: before a session's loop starts, :meth:`adopt` bumps the
 session's epoch in its hash (``AdoptSession``), the token every write of the session carries
@@ -15,9 +16,9 @@ session hash keeps the shard epoch it was adopted under).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -28,9 +29,9 @@ from planloop.config.settings import Settings
 from planloop.core.keys import Keys
 from planloop.core.lua import AdoptSession, ReleaseLease
 from planloop.core.redis_faults import is_redis_fault
-from planloop.core.shards import shard_of, shard_token, token_owner
+from planloop.core.shards import live_holders, shard_of
 from planloop.supervisor.io.redis_store import Taken
-from planloop.supervisor.process.lease_keeper import Lease, LeaseKeeper
+from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.process.shard_plan import (
     ShardMoves,
     ShardView,
@@ -43,9 +44,23 @@ log = logging.getLogger(__name__)
 HOLDERS_KEPT_S = 3_600.0  # a dead supervisor's entry in pl:shard-holders is dropped after this
 
 
+async def read_holders(
+    r: aioredis.Redis, keys: Keys, shards: Sequence[int]
+) -> tuple[list[str | None], list[str | None]]:
+    """Per shard of ``shards``, the token its key names and the supervisor holding it (None:
+    free, also when its token's hold is gone); two round trips."""
+    tokens = cast(list[str | None], await r.mget([keys.shard_lease(s) for s in shards]))
+    named = sorted({t for t in tokens if t})
+    flags: list[str | None] = []
+    if named:
+        flags = cast(list[str | None], await r.mget([keys.holder_alive(t) for t in named]))
+    alive = {t for t, flag in zip(named, flags, strict=True) if flag}
+    return tokens, live_holders(tokens, alive)
+
+
 @dataclass
 class HeldShard:
-    """A shard whose lease this supervisor holds."""
+    """A shard this supervisor holds."""
 
     token: str
     epoch: int
@@ -60,6 +75,7 @@ class ShardOwner:
         self.r, self.keys, self.name = client, keys, name
         self.shards, self.ttl_s = settings.session_shards, settings.lease_ttl_s
         self.held: dict[int, HeldShard] = {}
+        self._seen: dict[int, str] = {}  # the token each shard's key named at the last look
         self._free_since: dict[int, float] = {}
         self._adopt = AdoptSession.register_async(client)
         self._release = ReleaseLease.register_async(client)
@@ -76,28 +92,30 @@ class ShardOwner:
         held = self.held.get(self.shard(sid))
         return held is not None and not held.releasing
 
-    def leases(self) -> list[Lease]:
-        """The shard leases to renew (the keeper's thread: a copy, never a mutation)."""
-        return [(str(shard), held.token) for shard, held in dict(self.held).items()]
-
     def forget(self, sids: Sequence[str]) -> None:
         for sid in sids:
             self._shard_of.pop(sid, None)
 
     async def look(self, running: Mapping[int, int]) -> ShardMoves:
-        """Say this supervisor is alive, read who holds every shard and who else is alive
-        (one round trip); what to take and give back. Alive is said here, by the event loop,
-        not by the lease keeper's thread: a supervisor too busy to come round to its shard
-        moves is not counted as a peer to give shards to."""
+        """Say this supervisor is alive, read who holds every shard and who else is alive;
+        what to take and give back, and the shards held here whose key names someone else
+        now (``lost``: taken over while this process was cut off, or a write Redis lost in
+        a failover). Alive is said here, by the event loop, not by the lease keeper's
+        thread: a supervisor too busy to come round to its shard moves is not counted as a
+        peer to give shards to."""
         now = time.time()
         pipe = self.r.pipeline(transaction=False)
         pipe.zadd(self.keys.shard_holders, {self.name: now})
-        pipe.mget([self.keys.shard_lease(s) for s in range(self.shards)])
         pipe.zrangebyscore(self.keys.shard_holders, now - self.ttl_s, "+inf")
         pipe.zremrangebyscore(self.keys.shard_holders, "-inf", now - HOLDERS_KEPT_S)
-        _, tokens, live, _ = await pipe.execute()
-        holders = {s: token_owner(t) for s, t in enumerate(cast(list[str | None], tokens))}
-        for shard, held in self.held.items():  # ours until the keeper says otherwise
+        _, live, _ = await pipe.execute()
+        tokens, found = await read_holders(self.r, self.keys, range(self.shards))
+        self._seen = {s: t or "" for s, t in enumerate(tokens)}
+        lost = [s for s, h in self.held.items() if not h.releasing and tokens[s] != h.token]
+        for shard in lost:
+            del self.held[shard]
+        holders = dict(enumerate(found))
+        for shard, held in self.held.items():  # ours until the keeper or a look says not
             holders[shard] = self.name if not held.releasing else holders[shard]
         mono = time.monotonic()
         self._free_since = update_free_since(self._free_since, holders, self.shards, mono)
@@ -110,35 +128,23 @@ class ShardOwner:
             now=mono,
             grace_s=self.ttl_s,
         )
-        return plan_moves(view, running)
+        return dataclasses.replace(plan_moves(view, running), lost=lost)
 
     async def take(self, keeper: LeaseKeeper, shards: Sequence[int]) -> list[int]:
-        """Take the leases of ``shards``; those taken (now held here)."""
+        """Take ``shards`` (as the last look saw them); those taken (now held here)."""
         wanted = [s for s in shards if s not in self.held]
         if not wanted:
             return []
-        takes = [(str(s), shard_token(self.name, uuid.uuid4().hex)) for s in wanted]
-        try:
-            epochs = await asyncio.to_thread(keeper.take, takes, self.ttl_s)
-            taken = []
-            for (shard, token), epoch in zip(takes, epochs, strict=True):
-                if epoch:
-                    self.held[int(shard)] = HeldShard(token, epoch)
-                    taken.append(int(shard))
-        finally:  # registered (renewed through `leases`), or left to expire
-            keeper.settle(takes)
+        takes = [(s, self._seen.get(s, "")) for s in wanted]
+        token, epochs = await asyncio.to_thread(keeper.take, takes)
+        taken = []
+        for shard, epoch in zip(wanted, epochs, strict=True):
+            if epoch:
+                self.held[shard] = HeldShard(token, epoch)
+                taken.append(shard)
         if taken:
             log.info("shards taken: %s (%d held)", _ranges(taken), len(self.held))
         return taken
-
-    def lost(self, lease: Lease) -> int | None:
-        """The keeper found ``lease`` gone: the shard, if it was still held here."""
-        shard, token = int(lease[0]), lease[1]
-        held = self.held.get(shard)
-        if held is None or held.token != token:
-            return None
-        del self.held[shard]
-        return shard
 
     def lose_all(self) -> None:
         self.held.clear()
@@ -152,7 +158,7 @@ class ShardOwner:
             await self._release(
                 ReleaseLease(lease_key=self.keys.shard_lease(shard), token=held.token)
             )
-        except aioredis.RedisError as exc:  # it expires by itself after its TTL
+        except aioredis.RedisError as exc:  # free anyway once the hold ends
             if not is_redis_fault(exc):
                 raise
 

@@ -45,6 +45,7 @@ class ShardView:
 class ShardMoves:
     take: list[int]
     give_back: list[int]
+    lost: list[int] = field(default_factory=list)  # held here, found held by another
 
 
 def fair_share(shards: int, live: Collection[str], me: str) -> int:

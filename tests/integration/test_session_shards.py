@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from planloop.core.models import StepStatus
-from planloop.core.shards import shard_holder, token_owner
+from planloop.core.shards import shard_holder, shard_holders
 from planloop.planner.plan import parse_plan
 from planloop.workers.toolsets import bench  # noqa: F401  (registers the bench tools in this process)
 from tests.conftest import wait_for
@@ -26,8 +26,7 @@ SHARDS = 8
 
 def holders(ps: PrivateStack) -> Counter[str | None]:
     """Shards held per supervisor name (None: free)."""
-    tokens = ps.redis.mget([ps.keys.shard_lease(s) for s in range(SHARDS)])
-    return Counter(token_owner(t) for t in tokens)
+    return Counter(shard_holders(ps.redis, ps.keys, range(SHARDS)))
 
 
 def name_of(ps: PrivateStack, proc: subprocess.Popen[bytes]) -> str | None:

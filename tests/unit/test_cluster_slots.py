@@ -119,7 +119,7 @@ def test_each_script_is_in_one_slot_or_a_listed_exception(
     rest = next((f.name for f in fields(script) if f.metadata["lua"] == "rest_keys"), "")
     if script is lua.LoadStarts:  # one session's pair: its plan and its events
         keys += [KEYS.plan(sid, 1), KEYS.events(sid)]
-    elif script is lua.RenewLeases:  # the leases of sessions, or of session shards
+    elif script is lua.RenewLeases:  # the leases of sessions
         keys += [KEYS.lease(sid)]
     elif script is lua.FencedWrite:  # the session's own targets
         keys += [KEYS.session(sid), KEYS.step(sid, "a"), KEYS.plan(sid, 2), KEYS.progress(sid)]
