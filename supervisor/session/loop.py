@@ -36,6 +36,7 @@ from planloop.supervisor.io.redis_store import Taken
 from planloop.supervisor.io.store_port import Entry
 from planloop.supervisor.process.context import SupervisorContext
 from planloop.supervisor.process.no_consumer_watch import ConsumerMonitor
+from planloop.supervisor.session import record_reads
 from planloop.supervisor.session.cancel_watch import CancelWatch
 from planloop.supervisor.session.changes import PlanChanges
 from planloop.supervisor.session.commands import Commands
@@ -50,11 +51,6 @@ from planloop.supervisor.session.llm_usage import LLMUsage
 from planloop.supervisor.session.outcomes import Outcomes
 from planloop.supervisor.session.plan_goal import announce_fallback, plan_goal
 from planloop.supervisor.session.ports import SessionIO
-from planloop.supervisor.session.record_reads import (
-    effects_to_undo,
-    late_writes_to_undo,
-    stored_outputs,
-)
 from planloop.supervisor.session.rounds import Rounds
 from planloop.supervisor.session.sending import Scheduling
 from planloop.supervisor.session.start import SessionStart, StartPorts
@@ -85,7 +81,7 @@ class SessionRunner:
             ctx.settings,
             ctx.tools,
             consumer=ctx.name,
-            stored_outputs=functools.partial(stored_outputs, ctx),
+            stored_outputs=functools.partial(record_reads.stored_outputs, ctx),
             events=ctx.events,
         )
         commit = functools.partial(commit_decisions, ctx, state)
@@ -127,8 +123,8 @@ class SessionRunner:
             ctx.dispatcher,
             ctx.dispatcher.sensitive,
             functools.partial(self._commit_checkpoint, hurry=False),
-            functools.partial(effects_to_undo, ctx, sid),
-            functools.partial(late_writes_to_undo, ctx, sid),
+            functools.partial(record_reads.effects_to_undo, ctx, sid),
+            functools.partial(record_reads.late_writes_to_undo, ctx, sid),
             commit_now=functools.partial(self._commit_checkpoint, hurry=True),
         )
         self.rounds = Rounds(io, changes, deliberation)

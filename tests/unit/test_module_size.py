@@ -45,3 +45,9 @@ def test_the_allow_list_names_only_modules_still_over_the_limit() -> None:
     done = sorted(path for path in STILL_BEING_SPLIT if modules.get(path, 0) <= MAX_LINES)
 
     assert not done, f"split (or gone): take them off STILL_BEING_SPLIT: {done}"
+
+
+def test_the_session_loop_reads_top_to_bottom_in_under_250_lines() -> None:
+    """The loop only composes its collaborators and runs start, turns and finish: what it
+    grows by belongs in a collaborator."""
+    assert product_modules()["supervisor/session/loop.py"] < 250
