@@ -220,6 +220,47 @@ steps:
     ]
 
 
+def test_a_late_write_whose_worker_is_killed_before_its_session_ends_is_kept_by_another(
+    private_stack: MakeStack,
+) -> None:
+    """The worker that recorded a late write is killed while it waits for the session to end
+    (a step of it still runs there); a worker started afterwards runs what was lost, and once
+    the session completed its sweep settles the write: kept, as the session keeps its writes."""
+    built = private_stack(
+        workers=0,
+        supervisors=1,
+        late_effect_settle_s=4.0,  # the killed worker still waits for the session's end
+        late_effect_sweep_s=0.2,
+    )
+    doomed = built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE])
+    wait_for(lambda: _late_tools_served(built), 60, "the first worker's heartbeat")
+    plan = parse_plan(
+        """
+goal: a late write kept by a session that outlives the worker that recorded it
+steps:
+  - {id: w, tool: late.write, params: {label: kept, first_apply_s: 1.3}, timeout_s: 1,
+     max_retries: 1}
+  - {id: hold, tool: bench.sleep, params: {seconds: 3}, timeout_s: 4, max_retries: 2}
+"""
+    )
+    sid = built.producer.submit(plan)
+    audit, key = audit_of(built), f"{sid}:w"
+    wait_for(lambda: _late(built, sid) == [("w", "pending", "", "")], 30, "the late write")
+    # its audit line follows the commit: killed between the two, the write goes uncounted
+    wait_for(lambda: audit.counts()[key] == 1, 15, "the late write's audit line")
+    built.signal(doomed)
+    built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE])
+    record = built.finish(sid, ["w", "hold"], timeout_s=60)
+    assert record.status == SessionStatus.COMPLETED, record.error
+    wait_for(lambda: _settled(built, sid), 30, "the late effect settled by the new worker")
+    assert _late(built, sid) == [("w", "kept", "late", "")]
+    assert audit.counts()[key] == 1  # the retry reused it
+    assert audit.counts()[f"{key}:compensate"] == 0
+    assert _shown_late(built, sid) == [
+        "late write of w attempt 1 (late.write): kept (the session keeps its writes)"
+    ]
+
+
 def _late_tools_served(built: PrivateStack) -> bool:
     return any("late.write" in hb.tools for hb in read_heartbeats(built.redis, built.keys))
 
