@@ -15,11 +15,14 @@ the session's ending is in the SQL record, by what that ending did:
    ``compensated`` (or ``failed``, with the error) by ``late``.
 
 A session that has not ended within ``late_effect_settle_s`` leaves the row ``pending``
-(``planloop show`` lists it); so does a worker that stops meanwhile. Every worker process
-sweeps for such rows (once it runs its first step, then every ``SWEEP_S``): a row pending
-for longer than ``late_effect_settle_s`` has no settler waiting for it any more, and once
-its session has ended it is settled as above. Two sweepers settling one row undo it once:
-the compensation runs under its idempotency key.
+(``planloop show`` lists it); so does a worker that stops meanwhile, even halfway through
+the compensation (its uncommitted claim of ``{key}:compensate`` rolls back with its
+connection). Every worker process sweeps for such rows (once it runs its first step, then
+every ``late_effect_sweep_s``): a row pending for longer than ``late_effect_settle_s`` has
+no settler waiting for it any more, and once its session has ended it is settled as above.
+Two sweepers settling one row undo it once: the compensation runs under its idempotency key.
+A sweeper that does not serve the compensation (a worker of another pool) leaves the row
+pending for one that does, and looks on past it.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import RowMapping, Table, and_, or_, select, update
 
 from planloop.core.effects import SqlEffectLedger
 from planloop.core.record import ENDED_STATUSES, LateEffectRow, PlanVersionRow, SessionRow
@@ -45,9 +48,16 @@ log = logging.getLogger(__name__)
 
 LATE = cast(Table, LateEffectRow.__table__)
 ATTEMPTS = 3  # tries of a compensation run here, as the ending gives its own
-SWEEP_S = 60.0  # between a worker's looks for late effects left pending
-SWEEP_LIMIT = 100  # rows settled per look: the next look takes the rest
+SWEEP_LIMIT = 100  # rows settled per look (read a page at a time): the next look takes the rest
 _TURN = re.compile(r":react:(?P<turn>\d+)$")
+
+
+class _NotServed(Exception):  # noqa: N818 (reads as what it is)
+    """The compensation's tool (``tool``, "" when unknown here) is not served by this worker."""
+
+    def __init__(self, why: str, tool: str) -> None:
+        super().__init__(why)
+        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ class LateEffectSettler:
                 row["idempotency_key"],
             )
 
-    def start_sweeping(self, every_s: float = SWEEP_S) -> threading.Thread:
+    def start_sweeping(self, every_s: float) -> threading.Thread:
         """Settle what is left pending now and every ``every_s``, on a daemon thread."""
 
         def sweep() -> None:
@@ -121,40 +131,78 @@ class LateEffectSettler:
 
     def settle_left_over(self) -> int:
         """Settle the late effects no settler waits for any more (pending for longer than
-        ``settle_s``) whose sessions have ended; how many were settled."""
+        ``settle_s``) whose sessions have ended; how many were settled.
+
+        Rows this worker leaves pending (another pool serves their compensation) or fails
+        to settle are paged past, so they never hide the rows behind them."""
+        settled, after = 0, (0.0, "")
+        before = time.time() - self.settle_s
+        while settled < SWEEP_LIMIT:
+            rows = self._left_over(before, after)
+            for row in rows:
+                after = (row["committed_at"], row["idempotency_key"])
+                settled += self._settle_left(row) != "pending"
+            if len(rows) < SWEEP_LIMIT:
+                break
+        return settled
+
+    def _left_over(self, before: float, after: tuple[float, str]) -> Sequence[RowMapping]:
+        """A page of the rows pending since before ``before``, their sessions ended, that
+        come after ``after`` (committed_at, key)."""
+        at, key = after
         with self.ledger.engine.connect() as conn:
-            rows = (
+            return (
                 conn.execute(
-                    select(LATE.c.idempotency_key, LATE.c.session_id, LATE.c.step_id, LATE.c.tool)
+                    select(
+                        LATE.c.idempotency_key,
+                        LATE.c.session_id,
+                        LATE.c.step_id,
+                        LATE.c.tool,
+                        LATE.c.committed_at,
+                    )
                     .join(SessionRow, SessionRow.id == LATE.c.session_id)
                     .where(
                         LATE.c.status == "pending",
-                        LATE.c.committed_at < time.time() - self.settle_s,
+                        LATE.c.committed_at < before,
                         SessionRow.status.in_(ENDED_STATUSES),
+                        or_(
+                            LATE.c.committed_at > at,
+                            and_(LATE.c.committed_at == at, LATE.c.idempotency_key > key),
+                        ),
                     )
-                    .order_by(LATE.c.committed_at)
+                    .order_by(LATE.c.committed_at, LATE.c.idempotency_key)
                     .limit(SWEEP_LIMIT)
                 )
                 .mappings()
                 .all()
             )
-        settled = 0
-        for row in rows:
-            receipt = self.ledger.receipt(row["idempotency_key"]) or {}
-            log.info(
-                "session=%s step=%s late effect %s left pending: settling it now",
-                row["session_id"],
-                row["step_id"],
-                row["idempotency_key"],
-            )
-            settled += self.settle(dict(row), receipt, wait_s=0) != "pending"
-        return settled
+
+    def _settle_left(self, row: RowMapping) -> str:
+        sid, step_id, key = row["session_id"], row["step_id"], row["idempotency_key"]
+        log.info(
+            "session=%s step=%s late effect %s left pending: settling it now", sid, step_id, key
+        )
+        try:
+            receipt = self.ledger.receipt(key) or {}
+            return self.settle(dict(row), receipt, wait_s=0, sweeping=True)
+        except Exception:  # the next look tries it again; the rows after it are settled now
+            log.exception("session=%s step=%s late effect %s not settled", sid, step_id, key)
+            return "pending"
 
     def settle(
-        self, row: Mapping[str, Any], receipt: dict[str, Any], *, wait_s: float | None = None
+        self,
+        row: Mapping[str, Any],
+        receipt: dict[str, Any],
+        *,
+        wait_s: float | None = None,
+        sweeping: bool = False,
     ) -> str:
         """Wait for the session to end (``wait_s``, default ``settle_s``), then settle the
-        late effect; its status."""
+        late effect; its status.
+
+        A compensation this worker does not serve fails the row, unless ``sweeping``: a
+        sweeper may be a worker of another pool, and leaves the row pending for one that
+        serves it."""
         sid, step_id, key = row["session_id"], row["step_id"], row["idempotency_key"]
         wait_s = self.settle_s if wait_s is None else wait_s
         ended = self._wait_for_end(sid, wait_s)
@@ -175,7 +223,13 @@ class LateEffectSettler:
             return self._record(key, "compensated", "ending")
         if how == "kept":
             return self._record(key, "kept", "late")
-        tool, params, error = self._compensation(sid, step_id, row["tool"], receipt, turn)
+        try:
+            tool, params, error = self._compensation(sid, step_id, row["tool"], receipt, turn)
+        except _NotServed as exc:
+            if sweeping:
+                log.info("session=%s step=%s late effect %s left for %s", sid, step_id, key, exc)
+                return "pending"
+            tool, params, error = exc.tool, {}, str(exc)
         if not error:
             error = self._run(tool, params, sid, step_id, key)
         status = "failed" if error else "compensated"
@@ -212,25 +266,34 @@ class LateEffectSettler:
     def _compensation(
         self, sid: str, step_id: str, tool: str, receipt: dict[str, Any], turn: int | None
     ) -> tuple[str, dict[str, Any], str]:
-        """The call that undoes the write: (tool, params, "") or ("", {}, why there is none)."""
+        """The call that undoes the write: (tool, params, "") or ("", {}, why there is none).
+
+        Raises:
+            _NotServed: this worker cannot tell or run the compensation.
+        """
         step = self._step(sid, step_id)
         if step is not None and step.compensate is not None:
+            undo = step.compensate.tool
+            if undo not in self.tools:
+                raise _NotServed(f"compensation tool {undo!r} is not served by this worker", undo)
             try:
                 params = resolve_params(
                     dict(step.compensate.params), {step_id: receipt}, step_id=step_id
                 )
             except Exception as exc:  # reported as the ending reports one it cannot build
-                return step.compensate.tool, {}, str(exc)
-            return step.compensate.tool, params, ""
+                return undo, {}, str(exc)
+            return undo, params, ""
         if tool not in self.tools:
-            return "", {}, f"tool {tool!r} is not served by this worker"
+            raise _NotServed(f"tool {tool!r} is not served by this worker", "")
         spec = self.tools.get(tool)
-        undo = spec.compensate
-        if spec.side_effect != "write" or not undo or undo not in self.tools:
-            return undo or "", {}, f"no compensation of {tool!r} is served by this worker"
-        accepted = set(self.tools.get(undo).param_names()) - {"simulate"}
+        default = spec.compensate
+        if spec.side_effect != "write" or not default:
+            return default or "", {}, f"{tool!r} has no compensation"
+        if default not in self.tools:
+            raise _NotServed(f"no compensation of {tool!r} is served by this worker", default)
+        accepted = set(self.tools.get(default).param_names()) - {"simulate"}
         known = {**(step.params if step is not None and turn is None else {}), **receipt}
-        return undo, {k: v for k, v in known.items() if k in accepted}, ""
+        return default, {k: v for k, v in known.items() if k in accepted}, ""
 
     def _step(self, sid: str, step_id: str) -> Step | None:
         with self.ledger.engine.connect() as conn:
@@ -247,8 +310,6 @@ class LateEffectSettler:
 
     def _run(self, tool: str, params: dict[str, Any], sid: str, step_id: str, key: str) -> str:
         """Run the compensation here, through the ledger; "" once it completed, else why."""
-        if tool not in self.tools:
-            return f"compensation tool {tool!r} is not served by this worker"
         ctx = ToolContext(
             session_id=sid,
             step_id=f"{step_id}~compensate",

@@ -75,7 +75,7 @@ def build_executor(settings: Settings) -> StepExecutor:
     # A write that commits after its attempt's timeout is settled once its session ends.
     settler = LateEffectSettler(effects, tools, settings.late_effect_settle_s)
     effects.on_late = settler
-    settler.start_sweeping()  # and those a worker that stopped left pending
+    settler.start_sweeping(settings.late_effect_sweep_s)  # those a stopped worker left
     executor = StepExecutor(
         HotState(client, keys, blob_ttl_s=settings.blob_ttl_s),
         tools,

@@ -103,3 +103,10 @@ class WorkerSettings(BaseModel):
         "after its attempt's timeout to end, to settle it (kept, or compensated if the "
         "ending missed it); past that it stays pending in `planloop show` (default 3600).",
     )
+    late_effect_sweep_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between a worker's looks for late writes left pending longer "
+        "than `late_effect_settle_s` (their worker stopped before settling them), to settle "
+        "those whose sessions have ended (default 60).",
+    )

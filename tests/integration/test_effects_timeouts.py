@@ -6,7 +6,9 @@ it once. Applications are counted in the audit file, outside Redis and SQL.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +22,12 @@ from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import own_pg_database, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
 from tests.llm_server import ScriptedLLMServer
+from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration]
 
 LATE_MODULE = "late_tools"  # tests/tool_modules/late_tools.py
+HOLD_UNDO = "LATE_TOOLS_HOLD_UNDO"  # its late.undo holds its claim until killed
 
 
 def late_stack(private_stack: MakeStack, database_url: str = "", **env: str) -> PrivateStack:
@@ -149,6 +153,131 @@ steps:
         ("w", "compensated", "late")
     ]
     assert "after the session ended" in late_effect_line(shown[0])
+
+
+@pytest.mark.postgres
+def test_a_late_write_whose_worker_is_killed_while_undoing_it_is_undone_once_by_another(
+    private_stack: MakeStack, pg_url: str, tmp_path: Path
+) -> None:
+    """The write commits after its session failed and the ending missed it; the worker that
+    recorded it is killed halfway through undoing it (its claim of the compensation's key
+    uncommitted). A worker started afterwards finds the row left pending by its sweep, and
+    undoes the write once: the killed claim rolled back with its connection."""
+    built = private_stack(
+        workers=0,
+        supervisors=1,
+        database_url=pg_url,
+        late_effect_settle_s=1.0,  # a row left pending this long has no settler waiting
+        late_effect_sweep_s=0.2,
+    )
+    held = tmp_path / "undo-held"
+    doomed = built.start_worker(
+        4, tool_modules=[BENCH_TOOLS, LATE_MODULE], env={HOLD_UNDO: str(held)}
+    )
+    wait_for(lambda: _late_tools_served(built), 60, "the first worker's heartbeat")
+    plan = parse_plan(
+        """
+goal: a write that commits after its session ended, its worker killed while undoing it
+steps:
+  - {id: w, tool: late.write, params: {label: killed, first_apply_s: 5}, timeout_s: 1,
+     max_retries: 0, critical: true}
+"""
+    )
+    sid = built.producer.submit(plan, SessionOptions(compensate_on_failure=True))
+    record = built.finish(sid, ["w"], timeout_s=60)
+    assert record.status == SessionStatus.FAILED, record.error
+    assert record.report is not None
+    assert [c for c in record.report["compensations"] if c["step"] == "w"] == []  # missed
+    audit, key = audit_of(built), f"{sid}:w"
+    wait_for(held.exists, 30, "the first worker inside the late write's compensation")
+    built.signal(doomed)  # SIGKILL: the compensation's claim dies with its connection
+    assert _late(built, sid) == [("w", "pending", "", "")]
+    assert audit.counts()[key] == 1
+    assert audit.counts()[f"{key}:compensate"] == 0
+    assert built.effects.receipt(f"{key}:compensate") is None
+
+    built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE])
+    # its sweep starts with its first step
+    nudge = parse_plan(
+        """
+goal: a step for the new worker
+steps:
+  - {id: s, tool: bench.sleep}
+"""
+    )
+    nudged = built.producer.submit(nudge)
+    assert built.finish(nudged, ["s"], timeout_s=60).status == SessionStatus.COMPLETED
+    wait_for(lambda: _settled(built, sid), 30, "the late effect settled by the new worker")
+    assert _late(built, sid) == [("w", "compensated", "late", "late.undo")]
+    assert audit.counts()[key] == 1
+    assert audit.counts()[f"{key}:compensate"] == 1  # undone once, by the new worker
+    assert built.effects.receipt(f"{key}:compensate") == {
+        "undone": "killed",
+        "key": f"{key}:compensate",
+    }
+    assert _shown_late(built, sid) == [
+        "late write of w attempt 1 (late.write): compensated by late.undo after the session ended"
+    ]
+
+
+def test_a_late_write_whose_worker_is_killed_before_its_session_ends_is_kept_by_another(
+    private_stack: MakeStack,
+) -> None:
+    """The worker that recorded a late write is killed while it waits for the session to end
+    (a step of it still runs there); a worker started afterwards runs what was lost, and once
+    the session completed its sweep settles the write: kept, as the session keeps its writes."""
+    built = private_stack(
+        workers=0,
+        supervisors=1,
+        late_effect_settle_s=4.0,  # the killed worker still waits for the session's end
+        late_effect_sweep_s=0.2,
+    )
+    doomed = built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE])
+    wait_for(lambda: _late_tools_served(built), 60, "the first worker's heartbeat")
+    plan = parse_plan(
+        """
+goal: a late write kept by a session that outlives the worker that recorded it
+steps:
+  - {id: w, tool: late.write, params: {label: kept, first_apply_s: 1.3}, timeout_s: 1,
+     max_retries: 1}
+  - {id: hold, tool: bench.sleep, params: {seconds: 3}, timeout_s: 4, max_retries: 2}
+"""
+    )
+    sid = built.producer.submit(plan)
+    audit, key = audit_of(built), f"{sid}:w"
+    wait_for(lambda: _late(built, sid) == [("w", "pending", "", "")], 30, "the late write")
+    # its audit line follows the commit: killed between the two, the write goes uncounted
+    wait_for(lambda: audit.counts()[key] == 1, 15, "the late write's audit line")
+    built.signal(doomed)
+    built.start_worker(4, tool_modules=[BENCH_TOOLS, LATE_MODULE])
+    record = built.finish(sid, ["w", "hold"], timeout_s=60)
+    assert record.status == SessionStatus.COMPLETED, record.error
+    wait_for(lambda: _settled(built, sid), 30, "the late effect settled by the new worker")
+    assert _late(built, sid) == [("w", "kept", "late", "")]
+    assert audit.counts()[key] == 1  # the retry reused it
+    assert audit.counts()[f"{key}:compensate"] == 0
+    assert _shown_late(built, sid) == [
+        "late write of w attempt 1 (late.write): kept (the session keeps its writes)"
+    ]
+
+
+def _late_tools_served(built: PrivateStack) -> bool:
+    return any("late.write" in hb.tools for hb in read_heartbeats(built.redis, built.keys))
+
+
+def _shown_late(built: PrivateStack, sid: str) -> list[str]:
+    """The late effects ``planloop show`` (the shipped CLI) lists for the session."""
+    shown = subprocess.run(
+        [*shipped().cli(), "show", sid],
+        env=shipped().env(built.settings.to_env()),
+        cwd=shipped().home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return [line for line in shown.stdout.splitlines() if line.startswith("late write of")]
 
 
 def worker_llm_env(server: ScriptedLLMServer) -> dict[str, str]:

@@ -6,11 +6,17 @@ refuses it), or ``first_apply_s`` inside the effect once the key is claimed (alr
 applying when the timeout passes: it commits late); every later call is quick.
 ``late.undo`` is its compensation. Both apply through the effect ledger, so the audit file
 counts them.
+
+A worker started with ``LATE_TOOLS_HOLD_UNDO`` (a file path) holds each ``late.undo`` inside
+its effect, the key claimed and uncommitted: it creates the file, then sleeps until killed,
+so a test can kill a worker halfway through a compensation.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -18,6 +24,8 @@ from pydantic import BaseModel, Field
 from planloop.core.tools import ToolContext, tool
 
 _CALLED: set[str] = set()  # labels called before in this process (the pool's threads share it)
+HOLD_ENV = "LATE_TOOLS_HOLD_UNDO"
+HOLD_S = 300.0  # longer than any test waits: the worker is killed first
 
 
 class LateWriteParams(BaseModel):
@@ -59,6 +67,12 @@ def late_write(params: LateWriteParams, ctx: ToolContext) -> dict[str, Any]:
     side_effect="write",
 )
 def late_undo(params: LateUndoParams, ctx: ToolContext) -> dict[str, Any]:
-    return ctx.effects.apply_once(
-        ctx.idempotency_key, lambda: {"undone": params.label, "key": ctx.idempotency_key}, ctx
-    )
+    hold = os.environ.get(HOLD_ENV, "")
+
+    def make_receipt() -> dict[str, Any]:
+        if hold:
+            Path(hold).touch()
+            time.sleep(HOLD_S)
+        return {"undone": params.label, "key": ctx.idempotency_key}
+
+    return ctx.effects.apply_once(ctx.idempotency_key, make_receipt, ctx)

@@ -146,3 +146,69 @@ def test_a_sweep_leaves_a_late_write_its_own_settler_may_still_wait_for(tmp_path
     assert settler.settle_left_over() == 0
     assert undone == []
     assert _late(ledger) == [("pending", "", "")]
+
+
+def test_a_sweeper_of_another_pool_leaves_a_late_write_to_one_that_serves_its_undo(
+    tmp_path: Path,
+) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    _left_pending(ledger, ago_s=10)
+    elsewhere = LateEffectSettler(ledger, ToolRegistry(), settle_s=5, poll_s=0.01)
+    assert elsewhere.settle_left_over() == 0
+    assert _late(ledger) == [("pending", "", "")]  # not failed: it can still be undone
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle_left_over() == 1
+    assert undone == [f"{SID}:w:compensate"]
+    assert _late(ledger) == [("compensated", "late", "t.undo")]
+
+
+def test_the_worker_that_recorded_a_late_write_it_cannot_undo_says_so(tmp_path: Path) -> None:
+    ledger = _ended(tmp_path, "failed", [])
+    settler = LateEffectSettler(ledger, ToolRegistry(), settle_s=5, poll_s=0.01)
+    assert settler.settle(_row(), {"label": "x"}) == "failed"
+    rows = SqlRecord(ledger.engine).late_effects(SID)
+    assert [(r.status, r.error) for r in rows] == [
+        ("failed", "tool 't.write' is not served by this worker")
+    ]
+
+
+def test_a_sweep_looks_past_the_rows_it_leaves_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    with ledger.engine.begin() as conn:  # a write of a tool no worker here serves, first
+        _insert_late(conn, {"idempotency_key": f"{SID}:v", "session_id": SID, "step_id": "v",
+                            "attempt": 1, "tool": "x.write"})  # fmt: skip
+    _left_pending(ledger, ago_s=10)
+    with ledger.engine.begin() as conn:  # the oldest: the first page
+        conn.execute(update(LATE).where(LATE.c.step_id == "v").values(committed_at=1.0))
+    monkeypatch.setattr("planloop.workers.late_effects.SWEEP_LIMIT", 1)  # a page per row
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    assert settler.settle_left_over() == 1
+    assert undone == [f"{SID}:w:compensate"]
+    rows = SqlRecord(ledger.engine).late_effects(SID)
+    assert sorted((r.step_id, r.status) for r in rows) == [("v", "pending"), ("w", "compensated")]
+
+
+def test_a_sweep_goes_on_past_a_row_it_fails_to_settle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    undone: list[str] = []
+    ledger = _ended(tmp_path, "failed", [])
+    with ledger.engine.begin() as conn:
+        _insert_late(conn, {"idempotency_key": f"{SID}:v", "session_id": SID, "step_id": "v",
+                            "attempt": 1, "tool": "t.write"})  # fmt: skip
+    _left_pending(ledger, ago_s=10)
+    settler = LateEffectSettler(ledger, _tools(undone), settle_s=5, poll_s=0.01)
+    real = settler.settle
+
+    def settle(row: Any, receipt: dict[str, Any], **options: Any) -> str:
+        if row["step_id"] == "v":
+            raise OSError("a row that cannot be settled now")
+        return real(row, receipt, **options)
+
+    monkeypatch.setattr(settler, "settle", settle)
+    assert settler.settle_left_over() == 1
+    assert undone == [f"{SID}:w:compensate"]
