@@ -234,10 +234,11 @@ class LateEffectSettler:
             error = self._run(tool, params, sid, step_id, key)
         status = "failed" if error else "compensated"
         log.warning(
-            "session=%s step=%s late effect %s compensated after the session ended %s: %s",
+            "session=%s step=%s late effect %s %s after the session ended %s: %s",
             sid,
             step_id,
             key,
+            "not compensated" if error else "compensated",
             ended.status,
             error or f"{tool} completed",
         )

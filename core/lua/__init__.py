@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from planloop.core.lua.attempts import EndAttempt, Queued, RecordOutcome, StartAttempt
 from planloop.core.lua.breakers import BreakerAllow, BreakerRecord
-from planloop.core.lua.leases import AcquireLease, LoadStarts, ReleaseLease, RenewLease, RenewLeases
+from planloop.core.lua.leases import LoadStarts, ReleaseLease
 from planloop.core.lua.script import (
     Arg,
     AsyncRegistered,
@@ -35,7 +35,6 @@ from planloop.core.lua.shard_leases import AcquireShard, AdoptSession
 
 __all__ = [
     "QUEUE",
-    "AcquireLease",
     "AcquireShard",
     "AdoptSession",
     "Arg",
@@ -51,8 +50,6 @@ __all__ = [
     "RecordOutcome",
     "Registered",
     "ReleaseLease",
-    "RenewLease",
-    "RenewLeases",
     "Role",
     "StartAttempt",
     "arg",

@@ -18,17 +18,13 @@ import redis
 
 from planloop.core.keys import EVENTS_GROUP, Keys
 from planloop.core.lua import (
-    AcquireLease,
     EndAttempt,
     FencedWrite,
     LoadStarts,
     RecordOutcome,
     ReleaseLease,
-    RenewLease,
-    RenewLeases,
     StartAttempt,
 )
-from planloop.core.models import SessionStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis_semantics]
 
@@ -41,8 +37,6 @@ class Space:
     keys: Keys
 
     def __post_init__(self) -> None:
-        self.acquire = AcquireLease.register(self.r)
-        self.renew = RenewLease.register(self.r)
         self.release = ReleaseLease.register(self.r)
         self.fenced = FencedWrite.register(self.r)
         self.end = EndAttempt.register(self.r)
@@ -301,67 +295,15 @@ def test_a_worker_outcome_after_end_attempt_is_dropped(space: Space) -> None:
 
 
 # --- leases -------------------------------------------------------------------------------
-def test_lease_life(space: Space) -> None:
-    """acquire -> held elsewhere -> renew (own / stranger) -> release (stranger / own) ->
-    acquire again with a higher epoch: the fencing token."""
-    lease, session = space.keys.lease("s"), space.keys.session("s")
-    space.r.hset(session, mapping={"status": "pending", "epoch": 0})
+def test_a_lease_is_released_only_by_its_token(space: Space) -> None:
+    lease = space.keys.lease("s")
+    space.r.set(lease, "A", px=60_000)
 
-    def acquire(token: str) -> Any:
-        return space.acquire(
-            AcquireLease(
-                lease_key=lease, session_key=session, token=token, ttl_ms=60_000, owner=token
-            )
-        )
-
-    steps: list[tuple[str, Any, Any]] = [
-        ("acquire by A", lambda: acquire("A"), 1),
-        ("acquire by B while A holds it", lambda: acquire("B"), 0),
-        (
-            "renew by A",
-            lambda: space.renew(RenewLease(lease_key=lease, token="A", ttl_ms=90_000)),
-            1,
-        ),
-        (
-            "renew by B",
-            lambda: space.renew(RenewLease(lease_key=lease, token="B", ttl_ms=90_000)),
-            0,
-        ),
-        ("release by B", lambda: space.release(ReleaseLease(lease_key=lease, token="B")), 0),
-        ("release by A", lambda: space.release(ReleaseLease(lease_key=lease, token="A")), 1),
-        (
-            "renew by A once released",
-            lambda: space.renew(RenewLease(lease_key=lease, token="A", ttl_ms=1)),
-            0,
-        ),
-        ("acquire by B", lambda: acquire("B"), 2),
-    ]
-    for what, run, expected in steps:
-        assert run() == expected, what
-        if what == "renew by A":
-            assert space.r.pttl(lease) > 60_000
-    assert space.r.get(lease) == "B"
-    assert space.r.hget(session, "owner") == "B"
-    assert space.r.hget(session, "epoch") == "2"
-
-
-def test_renew_leases_extends_only_the_leases_each_token_holds(space: Space) -> None:
-    """Many leases in one call: held by the token (extended), held by another (left as it
-    is), gone (not created) -> 1, 0, 0 in the order given."""
-    ours, theirs, gone = (space.keys.lease(s) for s in ("a", "b", "c"))
-    space.r.set(ours, "A", px=5_000)
-    space.r.set(theirs, "B", px=5_000)
-    renew = RenewLeases.register(space.r)
-    held = renew(
-        RenewLeases(
-            ttl_ms=90_000, tokens=json.dumps(["A", "A", "A"]), lease_keys=[ours, theirs, gone]
-        )
-    )
-    assert held == [1, 0, 0]
-    assert space.r.pttl(ours) > 60_000
-    assert space.r.pttl(theirs) <= 5_000
-    assert space.r.get(theirs) == "B"
-    assert not space.r.exists(gone)
+    assert space.release(ReleaseLease(lease_key=lease, token="B")) == 0
+    assert space.r.get(lease) == "A"
+    assert space.release(ReleaseLease(lease_key=lease, token="A")) == 1
+    assert not space.r.exists(lease)
+    assert space.release(ReleaseLease(lease_key=lease, token="A")) == 0
 
 
 def test_load_starts_reads_plans_makes_groups_and_counts_pending(space: Space) -> None:
@@ -396,27 +338,6 @@ def test_load_starts_raises_what_is_not_a_busy_group(space: Space) -> None:
     )
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         load(call)
-
-
-@pytest.mark.parametrize("status", [s.value for s in SessionStatus if s.ended])
-def test_an_ended_session_is_never_leased_again(space: Space, status: str) -> None:
-    lease, session = space.keys.lease("s"), space.keys.session("s")
-    space.r.hset(session, mapping={"status": status, "epoch": 4})
-
-    call = AcquireLease(lease_key=lease, session_key=session, token="A", ttl_ms=60_000, owner="A")
-
-    assert space.acquire(call) == 0
-    assert not space.r.exists(lease)
-    assert space.r.hget(session, "epoch") == "4"
-
-
-def test_a_session_without_hot_state_is_not_leased(space: Space) -> None:
-    lease, session = space.keys.lease("s"), space.keys.session("s")
-    call = AcquireLease(lease_key=lease, session_key=session, token="A", ttl_ms=60_000, owner="A")
-
-    assert space.acquire(call) == 0
-    assert not space.r.exists(lease)
-    assert not space.r.exists(session)  # the rebuild path restores it, not a bare epoch
 
 
 # --- the fenced write ---------------------------------------------------------------------

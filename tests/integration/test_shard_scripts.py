@@ -15,6 +15,7 @@ import redis
 from planloop.config.settings import Settings
 from planloop.core.keys import Keys
 from planloop.core.lua import AcquireShard, AdoptSession, ReleaseLease
+from planloop.core.models import SessionStatus
 from planloop.core.shards import shard_holders
 from planloop.supervisor.process.lease_keeper import LeaseKeeper
 
@@ -86,6 +87,20 @@ def test_adoption_bumps_the_epoch_and_refuses_what_it_must(
     redis_client.delete(session)  # no hot state: left to the rebuild path
     assert by("d", 9, shard="16/3") == 0
     assert not redis_client.exists(session)
+
+
+@pytest.mark.parametrize("status", [s.value for s in SessionStatus if s.ended])
+def test_an_ended_session_is_never_adopted_again(
+    redis_client: redis.Redis, keys: Keys, status: str
+) -> None:
+    session = keys.session("s")
+    redis_client.hset(session, mapping={"status": status, "epoch": 4})
+    call = AdoptSession(
+        lease_key=keys.lease("s"), session_key=session, owner="a", shard="8/3", shard_epoch=1
+    )
+
+    assert AdoptSession.register(redis_client)(call) == 0
+    assert redis_client.hget(session, "epoch") == "4"
 
 
 def test_one_liveness_key_holds_every_shard_and_a_lapsed_hold_is_never_renewed(

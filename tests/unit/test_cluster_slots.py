@@ -48,7 +48,6 @@ GLOBAL_KEYS = {
 }
 # Scripts whose one call spans slots, and why (the note's "Exceptions" table says the same).
 CROSS_SLOT = {
-    "RenewLeases": "many sessions",
     "LoadStarts": "many sessions",
     "FencedWrite": "session + pl:active / broker queue / kombu unacked",
     "StartAttempt": "session + breaker + kombu unacked",
@@ -119,8 +118,6 @@ def test_each_script_is_in_one_slot_or_a_listed_exception(
     rest = next((f.name for f in fields(script) if f.metadata["lua"] == "rest_keys"), "")
     if script is lua.LoadStarts:  # one session's pair: its plan and its events
         keys += [KEYS.plan(sid, 1), KEYS.events(sid)]
-    elif script is lua.RenewLeases:  # the leases of sessions
-        keys += [KEYS.lease(sid)]
     elif script is lua.FencedWrite:  # the session's own targets
         keys += [KEYS.session(sid), KEYS.step(sid, "a"), KEYS.plan(sid, 2), KEYS.progress(sid)]
     else:
