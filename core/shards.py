@@ -47,6 +47,15 @@ def live_holders(tokens: Sequence[str | None], alive: Collection[str]) -> list[s
     return [token_owner(t) if t and t in alive else None for t in tokens]
 
 
+def gone_holders(tokens: Sequence[str | None], holders: Sequence[str | None]) -> set[str]:
+    """The supervisors whose hold has lapsed: named by a shard's token whose liveness is gone
+    (``holders`` None there) and holding no shard under a live token. Such a supervisor is
+    dead or has lost its hold; either way it is no peer to share shards with, even while it
+    still counts as having looked lately."""
+    lapsed = {token_owner(t) for t, h in zip(tokens, holders, strict=True) if t and h is None}
+    return {owner for owner in lapsed if owner} - {h for h in holders if h}
+
+
 def shard_holders(client: redis.Redis, keys: Keys, shards: Sequence[int]) -> list[str | None]:
     """The supervisor holding each of ``shards`` now (None: nobody); two round trips."""
     tokens = cast(list[str | None], client.mget([keys.shard_lease(s) for s in shards]))

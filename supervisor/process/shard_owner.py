@@ -29,7 +29,7 @@ from planloop.config.settings import Settings
 from planloop.core.keys import Keys
 from planloop.core.lua import AdoptSession, ReleaseLease
 from planloop.core.redis_faults import is_redis_fault
-from planloop.core.shards import live_holders, shard_of
+from planloop.core.shards import gone_holders, live_holders, shard_of
 from planloop.supervisor.io.redis_store import Taken
 from planloop.supervisor.process.lease_keeper import LeaseKeeper
 from planloop.supervisor.process.shard_plan import (
@@ -110,6 +110,9 @@ class ShardOwner:
         pipe.zremrangebyscore(self.keys.shard_holders, "-inf", now - HOLDERS_KEPT_S)
         _, live, _ = await pipe.execute()
         tokens, found = await read_holders(self.r, self.keys, range(self.shards))
+        # A dead supervisor's shards are taken once its hold lapses, not a TTL later when
+        # its last look ages out of the holders set.
+        gone = gone_holders(tokens, found) - {self.name}
         self._seen = {s: t or "" for s, t in enumerate(tokens)}
         lost = [s for s, h in self.held.items() if not h.releasing and tokens[s] != h.token]
         for shard in lost:
@@ -123,7 +126,7 @@ class ShardOwner:
             me=self.name,
             shards=self.shards,
             holders=holders,
-            live=[str(x) for x in live],
+            live=[str(x) for x in live if str(x) not in gone],
             free_since=self._free_since,
             now=mono,
             grace_s=self.ttl_s,

@@ -4,9 +4,9 @@ Every supervisor looks at the same picture each round (who holds each shard's le
 supervisors renewed lately) and decides for itself, so no coordinator is needed:
 
 1. **Fair share**: ``ceil(shards / live supervisors)``. Live means the supervisor looked at
-   the shards within the lease TTL (``pl:shard-holders``, written by each look): a dead one
-   stops counting as its shards' leases run out, and one too busy to look is not counted as
-   a peer to give shards to.
+   the shards within the lease TTL (``pl:shard-holders``, written by each look) and its hold
+   has not lapsed (core/shards.py ``gone_holders``): a dead one stops counting as soon as
+   its hold expires, and one too busy to look is not counted as a peer to give shards to.
 2. **Take** free shards up to the fair share at once (in an order of its own per supervisor,
    so two newcomers rarely race for the same shard; the lease's SET NX settles a race).
 3. **Take orphans**: a shard free for ``grace_s`` or longer is taken whatever the share: the

@@ -3,7 +3,7 @@ shard of a session (core/shards.py)."""
 
 from __future__ import annotations
 
-from planloop.core.shards import shard_of, shard_token, token_owner
+from planloop.core.shards import gone_holders, live_holders, shard_of, shard_token, token_owner
 from planloop.supervisor.process.shard_plan import (
     ShardMoves,
     ShardView,
@@ -31,6 +31,15 @@ def test_a_lease_token_names_its_holder_even_with_colons_in_the_name() -> None:
     assert token_owner(shard_token("sup:host:1", "abc")) == "sup:host:1"
     assert token_owner(None) is None
     assert token_owner("") is None
+
+
+def test_a_holder_counts_while_its_token_lives_and_is_gone_once_none_of_its_tokens_does() -> None:
+    tokens = ["b:1", "b:1", "c:2", "c:1", None]
+    holders = live_holders(tokens, alive={"c:2"})
+    assert holders == [None, None, "c", None, None]
+    # b's only token is dead: gone; c still holds a shard under a live token: not gone.
+    assert gone_holders(tokens, holders) == {"b"}
+    assert gone_holders([None, None], [None, None]) == set()
 
 
 def test_fair_share_rounds_up_and_counts_the_supervisor_itself() -> None:
