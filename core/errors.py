@@ -79,7 +79,9 @@ BadLessonError), ``ReactStopped`` [planloop.planner.react] (ends an agent loop f
 ``ScriptedNonRetryable`` [planloop.workers.toolsets.bench] (a bench tool's own error type),
 ``JsonInputError`` [planloop.core.json_input] (a ``ValueError`` about a JSON document, turned
 into PlanLoadError or a 400 by its callers), ``BodyTooLargeError``
-[planloop.console.hardening] (a chunked request body past the limit, answered 413).
+[planloop.console.hardening] (a chunked request body past the limit, answered 413),
+``_NotServed`` [planloop.workers.late_effects] (a late effect's compensation this worker
+does not serve: the row is left for one that does, or failed with the reason).
 """
 
 from __future__ import annotations

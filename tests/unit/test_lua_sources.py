@@ -18,7 +18,7 @@ SCRIPTS = [
 
 
 def test_every_script_is_here() -> None:
-    assert len(SCRIPTS) == 15
+    assert len(SCRIPTS) == 12
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda cls: cls.__name__)
