@@ -92,6 +92,13 @@ class SessionStore(RedisStreams):
     async def active_sessions(self) -> list[str]:
         return sorted(cast(set[str], await self.r.smembers(self.keys.active)))
 
+    async def scan_active(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One step of a pass over the active sessions (about ``count`` of them): the next
+        cursor (0: the pass is over) and the ids found. An id active for the whole pass is
+        found at least once in it."""
+        at, found = await self.r.sscan(self.keys.active, cursor, count=count)
+        return int(at), cast(list[str], found)
+
     # --- reads ----------------------------------------------------------------------------
     async def session(self, sid: str) -> SessionRecord | None:
         fields = cast(dict[str, str], await self.r.hgetall(self.keys.session(sid)))

@@ -48,6 +48,7 @@ BEGIN_CHUNK = 50  # loops started before their first writes leave (a few tens of
 BURST_READ_MS = 5  # during a burst: a read that waits longer than this found its end
 HEARTBEAT_INTERVAL_S = 2.0  # how often a serving supervisor says so (`planloop health`)
 SWEEP_INTERVAL_S = 2.0  # active sessions of the shards held, looked at for any not running
+SWEEP_SLICE = 1_000  # active sessions a sweep looks at (about: SSCAN's COUNT)
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Supervisor:
         self.shards = ShardOwner(self.store.r, self.store.keys, self.name, settings)
         self.intake = Intake(self.store.r, self.store.keys, self.name, settings.session_shards)
         self._next_sweep = 0.0
+        self._sweep_at = 0  # the active set's scan cursor (0: a new pass)
         self._next_rebuild = 0.0
         self._rebuild_round = 0
         self._next_reclaim = 0.0
@@ -255,7 +257,10 @@ class Supervisor:
             )
         if taken_shards or now >= self._next_sweep:
             self._next_sweep = now + SWEEP_INTERVAL_S
-            active = await self.store.active_sessions()
+            if taken_shards:  # every session of the shards just taken, at once
+                active = await self.store.active_sessions()
+            else:  # a slice per sweep: ten thousand held sessions are not read every 2 s
+                self._sweep_at, active = await self.store.scan_active(self._sweep_at, SWEEP_SLICE)
             await self._take([s for s in active if s not in self.owned and self.shards.owns(s)])
 
     async def _move_shards(self) -> list[int]:
