@@ -6,7 +6,6 @@ it once. Applications are counted in the audit file, outside Redis and SQL.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from planloop.producer.history import late_effect_line, session_history
 from planloop.workers.toolsets import BENCH_TOOLS
 from tests.conftest import own_pg_database, wait_for
 from tests.integration.conftest import MakeStack, PrivateStack, report_steps
+from tests.integration.test_fork_continue import cli
 from tests.llm_server import ScriptedLLMServer
-from tests.shipped import shipped
 
 pytestmark = [pytest.mark.integration]
 
@@ -267,15 +266,7 @@ def _late_tools_served(built: PrivateStack) -> bool:
 
 def _shown_late(built: PrivateStack, sid: str) -> list[str]:
     """The late effects ``planloop show`` (the shipped CLI) lists for the session."""
-    shown = subprocess.run(
-        [*shipped().cli(), "show", sid],
-        env=shipped().env(built.settings.to_env()),
-        cwd=shipped().home,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    shown = cli(built, "show", sid)
     assert shown.returncode == 0, shown.stderr
     return [line for line in shown.stdout.splitlines() if line.startswith("late write of")]
 
